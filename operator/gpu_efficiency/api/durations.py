@@ -1,0 +1,35 @@
+"""Parse the Kubernetes-style durations used in policy fields ("90s", "1h30m", "2d")."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+
+
+def parse_duration(text: str) -> float:
+    """Return seconds; raise ValueError with the offending text on anything else."""
+    text = text.strip()
+    pos, total = 0, 0.0
+    for match in _PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"invalid duration {text!r}: use forms like 30s, 5m, 1h30m, 2d")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """Shortest readable form, for messages ("1h5m", "45s")."""
+    seconds = int(round(seconds))
+    if seconds <= 0:
+        return "0s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts)

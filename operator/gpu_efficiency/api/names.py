@@ -1,0 +1,64 @@
+"""Public names from DESIGN.md: annotations, labels, taints, conditions, event reasons.
+
+Changing any value here is an API change that needs a migration note.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gpu_efficiency.api.policy import PREFIX
+
+# Pod annotations written by the operator.
+STATE: Final = PREFIX + "state"  # Idle | Underutilized | Efficient | Unknown | Warned
+SM_ACTIVE: Final = PREFIX + "sm-active"  # activity 0-1, 3 decimals
+ACTIVITY_SIGNAL: Final = PREFIX + "activity-signal"  # which signal the activity came from
+GPU_UTIL: Final = PREFIX + "gpu-util"  # 0-1, 3 decimals
+EFFICIENCY: Final = PREFIX + "efficiency"  # SM activity / GPU util x 100, integer percent
+DIAGNOSIS: Final = PREFIX + "diagnosis"
+RECOMMENDATION: Final = PREFIX + "recommendation"
+IDLE_SINCE: Final = PREFIX + "idle-since"  # RFC3339
+EVICT_AFTER: Final = PREFIX + "evict-after"  # RFC3339
+EVICTION_BLOCKED: Final = PREFIX + "eviction-blocked"  # RFC3339 of the first refusal
+POLICY: Final = PREFIX + "policy"  # name of the policy that judged the pod
+KEEP_SEEN: Final = PREFIX + "keep-until-seen"  # when the operator first saw keep-until (bounds it)
+
+# Pod annotations set by users.
+EXEMPT: Final = PREFIX + "exempt"  # "true": opt out (only where the policy allows)
+KEEP_UNTIL: Final = PREFIX + "keep-until"  # RFC3339: acknowledgement, bounded by policy maxKeep
+
+#: Every pod annotation the operator may write; it removes only these.
+OPERATOR_POD_ANNOTATIONS: Final = (
+    STATE, SM_ACTIVE, ACTIVITY_SIGNAL, GPU_UTIL, EFFICIENCY, DIAGNOSIS, RECOMMENDATION,
+    IDLE_SINCE, EVICT_AFTER, EVICTION_BLOCKED, POLICY, KEEP_SEEN,
+)
+
+# Nodes.
+FAULT_TAINT_KEY: Final = PREFIX + "gpu-fault"  # value: ecc | xid | thermal
+GPU_HEALTHY: Final = "GPUHealthy"  # node condition type
+NODE_FAULTS: Final = PREFIX + "faults"  # node annotation: JSON record of faults the operator holds
+FAULT_RECOVERED: Final = PREFIX + "fault-recovered"  # admin sets "ecc", "xid", "all" for manual recovery
+
+# Policy conditions.
+COND_READY: Final = "Ready"
+COND_METRICS: Final = "MetricsAvailable"
+COND_BREAKER: Final = "CircuitBreakerOpen"
+COND_VALID: Final = "PolicyValid"
+
+# Event reasons.
+EV_UNDERUTILIZED: Final = "GPUUnderutilized"
+EV_IDLE: Final = "GPUIdle"
+EV_EVICTION_SCHEDULED: Final = "GPUIdleEvictionScheduled"
+EV_EVICTED: Final = "GPUIdleEvicted"
+EV_EVICTION_BLOCKED: Final = "EvictionBlocked"
+EV_ACTIVE_AGAIN: Final = "GPUActiveAgain"
+EV_FAULT: Final = "GPUFaultDetected"
+EV_TAINTED: Final = "NodeTainted"
+EV_UNTAINTED: Final = "NodeUntainted"
+EV_BREAKER: Final = "CircuitBreakerOpen"
+EV_METRICS_UNAVAILABLE: Final = "MetricsUnavailable"
+EV_POLICY_INVALID: Final = "PolicyInvalid"
+
+#: Resource name of GPUs on nodes and in pod requests.
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"

@@ -1,0 +1,303 @@
+"""Pydantic models of the GPUEfficiencyPolicy spec: the single source of the CRD schema.
+
+Field docstrings become CRD descriptions (see ``api/crd.py``), so they are written for cluster
+admins reading ``kubectl explain gep.spec``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "gpuefficiency.io"
+VERSION = "v1alpha1"
+KIND = "GPUEfficiencyPolicy"
+PLURAL = "gpuefficiencypolicies"
+SINGULAR = "gpuefficiencypolicy"
+SHORT_NAMES = ("gep",)
+PREFIX = f"{GROUP}/"
+
+#: Namespaces the operator never touches, whatever a policy says.
+ALWAYS_PROTECTED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+Duration = Annotated[
+    str,
+    Field(pattern=r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$", description="A duration such as 30s, 5m, 1h30m or 2d."),
+]
+
+
+class Model(BaseModel):
+    """Base: camelCase on the wire, unknown fields rejected, docstrings as descriptions."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        frozen=True,
+    )
+
+
+class Mode(StrEnum):
+    OBSERVE = "Observe"
+    ENFORCE = "Enforce"
+
+
+class LabelSelectorRequirement(Model):
+    key: str
+    """The label key the selector applies to."""
+    operator: str = Field(pattern=r"^(In|NotIn|Exists|DoesNotExist)$")
+    """In, NotIn, Exists or DoesNotExist."""
+    values: list[str] = Field(default_factory=list)
+    """Values for In and NotIn; empty for Exists and DoesNotExist."""
+
+
+class LabelSelector(Model):
+    """A Kubernetes label selector; an empty selector matches everything."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    """Labels that must all be present with these values."""
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+    """Set-based requirements that must all hold."""
+
+
+class Selection(Model):
+    """Which pods and nodes the policy looks at."""
+
+    namespace_selector: LabelSelector = Field(default_factory=LabelSelector)
+    """Namespaces whose labels match are in scope (empty: all namespaces)."""
+    pod_selector: LabelSelector = Field(default_factory=LabelSelector)
+    """Pods whose labels match are in scope (empty: all pods requesting GPUs)."""
+    node_selector: LabelSelector = Field(default_factory=LabelSelector)
+    """Nodes whose labels match are in scope, for pods and faults (empty: all GPU nodes)."""
+    excluded_namespaces: list[str] = Field(default_factory=list, max_length=256)
+    """Namespaces never touched, on top of kube-system, kube-public, kube-node-lease and the operator's own."""
+
+
+class PrometheusSource(Model):
+    """Where DCGM metrics are read from. Credentials come from the operator's flags/environment."""
+
+    url: str | None = None
+    """Prometheus base URL; empty uses the operator's --prometheus-url."""
+    scrape_interval: Duration = "15s"
+    """The scrape interval of the DCGM metrics, used to judge how many samples a window should hold."""
+    min_coverage: float = Field(default=0.6, ge=0.05, le=1.0)
+    """Fraction of the expected samples a GPU must have in the window; fewer gives the verdict Unknown."""
+    max_staleness: Duration = "2m"
+    """A GPU whose newest sample is older than this gets the verdict Unknown."""
+    query_timeout: Duration = "10s"
+    """Timeout of one PromQL query."""
+
+
+class MetricsSource(Model):
+    """Metric sources and how much data is enough."""
+
+    prometheus: PrometheusSource = Field(default_factory=PrometheusSource)
+    """Prometheus holding dcgm-exporter or node-agent metrics."""
+    node_agent: bool = False
+    """Also read the operator's node agents directly (faster fault detection, true activity without DCGM)."""
+
+
+class IdleRule(Model):
+    """Idle GPU reclamation: idle-since, then a warning with evict-after, then eviction (Enforce only)."""
+
+    enabled: bool = True
+    """Detect idle GPUs at all."""
+    activity_below: float = Field(default=0.01, ge=0.0, le=1.0)
+    """A GPU is idle when its peak activity (SM active, else GR engine active, else GPU util) over the window is below this."""
+    idle_for: Duration = "30m"
+    """How long a pod must stay idle before it is warned."""
+    warning_period: Duration = "15m"
+    """Time between the warning (evict-after annotation and event) and the eviction."""
+    allow_opt_out: bool = False
+    """Honour the pod annotation gpuefficiency.io/exempt=true."""
+    allow_keep_until: bool = True
+    """Honour the pod annotation gpuefficiency.io/keep-until=<RFC3339>, bounded by maxKeep."""
+    max_keep: Duration = "24h"
+    """Longest a keep-until acknowledgement may postpone eviction, counted from when it was seen."""
+
+
+class UnderutilizationRule(Model):
+    """Diagnosis of GPUs that are busy on paper but do little work. Thresholds are fractions 0-1."""
+
+    enabled: bool = True
+    """Diagnose underutilization and annotate pods with a diagnosis and a recommendation."""
+    low_activity_below: float = Field(default=0.3, ge=0.0, le=1.0)
+    """SM activity below this is low compute (the common condition of most diagnoses)."""
+    fake_load_gpu_util_above: float = Field(default=0.8, ge=0.0, le=1.0)
+    """GPU_UTIL at or above this with low SM activity is fake load."""
+    memory_bound_dram_above: float = Field(default=0.8, ge=0.0, le=1.0)
+    """DRAM activity above this with low SM activity is memory-bound."""
+    input_starved_pcie_rx_bytes_per_second: float = Field(default=1.0e9, ge=0.0)
+    """PCIe RX peak above this (bytes/s) with low SM activity and oscillating utilisation is input-starved."""
+    oscillation_stddev_above: float = Field(default=0.15, ge=0.0, le=1.0)
+    """Standard deviation of GPU_UTIL (0-1) above which utilisation counts as oscillating."""
+    communication_bytes_per_second: float = Field(default=5.0e9, ge=0.0)
+    """NVLink or network traffic above this (bytes/s) with low SM activity is communication-bound."""
+    low_occupancy_sm_active_above: float = Field(default=0.5, ge=0.0, le=1.0)
+    """SM activity above this with occupancy below lowOccupancyBelow is low occupancy (batch too small)."""
+    low_occupancy_below: float = Field(default=0.2, ge=0.0, le=1.0)
+    """SM occupancy below this (with high SM activity) is low occupancy."""
+    no_tensor_sm_active_min: float = Field(default=0.3, ge=0.0, le=1.0)
+    """Lower bound of SM activity for the no-tensor-cores diagnosis."""
+    no_tensor_sm_active_max: float = Field(default=0.7, ge=0.0, le=1.0)
+    """Upper bound of SM activity for the no-tensor-cores diagnosis."""
+    no_tensor_tensor_below: float = Field(default=0.01, ge=0.0, le=1.0)
+    """Tensor pipe activity below this counts as no tensor cores."""
+    temperature_limit_celsius: float = Field(default=87.0, ge=0.0, le=150.0)
+    """GPU temperature above this counts as thermal throttling for the diagnosis."""
+    memory_pressure_fraction: float = Field(default=0.95, ge=0.0, le=1.0)
+    """Framebuffer use at or above this fraction of the total is memory pressure."""
+    efficient_sm_active_above: float = Field(default=0.5, ge=0.0, le=1.0)
+    """SM activity at or above this with no other finding is compute-bound (efficient)."""
+
+
+class EvictionBudget(Model):
+    """Caps that bound the damage of any mistake."""
+
+    max_per_cycle: int = Field(default=5, ge=0, le=10000)
+    """Most evictions in one evaluation cycle."""
+    max_per_hour: int = Field(default=20, ge=0, le=100000)
+    """Most evictions in any rolling hour, across restarts (kept in status)."""
+    max_per_namespace_per_cycle: int = Field(default=2, ge=0, le=10000)
+    """Most evictions in one namespace in one cycle."""
+    min_pod_age: Duration | None = None
+    """Pods younger than this are never evicted; default: the metric window (warm-up)."""
+    allow_bare_pods: bool = False
+    """Evict pods without a controller (nothing recreates them). Off by default."""
+    priority_threshold: int = Field(default=1_000_000_000, ge=-2147483648, le=2147483647)
+    """Pods with priority at or above this (system-critical: 2000000000) are never evicted."""
+
+
+class FaultEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Recovery(StrEnum):
+    AUTOMATIC = "Automatic"
+    MANUAL = "Manual"
+
+
+class FaultKindBase(Model):
+    enabled: bool = True
+    """Detect this fault kind."""
+    effect: FaultEffect = FaultEffect.NO_SCHEDULE
+    """Taint effect on a faulty node (Enforce mode only)."""
+
+
+class EccFault(FaultKindBase):
+    """ECC faults: volatile double-bit errors increasing, uncorrectable remapped rows, row-remap failure, retired pages pending."""
+
+    recovery: Recovery = Recovery.MANUAL
+    """Manual by default: an admin annotates the node gpuefficiency.io/fault-recovered=ecc after replacing or resetting the GPU."""
+    recovery_after: Duration = "30m"
+    """With Automatic recovery, how long the signals must be healthy before the taint is removed."""
+
+
+#: XID codes that production GPU health systems treat as fatal.
+DEFAULT_CRITICAL_XIDS = (48, 62, 63, 64, 74, 79, 92, 94, 95, 109, 110, 119, 120, 136, 140, 143)
+#: XID codes that are application errors, not hardware faults.
+DEFAULT_IGNORED_XIDS = (13, 31, 43, 45, 68)
+
+
+class XidFault(FaultKindBase):
+    """XID errors reported by the driver. The dcgm-exporter gauge holds the last XID, so a change counts."""
+
+    critical: list[int] = Field(default_factory=lambda: list(DEFAULT_CRITICAL_XIDS), max_length=512)
+    """XID codes that taint."""
+    ignored: list[int] = Field(default_factory=lambda: list(DEFAULT_IGNORED_XIDS), max_length=512)
+    """XID codes never acted upon (application errors)."""
+    recovery: Recovery = Recovery.MANUAL
+    """Manual by default: annotate the node gpuefficiency.io/fault-recovered=xid."""
+    recovery_after: Duration = "30m"
+    """With Automatic recovery, how long without a new critical XID before the taint is removed."""
+
+
+class ThermalFault(FaultKindBase):
+    """Heat: temperature over a limit, or thermal slowdown clock-event bits, for a duration."""
+
+    gpu_temperature_above: float = Field(default=90.0, ge=0.0, le=150.0)
+    """GPU temperature limit in degrees Celsius."""
+    memory_temperature_above: float = Field(default=95.0, ge=0.0, le=150.0)
+    """HBM temperature limit in degrees Celsius."""
+    slowdown_clock_events: bool = True
+    """Count the hardware/software thermal slowdown clock-event bits as over the limit."""
+    for_duration: Duration = "2m"
+    """How long the condition must hold before the node is tainted."""
+    recovery: Recovery = Recovery.AUTOMATIC
+    """Automatic by default: untaint after recoveryAfter of healthy readings."""
+    recovery_after: Duration = "5m"
+    """How long every reading must be healthy before the taint is removed."""
+
+
+class CircuitBreaker(Model):
+    """Never quarantine more than this share of GPU nodes at once: mass faults are more likely bad data."""
+
+    max_tainted_fraction: float = Field(default=0.2, ge=0.0, le=1.0)
+    """Largest share of in-scope GPU nodes held tainted at once."""
+    max_tainted_nodes: int | None = Field(default=None, ge=0)
+    """Optional absolute cap on tainted nodes."""
+
+
+class FaultRules(Model):
+    """GPU fault quarantine. Conditions and events are written in Observe mode too; taints only in Enforce."""
+
+    enabled: bool = True
+    """Detect faults at all."""
+    ecc: EccFault = Field(default_factory=EccFault)
+    """Double-bit ECC and row remapping faults."""
+    xid: XidFault = Field(default_factory=XidFault)
+    """Critical driver XID errors."""
+    thermal: ThermalFault = Field(default_factory=ThermalFault)
+    """Temperature and thermal slowdown."""
+    lookback: Duration = "2m"
+    """Window in which a counter increase or XID change counts as a new fault."""
+    circuit_breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
+    """Cap on quarantined nodes."""
+
+
+class GPUEfficiencyPolicySpec(Model):
+    """Desired behaviour: what to watch, how to judge it and what the operator may do."""
+
+    mode: Mode = Mode.OBSERVE
+    """Observe (default) only annotates and emits events; Enforce also evicts idle pods and taints faulty nodes."""
+    selection: Selection = Field(default_factory=Selection)
+    """Which namespaces, pods and nodes are in scope."""
+    interval: Duration = "60s"
+    """How often the policy is evaluated."""
+    window: Duration = "10m"
+    """Metric window: peak activity over it decides idleness, averages over it drive the diagnosis."""
+    metrics: MetricsSource = Field(default_factory=MetricsSource)
+    """Where metrics come from and how much data is enough."""
+    idle: IdleRule = Field(default_factory=IdleRule)
+    """Idle GPU reclamation."""
+    underutilization: UnderutilizationRule = Field(default_factory=UnderutilizationRule)
+    """Diagnosis of low-efficiency GPU use."""
+    eviction: EvictionBudget = Field(default_factory=EvictionBudget)
+    """Eviction budgets and safety filters."""
+    faults: FaultRules = Field(default_factory=FaultRules)
+    """GPU fault quarantine."""
+    price_per_gpu_hour: dict[str, float] = Field(default_factory=dict, max_length=64)
+    """Cost of one GPU-hour by GPU model (the nvidia.com/gpu.product label or DCGM modelName); key "default" for the rest."""
+
+    @model_validator(mode="after")
+    def _check_cross_fields(self) -> GPUEfficiencyPolicySpec:
+        """Constraints OpenAPI cannot express; mirrored as CEL rules in the CRD where possible."""
+        from gpu_efficiency.api.durations import parse_duration
+
+        if parse_duration(self.window) < parse_duration(self.interval):
+            raise ValueError("window must be at least interval")
+        u = self.underutilization
+        if u.no_tensor_sm_active_min > u.no_tensor_sm_active_max:
+            raise ValueError("underutilization.noTensorSmActiveMin must not exceed noTensorSmActiveMax")
+        if any(v < 0 for v in self.price_per_gpu_hour.values()):
+            raise ValueError("pricePerGpuHour values must be non-negative")
+        overlap = set(self.faults.xid.critical) & set(self.faults.xid.ignored)
+        if overlap:
+            raise ValueError(f"faults.xid codes both critical and ignored: {sorted(overlap)}")
+        return self

@@ -1,0 +1,90 @@
+"""Pydantic model of the GPUEfficiencyPolicy status subresource (written by the operator only)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class StatusModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, use_attribute_docstrings=True)
+
+
+class Condition(StatusModel):
+    """A standard Kubernetes condition."""
+
+    type: str
+    """Ready, MetricsAvailable, CircuitBreakerOpen or PolicyValid."""
+    status: str
+    """True, False or Unknown."""
+    reason: str = ""
+    """CamelCase reason."""
+    message: str = ""
+    """Human readable detail."""
+    last_transition_time: str = ""
+    """When status last changed (RFC3339); unchanged while the status holds."""
+    observed_generation: int = 0
+    """The spec generation this condition was computed from."""
+
+
+class VerdictCounts(StatusModel):
+    """Pods by verdict in the last cycle."""
+
+    idle: int = 0
+    """Pods whose GPUs were idle."""
+    underutilized: int = 0
+    """Pods with a low-efficiency diagnosis."""
+    efficient: int = 0
+    """Compute-bound pods."""
+    unknown: int = 0
+    """Pods without enough data for a verdict."""
+
+
+class QuarantinedNode(StatusModel):
+    """A node this policy holds faulted."""
+
+    node: str
+    """Node name."""
+    kind: str
+    """Fault kind: ecc, xid or thermal."""
+    gpus: list[str] = Field(default_factory=list)
+    """GPU indexes/UUIDs at fault."""
+    tainted: bool = False
+    """Whether the taint is set (Enforce mode and breaker closed)."""
+    since: str = ""
+    """When the fault was first detected (RFC3339)."""
+
+
+class GPUEfficiencyPolicyStatus(StatusModel):
+    """What the operator observed and did in its last cycles."""
+
+    observed_generation: int = 0
+    """The spec generation the last cycle used."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Ready, MetricsAvailable, CircuitBreakerOpen, PolicyValid."""
+    last_evaluation_time: str = ""
+    """End of the last evaluation cycle (RFC3339)."""
+    gpus_evaluated: int = 0
+    """GPUs in scope in the last cycle."""
+    pods_evaluated: int = 0
+    """GPU pods in scope in the last cycle."""
+    verdicts: VerdictCounts = Field(default_factory=VerdictCounts)
+    """Pods by verdict in the last cycle."""
+    idle_gpus: int = 0
+    """GPUs idle in the last cycle."""
+    warned_pods: int = 0
+    """Pods currently carrying an evict-after warning."""
+    evictions_total: int = 0
+    """Evictions done by this policy since it was created."""
+    evictions_blocked_total: int = 0
+    """Evictions refused (PodDisruptionBudget) since the policy was created."""
+    recent_evictions: list[str] = Field(default_factory=list)
+    """Times (RFC3339) of the evictions in the last hour: the per-hour budget survives restarts."""
+    idle_gpu_hours: float = 0.0
+    """GPU-hours spent idle, accumulated over cycles."""
+    estimated_waste_per_hour: float = 0.0
+    """Cost per hour of the GPUs idle now, from pricePerGpuHour."""
+    estimated_waste_total: float = 0.0
+    """Accumulated cost of idle GPU-hours."""
+    quarantined_nodes: list[QuarantinedNode] = Field(default_factory=list)
+    """Nodes held faulted by this policy."""

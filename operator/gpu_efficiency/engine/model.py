@@ -1,0 +1,296 @@
+"""Plain data the engine reads (a snapshot) and writes (a plan). No I/O, no Kubernetes types.
+
+Sources turn Prometheus or node-agent data into ``GPUSample``; handlers turn Kubernetes objects into
+``PodView``/``NodeView``; the engine returns a ``Plan`` of typed actions that actuators apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+
+
+class Signal(StrEnum):
+    """A GPU signal, named after its dcgm-exporter field."""
+
+    SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+    GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+    GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent 0-100, as the exporter serves it
+    SM_OCCUPANCY = "DCGM_FI_PROF_SM_OCCUPANCY"
+    TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+    DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
+    PCIE_RX_BYTES = "DCGM_FI_PROF_PCIE_RX_BYTES"  # bytes/s
+    PCIE_TX_BYTES = "DCGM_FI_PROF_PCIE_TX_BYTES"  # bytes/s
+    NVLINK_RX_BYTES = "DCGM_FI_PROF_NVLINK_RX_BYTES"  # bytes/s
+    NVLINK_TX_BYTES = "DCGM_FI_PROF_NVLINK_TX_BYTES"  # bytes/s
+    FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
+    FB_FREE = "DCGM_FI_DEV_FB_FREE"  # MiB
+    POWER = "DCGM_FI_DEV_POWER_USAGE"  # W
+    GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"  # C
+    MEMORY_TEMP = "DCGM_FI_DEV_MEMORY_TEMP"  # C
+    CLOCK_EVENTS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"  # bitmask (old name ..._CLOCK_THROTTLE_REASONS)
+    ECC_DBE_VOLATILE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"  # counter
+    XID = "DCGM_FI_DEV_XID_ERRORS"  # gauge holding the last XID
+    REMAPPED_ROWS_UNCORRECTABLE = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+    ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+    RETIRED_PAGES_PENDING = "DCGM_FI_DEV_RETIRED_PENDING"
+
+
+class Window(StrEnum):
+    """Which time window a ``Stats`` was aggregated over (each is a policy field)."""
+
+    ACTIVITY = "activity"  # spec.window: idleness and diagnosis
+    FAULT = "fault"  # spec.faults.lookback: counter increases, XID changes
+    THERMAL_HOLD = "thermal-hold"  # spec.faults.thermal.forDuration
+    THERMAL_RECOVERY = "thermal-recovery"  # spec.faults.thermal.recoveryAfter
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Aggregates of one signal of one GPU over one window. Values may be NaN: the engine checks."""
+
+    avg: float
+    max: float
+    min: float
+    last: float
+    count: int  # samples in the window
+    last_timestamp: float  # unix seconds of the newest sample
+    stddev: float = 0.0
+    changes: int = 0  # times the value changed in the window (PromQL changes())
+    resets: int = 0  # counter decreases in the window (PromQL resets())
+    first: float | None = None  # oldest value in the window when known (for counter increases)
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    namespace: str
+    name: str
+    container: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GPUSample:
+    """Everything known about one physical GPU (or MIG device) for this cycle."""
+
+    node: str
+    uuid: str
+    index: str
+    model: str
+    pods: tuple[PodRef, ...]
+    stats: Mapping[Window, Mapping[Signal, Stats]]
+    source: str = "prometheus"  # or "agent"
+    expected_samples: Mapping[Window, float] = field(default_factory=dict)  # window / scrape interval
+    fb_total_mib: float | None = None
+
+    def get(self, window: Window, signal: Signal) -> Stats | None:
+        return self.stats.get(window, {}).get(signal)
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCondition:
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+    last_transition_time: str  # RFC3339
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    conditions: tuple[NodeCondition, ...]
+    gpu_capacity: int
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    phase: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    controller_kind: str | None  # ownerReferences[controller=true].kind; None for a bare pod
+    priority: int
+    start_time: float | None  # unix seconds; None if not started
+    gpu_request: int
+    is_static: bool = False  # mirror pod (kubernetes.io/config.mirror annotation)
+    deleting: bool = False  # deletionTimestamp set
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceView:
+    name: str
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One cycle's input: everything the engine may know, and the time it may assume."""
+
+    now: float  # unix seconds
+    policy_name: str
+    policy: GPUEfficiencyPolicySpec
+    status: GPUEfficiencyPolicyStatus  # previous status (recent evictions, conditions)
+    generation: int
+    gpus: tuple[GPUSample, ...]
+    pods: tuple[PodView, ...]
+    nodes: tuple[NodeView, ...]
+    namespaces: tuple[NamespaceView, ...]
+    metrics_available: bool  # False when the source failed outright (Prometheus down)
+    metrics_error: str = ""
+    protected_namespaces: frozenset[str] = frozenset()  # operator's own + ALWAYS_PROTECTED + spec
+
+
+class Verdict(StrEnum):
+    IDLE = "Idle"
+    UNDERUTILIZED = "Underutilized"
+    EFFICIENT = "Efficient"
+    UNKNOWN = "Unknown"
+
+
+class Diagnosis(StrEnum):
+    IDLE = "idle"
+    FAKE_LOAD = "fake-load"
+    MEMORY_BOUND = "memory-bound"
+    INPUT_STARVED = "input-starved"
+    COMMUNICATION_BOUND = "communication-bound"
+    LOW_OCCUPANCY = "low-occupancy"
+    NO_TENSOR_CORES = "no-tensor-cores"
+    THERMAL_THROTTLING = "thermal-throttling"
+    MEMORY_PRESSURE = "memory-pressure"
+    LOW_COMPUTE = "low-compute"
+    COMPUTE_BOUND = "compute-bound"
+    INSUFFICIENT_DATA = "insufficient-data"
+
+
+@dataclass(frozen=True, slots=True)
+class PodVerdict:
+    """The engine's judgement of one pod, with the evidence a user needs to trust it."""
+
+    namespace: str
+    name: str
+    verdict: Verdict
+    diagnosis: Diagnosis
+    recommendation: str
+    activity_signal: Signal | None  # which signal the activity came from (fallback chain)
+    activity_peak: float | None  # 0-1
+    activity_avg: float | None  # 0-1
+    gpu_util_avg: float | None  # 0-1
+    efficiency: float | None  # SM activity / GPU util x 100
+    gpus: tuple[str, ...]  # UUIDs
+    reason: str  # one sentence: why this verdict
+
+
+# ---- actions -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotatePod:
+    """Merge-patch these annotations; a None value removes the key. Only emitted when values change."""
+
+    namespace: str
+    name: str
+    uid: str
+    annotations: Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class EvictPod:
+    namespace: str
+    name: str
+    uid: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodEvent:
+    namespace: str
+    name: str
+    uid: str
+    reason: str  # CamelCase, DESIGN.md's list
+    message: str
+    type: str = "Normal"  # or "Warning"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    node: str
+    reason: str
+    message: str
+    type: str = "Warning"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyEvent:
+    reason: str
+    message: str
+    type: str = "Normal"
+
+
+@dataclass(frozen=True, slots=True)
+class TaintNode:
+    node: str
+    kind: str  # ecc | xid | thermal
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class UntaintNode:
+    node: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetNodeCondition:
+    """Set the GPUHealthy condition; the actuator keeps lastTransitionTime when status is unchanged."""
+
+    node: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotateNode:
+    node: str
+    annotations: Mapping[str, str | None]
+
+
+Action = (
+    AnnotatePod
+    | EvictPod
+    | PodEvent
+    | NodeEvent
+    | PolicyEvent
+    | TaintNode
+    | UntaintNode
+    | SetNodeCondition
+    | AnnotateNode
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The engine's output: actions in the order to apply them, plus what the status should say."""
+
+    actions: tuple[Action, ...]
+    verdicts: tuple[PodVerdict, ...]
+    status: GPUEfficiencyPolicyStatus  # new status, before action outcomes are folded in
+    notes: tuple[str, ...] = ()  # skipped-for-safety explanations, for logs and `explain`
