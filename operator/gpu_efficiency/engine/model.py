@@ -294,3 +294,23 @@ class Plan:
     verdicts: tuple[PodVerdict, ...]
     status: GPUEfficiencyPolicyStatus  # new status, before action outcomes are folded in
     notes: tuple[str, ...] = ()  # skipped-for-safety explanations, for logs and `explain`
+
+
+@dataclass(frozen=True, slots=True)
+class FaultOutcome:
+    """What fault quarantine decided this cycle (engine/faults.py), folded into the Plan by the planner."""
+
+    actions: tuple[Action, ...]
+    quarantined: tuple[QuarantinedNodeRecord, ...]
+    breaker_open: bool
+    breaker_message: str = ""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedNodeRecord:
+    node: str
+    kind: str
+    gpus: tuple[str, ...]
+    tainted: bool
+    since: str  # RFC3339
