@@ -1,11 +1,11 @@
-"""Parse the Kubernetes-style durations used in policy fields ("90s", "1h30m", "2d")."""
+"""Parse the Go-style durations used in policy fields ("90s", "1h30m"): the units CEL's duration() accepts."""
 
 from __future__ import annotations
 
 import re
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 
 
 def parse_duration(text: str) -> float:
@@ -18,7 +18,7 @@ def parse_duration(text: str) -> float:
         total += float(match.group(1)) * _UNITS[match.group(2)]
         pos = match.end()
     if pos != len(text) or not text:
-        raise ValueError(f"invalid duration {text!r}: use forms like 30s, 5m, 1h30m, 2d")
+        raise ValueError(f"invalid duration {text!r}: use forms like 30s, 5m, 1h30m")
     return total
 
 

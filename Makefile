@@ -1,0 +1,69 @@
+# gpu-efficiency-operator — developer entry points. `make demo` and `make test` work on a fresh machine.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+CLUSTER := hack/localcluster/cluster.sh
+export GPUEFF_STATE_DIR ?= /tmp/gpueff-localcluster
+KUBECONFIG_LOCAL := $(GPUEFF_STATE_DIR)/kubeconfig
+CRD_FILE := crds/gpuefficiency.io_gpuefficiencypolicies.yaml
+
+.PHONY: help venv deps crds lint typecheck importlint unit e2e test demo cluster-up cluster-down build-cluster bench clean
+
+help:
+	@echo "make demo          run the demo on the local cluster (builds it the first time)"
+	@echo "make test          lint, type-check, unit tests, then e2e tests on the local cluster"
+	@echo "make unit | e2e | lint | crds | cluster-up | cluster-down | bench"
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml | $(VPY)
+	$(VPY) -m pip install -q -e '.[dev]'
+	touch $@
+
+deps: venv
+	@command -v openssl >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl)
+
+crds: venv
+	$(VPY) -m gpu_efficiency.cli crd > $(CRD_FILE)
+	mkdir -p charts/gpu-efficiency-operator/crds
+	cp $(CRD_FILE) charts/gpu-efficiency-operator/crds/
+
+lint: venv
+	$(VENV)/bin/ruff check operator tests bench
+	$(VENV)/bin/ruff format --check operator tests bench
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+importlint: venv
+	$(VENV)/bin/lint-imports
+
+unit: venv
+	$(VPY) -m pytest tests/unit -q
+
+build-cluster: deps
+	hack/localcluster/build.sh
+
+cluster-up: deps
+	$(CLUSTER) up
+
+cluster-down:
+	$(CLUSTER) down
+
+e2e: deps build-cluster
+	$(VPY) -m pytest tests/e2e -q -m e2e
+
+test: lint typecheck importlint unit e2e
+
+demo: deps build-cluster
+	$(VPY) -m gpu_efficiency.cli demo
+
+bench: venv
+	$(VPY) bench/engine_bench.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,51 @@
+"""The contract every metric source meets, and an in-memory fake for tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpu_efficiency.engine.model import GPUSample, Window
+
+
+class SourceUnavailable(Exception):
+    """The source could not answer at all (down, auth refused, timeout): the cycle acts on nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """What one cycle needs: the windows (seconds) to aggregate over, and how dense samples should be."""
+
+    now: float
+    windows: Mapping[Window, float]
+    scrape_interval: float
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    gpus: tuple[GPUSample, ...]
+    queries: int = 0
+    seconds: float = 0.0
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+class SampleSource(Protocol):
+    """Anything that yields per-GPU samples for a cycle. Raises SourceUnavailable when it cannot."""
+
+    def fetch(self, request: FetchRequest) -> FetchResult: ...
+
+
+@dataclass
+class StaticSource:
+    """A fake source returning fixed samples (or failing) — for unit tests of callers."""
+
+    gpus: Sequence[GPUSample] = ()
+    error: str | None = None
+    calls: int = 0
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        self.calls += 1
+        if self.error is not None:
+            raise SourceUnavailable(self.error)
+        return FetchResult(gpus=tuple(self.gpus))

@@ -1,0 +1,69 @@
+"""The committed CRD must be exactly what the models generate, and the schema must be structural."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpu_efficiency.api.crd import CRD_FILENAME, build_crd, render_crd
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_committed_crd_matches_models() -> None:
+    committed = (ROOT / "crds" / CRD_FILENAME).read_text()
+    assert committed == render_crd(), "crds/ drifted from the models: run `make crds`"
+
+
+def test_chart_crd_matches_models() -> None:
+    chart_crd = ROOT / "charts" / "gpu-efficiency-operator" / "crds" / CRD_FILENAME
+    if not chart_crd.exists():
+        pytest.fail(f"{chart_crd} missing: the chart must ship the generated CRD")
+    assert chart_crd.read_text() == render_crd(), "chart CRD drifted: run `make crds`"
+
+
+def _walk(node: Any, path: str = "") -> list[str]:
+    problems = []
+    if isinstance(node, dict):
+        for forbidden in ("$ref", "anyOf", "allOf", "title", "$defs"):
+            if forbidden in node and path.count("x-kubernetes-validations") == 0:
+                problems.append(f"{path}: {forbidden}")
+        if node.get("additionalProperties") is False:
+            problems.append(f"{path}: additionalProperties false")
+        for key, value in node.items():
+            problems += _walk(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            problems += _walk(value, f"{path}[{i}]")
+    return problems
+
+
+def test_schema_is_structural() -> None:
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert _walk(schema) == []
+
+
+def test_every_spec_field_has_a_description() -> None:
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    missing: list[str] = []
+
+    def visit(node: dict[str, Any], path: str) -> None:
+        for name, prop in node.get("properties", {}).items():
+            if not prop.get("description"):
+                missing.append(f"{path}.{name}")
+            visit(prop, f"{path}.{name}")
+            if "items" in prop:
+                visit(prop["items"], f"{path}.{name}[]")
+
+    visit(schema, "spec")
+    assert missing == []
+
+
+def test_defaults_round_trip_through_yaml() -> None:
+    doc = yaml.safe_load(render_crd())
+    spec = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["mode"]["default"] == "Observe"
+    assert spec["properties"]["idle"]["default"] == {}
+    assert doc["spec"]["scope"] == "Cluster"
+    assert doc["spec"]["names"]["shortNames"] == ["gep"]

@@ -1,0 +1,148 @@
+"""Prometheus source: label variants, constant query count, assembly, errors (through real HTTP)."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+
+from gpu_efficiency.engine.model import PodRef, Signal, Window
+from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable
+from gpu_efficiency.sources.labels import pod_of
+from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource, decode_vector
+from gpu_efficiency.sources.promql import AGG_LABEL, QUERY_PLAN, cycle_queries
+
+WINDOWS = {Window.ACTIVITY: 600.0, Window.FAULT: 120.0, Window.THERMAL_HOLD: 120.0, Window.THERMAL_RECOVERY: 300.0}
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        ({"pod": "a", "namespace": "ns", "container": "c"}, PodRef("ns", "a", "c")),
+        ({"exported_pod": "a", "exported_namespace": "ns", "pod": "dcgm-x", "namespace": "gpu"}, PodRef("ns", "a", "")),
+        ({"pod_name": "a", "pod_namespace": "ns", "container_name": "c"}, PodRef("ns", "a", "c")),
+        ({"pod": "", "namespace": ""}, None),
+        ({"pod": "a"}, None),
+        ({}, None),
+    ],
+)
+def test_pod_label_variants(labels: dict[str, str], expected: PodRef | None) -> None:
+    assert pod_of(labels) == expected
+
+
+def test_query_count_is_constant_and_covers_plan() -> None:
+    queries = cycle_queries(WINDOWS)
+    assert len(queries) == 1 + len(WINDOWS)
+    for query in queries[1:]:
+        assert query.window is not None
+        for signal, aggs in QUERY_PLAN[query.window].items():
+            for agg in aggs:
+                assert f'"{signal.name}:{agg}"' in query.text
+    assert "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" in queries[1].text  # old clock-event name read too
+
+
+def _vector(series: list[tuple[dict[str, str], Any]]) -> bytes:
+    result = [{"metric": m, "value": [1700000000.0, str(v)]} for m, v in series]
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+
+
+def test_decode_vector_errors() -> None:
+    with pytest.raises(SourceUnavailable, match="invalid JSON"):
+        decode_vector(b"<html>")
+    with pytest.raises(SourceUnavailable, match="bad_data"):
+        decode_vector(json.dumps({"status": "error", "error": "bad_data: parse error"}).encode())
+    assert math.isnan(decode_vector(_vector([({"a": "b"}, "NaN")]))[0][1])
+
+
+class _FakePrometheus(BaseHTTPRequestHandler):
+    """Answers identity and window queries like Prometheus would for two GPUs."""
+
+    status = 200
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+        query = parse_qs(body)["query"][0]
+        self.server.queries.append(query)  # type: ignore[attr-defined]
+        self.server.auth.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
+        if self.status != 200:
+            self.send_response(self.status)
+            self.end_headers()
+            return
+        if query.startswith("group without"):
+            payload = _vector(
+                [
+                    ({"UUID": "GPU-1", "gpu": "0", "Hostname": "n1", "modelName": "H100", "pod": "p", "namespace": "ns"}, 1),
+                    ({"UUID": "GPU-1", "gpu": "0", "Hostname": "n1", "modelName": "H100", "pod": "q", "namespace": "ns"}, 1),
+                    ({"UUID": "GPU-2", "gpu": "1", "Hostname": "n1", "modelName": "H100"}, 1),
+                ]
+            )
+        elif "SM_ACTIVE" in query:
+            payload = _vector(
+                [
+                    ({"UUID": "GPU-1", AGG_LABEL: "SM_ACTIVE:max"}, 0.5),
+                    ({"UUID": "GPU-1", AGG_LABEL: "SM_ACTIVE:count"}, 40),
+                    ({"UUID": "GPU-1", AGG_LABEL: "SM_ACTIVE:ts"}, 1699999990),
+                    ({"UUID": "GPU-2", AGG_LABEL: "SM_ACTIVE:max"}, "NaN"),
+                ]
+            )
+        else:
+            payload = _vector([])
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_prometheus() -> Iterator[ThreadingHTTPServer]:
+    _FakePrometheus.status = 200
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakePrometheus)
+    server.queries = []  # type: ignore[attr-defined]
+    server.auth = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+
+
+def test_fetch_assembles_samples(fake_prometheus: ThreadingHTTPServer, tmp_path: Any) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    url = f"http://127.0.0.1:{fake_prometheus.server_address[1]}"
+    source = PrometheusSource(PrometheusConfig(url=url, token_file=str(token)))
+    result = source.fetch(FetchRequest(now=1700000000.0, windows=WINDOWS, scrape_interval=15.0))
+    assert result.queries == 5 == len(fake_prometheus.queries)  # type: ignore[attr-defined]
+    assert set(fake_prometheus.auth) == {"Bearer s3cret"}  # type: ignore[attr-defined]
+    by_uuid = {g.uuid: g for g in result.gpus}
+    gpu1 = by_uuid["GPU-1"]
+    assert gpu1.node == "n1" and gpu1.index == "0"
+    assert gpu1.pods == (PodRef("ns", "p"), PodRef("ns", "q"))  # a shared GPU lists both pods
+    sm = gpu1.get(Window.ACTIVITY, Signal.SM_ACTIVE)
+    assert sm is not None and sm.max == 0.5 and sm.count == 40 and sm.last_timestamp == 1699999990
+    assert math.isnan(sm.avg)  # not returned: stays NaN, never 0
+    assert gpu1.expected_samples[Window.ACTIVITY] == 40
+    assert by_uuid["GPU-2"].pods == ()
+
+
+@pytest.mark.parametrize(("status", "message"), [(503, "HTTP 503"), (401, "refused the credentials")])
+def test_http_errors_are_unavailable(fake_prometheus: ThreadingHTTPServer, status: int, message: str) -> None:
+    _FakePrometheus.status = status
+    url = f"http://127.0.0.1:{fake_prometheus.server_address[1]}"
+    source = PrometheusSource(PrometheusConfig(url=url, retries=0))
+    with pytest.raises(SourceUnavailable, match=message):
+        source.fetch(FetchRequest(now=1.0, windows=WINDOWS, scrape_interval=15.0))
+
+
+def test_unreachable_is_unavailable() -> None:
+    source = PrometheusSource(PrometheusConfig(url="http://127.0.0.1:9", retries=0, timeout=1))
+    with pytest.raises(SourceUnavailable, match="unreachable"):
+        source.fetch(FetchRequest(now=1.0, windows=WINDOWS, scrape_interval=15.0))
