@@ -1,0 +1,140 @@
+"""Apply a plan: one shared applier owns dry-run, ordering, follow-up events and outcome reporting.
+
+Evictions are followed by the event their outcome calls for (``GPUIdleEvicted`` or, on the first
+refusal only, ``EvictionBlocked`` plus the ``eviction-blocked`` annotation so it is not repeated).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpu_efficiency.actuators import nodes
+from gpu_efficiency.actuators.events import EventRecorder, ObjectRef, node_ref, pod_ref, policy_ref
+from gpu_efficiency.actuators.outcomes import Outcome, Result
+from gpu_efficiency.actuators.pods import annotate_pod, evict_pod
+from gpu_efficiency.api import names
+from gpu_efficiency.engine.model import (
+    Action,
+    AnnotateNode,
+    AnnotatePod,
+    EvictPod,
+    NodeEvent,
+    PodEvent,
+    PolicyEvent,
+    SetNodeCondition,
+    TaintNode,
+    UntaintNode,
+)
+
+log = logging.getLogger(__name__)
+
+
+def rfc3339(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+@dataclass
+class Applier:
+    api_client: client.ApiClient
+    recorder: EventRecorder
+    dry_run: bool = False
+    writes: int = 0
+
+    def __post_init__(self) -> None:
+        self.core = client.CoreV1Api(self.api_client)
+
+    def apply(
+        self, actions: Iterable[Action], *, policy_name: str, policy_uid: str, evicted_annotations: Mapping[str, str] | None = None
+    ) -> list[Outcome]:
+        policy = policy_ref(policy_name, policy_uid)
+        outcomes = []
+        for action in actions:
+            if self.dry_run:
+                outcomes.append(Outcome(action, Result.SKIPPED, "dry run"))
+                continue
+            try:
+                outcome = self._apply_one(action, policy)
+            except ApiException as exc:
+                outcome = Outcome(action, Result.FAILED, f"HTTP {exc.status}: {exc.reason}")
+            except Exception as exc:  # one failed write must not stop the rest of the plan
+                log.exception("applying %s failed", type(action).__name__)
+                outcome = Outcome(action, Result.FAILED, str(exc))
+            if outcome.result is Result.DONE:
+                self.writes += 1
+            if outcome.result is Result.FAILED:
+                log.warning("%s failed: %s", action, outcome.message)
+            outcomes.append(outcome)
+        return outcomes
+
+    def _event(self, ref: ObjectRef, reason: str, message: str, type_: str) -> Outcome | None:
+        self.recorder.record(ref, reason, message, type_)
+        self.writes += 1
+        return None
+
+    def _apply_one(self, action: Action, policy: ObjectRef) -> Outcome:
+        handler = _HANDLERS[type(action)]
+        return handler(self, action, policy)
+
+    # -- one method per action type ------------------------------------------------------------
+
+    def _annotate_pod(self, action: AnnotatePod, policy: ObjectRef) -> Outcome:
+        return annotate_pod(self.core, action)
+
+    def _evict(self, action: EvictPod, policy: ObjectRef) -> Outcome:
+        outcome = evict_pod(self.core, action)
+        pod = pod_ref(action.namespace, action.name, action.uid)
+        if outcome.result is Result.DONE:
+            self._event(pod, names.EV_EVICTED, action.reason, "Warning")
+            self._event(policy, names.EV_EVICTED, f"evicted {action.namespace}/{action.name}: {action.reason}", "Normal")
+        elif outcome.result is Result.BLOCKED:
+            first = annotate_pod(
+                self.core,
+                AnnotatePod(action.namespace, action.name, action.uid, {names.EVICTION_BLOCKED: rfc3339(time.time())}),
+            )
+            message = f"eviction refused, will retry next cycle: {outcome.message}"
+            if first.result is Result.DONE:
+                self._event(pod, names.EV_EVICTION_BLOCKED, message, "Warning")
+        return outcome
+
+    def _pod_event(self, action: PodEvent, policy: ObjectRef) -> Outcome:
+        self._event(pod_ref(action.namespace, action.name, action.uid), action.reason, action.message, action.type)
+        return Outcome(action, Result.DONE)
+
+    def _node_event(self, action: NodeEvent, policy: ObjectRef) -> Outcome:
+        self._event(node_ref(action.node), action.reason, action.message, action.type)
+        return Outcome(action, Result.DONE)
+
+    def _policy_event(self, action: PolicyEvent, policy: ObjectRef) -> Outcome:
+        self._event(policy, action.reason, action.message, action.type)
+        return Outcome(action, Result.DONE)
+
+    def _taint(self, action: TaintNode, policy: ObjectRef) -> Outcome:
+        return nodes.apply_taint(self.core, action)
+
+    def _untaint(self, action: UntaintNode, policy: ObjectRef) -> Outcome:
+        return nodes.remove_taint(self.core, action)
+
+    def _condition(self, action: SetNodeCondition, policy: ObjectRef) -> Outcome:
+        return nodes.set_gpu_healthy_condition(self.core, action, time.time())
+
+    def _annotate_node(self, action: AnnotateNode, policy: ObjectRef) -> Outcome:
+        return nodes.annotate_node(self.core, action)
+
+
+_HANDLERS: dict[type, Callable[[Applier, object, ObjectRef], Outcome]] = {
+    AnnotatePod: Applier._annotate_pod,  # type: ignore[dict-item]
+    EvictPod: Applier._evict,  # type: ignore[dict-item]
+    PodEvent: Applier._pod_event,  # type: ignore[dict-item]
+    NodeEvent: Applier._node_event,  # type: ignore[dict-item]
+    PolicyEvent: Applier._policy_event,  # type: ignore[dict-item]
+    TaintNode: Applier._taint,  # type: ignore[dict-item]
+    UntaintNode: Applier._untaint,  # type: ignore[dict-item]
+    SetNodeCondition: Applier._condition,  # type: ignore[dict-item]
+    AnnotateNode: Applier._annotate_node,  # type: ignore[dict-item]
+}

@@ -1,0 +1,119 @@
+"""``gpu-efficiency``: run the operator or the node agent, play the simulator, report and explain."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+
+def _setup_logging(level: str, fmt: str) -> None:
+    if fmt == "json":
+        logging.basicConfig(
+            level=level.upper(),
+            format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":%(message)r}',
+        )
+    else:
+        logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the operator (Kopf, cluster-wide, standalone: our Lease decides who acts)."""
+    import kopf
+
+    from gpu_efficiency.config import config_from_args
+    from gpu_efficiency.handlers import policy
+
+    config = config_from_args(args)
+    _setup_logging(config.log_level, config.log_format)
+    policy.CONFIG = config
+    liveness = f"http://0.0.0.0:{config.health_port}/healthz" if config.health_port else None
+    kopf.configure(verbose=config.log_level.upper() == "DEBUG")
+    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=liveness)
+    return 0
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    from gpu_efficiency.api.crd import render_crd
+
+    sys.stdout.write(render_crd())
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from gpu_efficiency.report import report_main
+
+    return report_main(args)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from gpu_efficiency.report import explain_main
+
+    return explain_main(args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from gpu_efficiency.demo import demo_main
+
+    return demo_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gpu_efficiency.config import add_run_arguments
+
+    parser = argparse.ArgumentParser(prog="gpu-efficiency", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the operator")
+    add_run_arguments(run)
+    run.set_defaults(func=cmd_run)
+
+    crd = sub.add_parser("crd", help="print the GPUEfficiencyPolicy CRD generated from the models")
+    crd.set_defaults(func=cmd_crd)
+
+    for name, func, helptext in (
+        ("report", cmd_report, "dry-run view of the cluster against a policy: waste, verdicts, would-be actions"),
+        ("explain", cmd_explain, "every signal, threshold and rule behind one pod's verdict"),
+    ):
+        p = sub.add_parser(name, help=helptext)
+        add_run_arguments(p)
+        p.add_argument("--policy", help="name of a GPUEfficiencyPolicy in the cluster (default: built-in defaults)")
+        p.add_argument("--policy-file", help="a policy YAML file instead of one in the cluster")
+        p.add_argument("--output", "-o", choices=("table", "json"), default="table")
+        if name == "explain":
+            p.add_argument("pod", help="NAMESPACE/POD")
+        p.set_defaults(func=func)
+
+    demo = sub.add_parser("demo", help="the guided demo on the local cluster (make demo)")
+    demo.add_argument("--keep", action="store_true", help="leave the demo objects in place")
+    demo.add_argument("--timeout", type=float, default=420.0, help="give up after this many seconds")
+    demo.set_defaults(func=cmd_demo)
+
+    try:
+        from gpu_efficiency.agent.cli import add_agent_command
+    except ImportError:  # pragma: no cover - only while the agent package is incomplete
+        pass
+    else:
+        add_agent_command(sub)
+    try:
+        from gpu_efficiency.sim.cli import add_sim_commands
+    except ImportError:  # pragma: no cover
+        pass
+    else:
+        add_sim_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Operator start-up configuration: flags override environment variables, which override defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+
+from gpu_efficiency.api.policy import ALWAYS_PROTECTED_NAMESPACES
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get(f"GPUEFF_{name}", default)
+
+
+def _bool(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    prometheus_url: str = "http://127.0.0.1:9090"
+    prometheus_token_file: str | None = None
+    prometheus_basic_auth_file: str | None = None
+    prometheus_ca_file: str | None = None
+    prometheus_insecure: bool = False
+    prometheus_matchers: str = ""
+    namespace: str = "gpu-efficiency-system"
+    protected_namespaces: tuple[str, ...] = ()
+    dry_run: bool = False
+    leader_election: bool = True
+    lease_name: str = "gpu-efficiency-operator"
+    lease_seconds: float = 15.0
+    identity: str = field(default_factory=lambda: os.environ.get("POD_NAME") or os.uname().nodename + f"-{os.getpid()}")
+    metrics_port: int = 8080
+    health_port: int = 8081
+    status_refresh_seconds: float = 300.0
+    agent_urls: tuple[str, ...] = ()
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+    @property
+    def all_protected_namespaces(self) -> frozenset[str]:
+        """Never touched, whatever a policy says: the system namespaces and our own."""
+        return frozenset((*ALWAYS_PROTECTED_NAMESPACES, self.namespace, *self.protected_namespaces))
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("--prometheus-url", default=_env("PROMETHEUS_URL", "http://127.0.0.1:9090"), help="Prometheus base URL")
+    a("--prometheus-token-file", default=_env("PROMETHEUS_TOKEN_FILE") or None, help="bearer token file")
+    a("--prometheus-basic-auth-file", default=_env("PROMETHEUS_BASIC_AUTH_FILE") or None, help="file 'user:password'")
+    a("--prometheus-ca-file", default=_env("PROMETHEUS_CA_FILE") or None, help="CA bundle for Prometheus TLS")
+    a("--prometheus-insecure-skip-verify", action="store_true", default=_bool(_env("PROMETHEUS_INSECURE", "0")))
+    a("--prometheus-matchers", default=_env("PROMETHEUS_MATCHERS"), help='extra label matchers, e.g. job="dcgm"')
+    a("--namespace", default=_env("NAMESPACE", "gpu-efficiency-system"), help="the operator's own namespace")
+    a("--protected-namespaces", default=_env("PROTECTED_NAMESPACES"), help="comma list never touched")
+    a("--dry-run", action="store_true", default=_bool(_env("DRY_RUN", "0")), help="never write to the cluster")
+    a("--leader-election", dest="leader_election", action="store_true", default=_bool(_env("LEADER_ELECTION", "1")))
+    a("--no-leader-election", dest="leader_election", action="store_false")
+    a("--lease-name", default=_env("LEASE_NAME", "gpu-efficiency-operator"))
+    a("--lease-seconds", type=float, default=float(_env("LEASE_SECONDS", "15")))
+    a("--identity", default=_env("IDENTITY") or None, help="leader-election identity (default: pod name)")
+    a("--metrics-port", type=int, default=int(_env("METRICS_PORT", "8080")), help="0 disables /metrics")
+    a("--health-port", type=int, default=int(_env("HEALTH_PORT", "8081")), help="0 disables /healthz")
+    a("--status-refresh-seconds", type=float, default=float(_env("STATUS_REFRESH_SECONDS", "300")))
+    a("--agent-urls", default=_env("AGENT_URLS"), help="comma list of node-agent base URLs")
+    a("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    a("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT", "text"))
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    return tuple(p.strip() for p in (value or "").split(",") if p.strip())
+
+
+def config_from_args(args: argparse.Namespace) -> OperatorConfig:
+    kwargs = {}
+    if args.identity:
+        kwargs["identity"] = args.identity
+    return OperatorConfig(
+        prometheus_url=args.prometheus_url,
+        prometheus_token_file=args.prometheus_token_file,
+        prometheus_basic_auth_file=args.prometheus_basic_auth_file,
+        prometheus_ca_file=args.prometheus_ca_file,
+        prometheus_insecure=args.prometheus_insecure_skip_verify,
+        prometheus_matchers=args.prometheus_matchers,
+        namespace=args.namespace,
+        protected_namespaces=_split(args.protected_namespaces),
+        dry_run=args.dry_run,
+        leader_election=args.leader_election,
+        lease_name=args.lease_name,
+        lease_seconds=args.lease_seconds,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        status_refresh_seconds=args.status_refresh_seconds,
+        agent_urls=_split(args.agent_urls),
+        log_level=args.log_level,
+        log_format=args.log_format,
+        **kwargs,
+    )

@@ -1,0 +1,241 @@
+"""One evaluation cycle of one policy: parse → observe → plan → act → status.
+
+Kept free of Kopf so the CLI's ``report``/``explain`` and the benchmarks drive the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from gpu_efficiency import metrics
+from gpu_efficiency.actuators.apply import Applier, rfc3339
+from gpu_efficiency.actuators.outcomes import Outcome, Result
+from gpu_efficiency.actuators.status import StatusWriter
+from gpu_efficiency.api import names
+from gpu_efficiency.api.durations import parse_duration
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus
+from gpu_efficiency.config import OperatorConfig
+from gpu_efficiency.engine.model import EvictPod, Plan, PolicyEvent, Snapshot, Window
+from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.sources.base import FetchRequest, SampleSource, SourceUnavailable
+from gpu_efficiency.sources.cluster import ClusterReader, ClusterState
+
+log = logging.getLogger(__name__)
+
+
+class Leader(Protocol):
+    def is_leader(self) -> bool: ...
+
+
+def windows_for(spec: GPUEfficiencyPolicySpec) -> dict[Window, float]:
+    """The aggregation windows a policy needs, in seconds."""
+    windows = {Window.ACTIVITY: parse_duration(spec.window)}
+    if spec.faults.enabled:
+        windows[Window.FAULT] = parse_duration(spec.faults.lookback)
+        if spec.faults.thermal.enabled:
+            windows[Window.THERMAL_HOLD] = parse_duration(spec.faults.thermal.for_duration)
+            windows[Window.THERMAL_RECOVERY] = parse_duration(spec.faults.thermal.recovery_after)
+    return windows
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One readable line per problem, with the field path in wire (camelCase) names."""
+    parts = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err.get("loc", ()))
+        parts.append(f"spec.{path}: {err['msg']}" if path else err["msg"])
+    return "; ".join(parts)
+
+
+@dataclass
+class CycleReport:
+    policy: str
+    ran: bool
+    reason: str = ""
+    plan: Plan | None = None
+    outcomes: list[Outcome] = field(default_factory=list)
+    status: GPUEfficiencyPolicyStatus | None = None
+    seconds: float = 0.0
+    queries: int = 0
+    api_reads: int = 0
+    writes: int = 0
+
+
+@dataclass
+class CycleRunner:
+    """Everything a cycle needs, built once at start-up (the handlers' typed memo)."""
+
+    config: OperatorConfig
+    reader: ClusterReader
+    applier: Applier
+    status_writer: StatusWriter
+    source_for: Callable[[GPUEfficiencyPolicySpec], SampleSource]
+    leader: Leader
+    clock: Callable[[], float] = time.time
+    _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
+
+    def previous_status(self, name: str, status_raw: Mapping[str, Any]) -> GPUEfficiencyPolicyStatus:
+        if name in self._last_status:
+            return self._last_status[name]
+        known = {k: v for k, v in status_raw.items() if k in GPUEfficiencyPolicyStatus.model_json_schema(by_alias=True)["properties"]}
+        try:
+            previous = GPUEfficiencyPolicyStatus.model_validate(known)
+        except ValidationError:
+            previous = GPUEfficiencyPolicyStatus()
+        self.status_writer.seed(name, previous.model_dump(by_alias=True, mode="json"))
+        return previous
+
+    def forget(self, name: str) -> None:
+        self._last_status.pop(name, None)
+        self.status_writer.forget(name)
+
+    def run(
+        self, *, name: str, uid: str, generation: int, spec_raw: Mapping[str, Any], status_raw: Mapping[str, Any]
+    ) -> CycleReport:
+        started = time.monotonic()
+        previous = self.previous_status(name, status_raw)
+        try:
+            spec = GPUEfficiencyPolicySpec.model_validate(dict(spec_raw))
+        except ValidationError as exc:
+            return self._invalid(name, uid, generation, previous, format_validation_error(exc), started)
+        if not self.leader.is_leader():
+            return CycleReport(policy=name, ran=False, reason="not the leader")
+        report = self._evaluate(name, uid, generation, spec, previous)
+        report.seconds = time.monotonic() - started
+        metrics.CYCLE_SECONDS.labels(name).observe(report.seconds)
+        return report
+
+    def _invalid(
+        self, name: str, uid: str, generation: int, previous: GPUEfficiencyPolicyStatus, message: str, started: float
+    ) -> CycleReport:
+        """Report an invalid spec in status and (once) an event; change nothing else."""
+        now = self.clock()
+        was_invalid = any(c.type == names.COND_VALID and c.status == "False" and c.message == message for c in previous.conditions)
+        conditions = _set(previous.conditions, names.COND_VALID, "False", "InvalidSpec", message, now, generation)
+        conditions = _set(conditions, names.COND_READY, "False", "InvalidSpec", "the policy spec is invalid", now, generation)
+        status = previous.model_copy(update={"conditions": conditions, "observed_generation": generation})
+        if not was_invalid and self.leader.is_leader():
+            self.applier.apply([PolicyEvent(names.EV_POLICY_INVALID, message, "Warning")], policy_name=name, policy_uid=uid)
+        if self.leader.is_leader():
+            self.status_writer.write(name, status)
+        self._last_status[name] = status
+        metrics.CYCLES.labels(name, "invalid").inc()
+        return CycleReport(policy=name, ran=False, reason=f"invalid: {message}", status=status, seconds=time.monotonic() - started)
+
+    def observe(self, name: str, generation: int, spec: GPUEfficiencyPolicySpec, previous: GPUEfficiencyPolicyStatus) -> tuple[Snapshot, ClusterState, int]:
+        """Read metrics and the cluster into a snapshot (no writes): shared with report/explain."""
+        now = self.clock()
+        windows = windows_for(spec)
+        scrape = parse_duration(spec.metrics.prometheus.scrape_interval)
+        available, error, gpus, queries = True, "", (), 0
+        try:
+            result = self.source_for(spec).fetch(FetchRequest(now=now, windows=windows, scrape_interval=scrape))
+            gpus, queries = result.gpus, result.queries
+        except SourceUnavailable as exc:
+            available, error = False, str(exc)
+        cluster = self.reader.read()
+        if available and not gpus and cluster.pods:
+            available, error = False, "Prometheus returned no GPU series (is dcgm-exporter or the node agent scraped?)"
+        snapshot = Snapshot(
+            now=now,
+            policy_name=name,
+            policy=spec,
+            status=previous,
+            generation=generation,
+            gpus=tuple(gpus),
+            pods=cluster.pods,
+            nodes=cluster.nodes,
+            namespaces=cluster.namespaces,
+            metrics_available=available,
+            metrics_error=error,
+            protected_namespaces=self.config.all_protected_namespaces | frozenset(spec.selection.excluded_namespaces),
+        )
+        return snapshot, cluster, queries
+
+    def _evaluate(
+        self, name: str, uid: str, generation: int, spec: GPUEfficiencyPolicySpec, previous: GPUEfficiencyPolicyStatus
+    ) -> CycleReport:
+        snapshot, cluster, queries = self.observe(name, generation, spec, previous)
+        plan = plan_cycle(snapshot)
+        writes_before = self.applier.writes
+        outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)
+        status = fold_outcomes(plan.status, outcomes, snapshot.now)
+        if self.status_writer.write(name, status):
+            self.applier.writes += 1
+        self._last_status[name] = status
+        writes = self.applier.writes - writes_before
+        _record_metrics(name, snapshot, plan, outcomes, status, queries, writes)
+        return CycleReport(
+            policy=name, ran=True, plan=plan, outcomes=outcomes, status=status, queries=queries,
+            api_reads=cluster.requests, writes=writes,
+        )
+
+
+def fold_outcomes(status: GPUEfficiencyPolicyStatus, outcomes: list[Outcome], now: float) -> GPUEfficiencyPolicyStatus:
+    """Count what actually happened (the plan only says what was attempted)."""
+    evicted = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.DONE]
+    blocked = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.BLOCKED]
+    if not evicted and not blocked:
+        return status
+    recent = [*status.recent_evictions, *(rfc3339(now) for _ in evicted)]
+    return status.model_copy(
+        update={
+            "evictions_total": status.evictions_total + len(evicted),
+            "evictions_blocked_total": status.evictions_blocked_total + len(blocked),
+            "recent_evictions": recent,
+        }
+    )
+
+
+def _set(conditions: list[Condition], type_: str, status: str, reason: str, message: str, now: float, generation: int) -> list[Condition]:
+    out, found = [], False
+    for cond in conditions:
+        if cond.type == type_:
+            found = True
+            transition = cond.last_transition_time if cond.status == status else rfc3339(now)
+            cond = Condition(type=type_, status=status, reason=reason, message=message,
+                             last_transition_time=transition, observed_generation=generation)
+        out.append(cond)
+    if not found:
+        out.append(Condition(type=type_, status=status, reason=reason, message=message,
+                             last_transition_time=rfc3339(now), observed_generation=generation))
+    return out
+
+
+def _record_metrics(
+    name: str, snapshot: Snapshot, plan: Plan, outcomes: list[Outcome], status: GPUEfficiencyPolicyStatus, queries: int, writes: int
+) -> None:
+    metrics.CYCLES.labels(name, "ok" if snapshot.metrics_available else "metrics_unavailable").inc()
+    metrics.METRICS_AVAILABLE.labels(name).set(1 if snapshot.metrics_available else 0)
+    metrics.PROM_QUERIES.labels(name).inc(queries)
+    metrics.API_WRITES.labels(name).inc(writes)
+    counts = status.verdicts
+    for verdict, value in (("Idle", counts.idle), ("Underutilized", counts.underutilized),
+                           ("Efficient", counts.efficient), ("Unknown", counts.unknown)):
+        metrics.PODS.labels(name, verdict).set(value)
+    diagnoses: dict[str, int] = {}
+    for v in plan.verdicts:
+        diagnoses[v.diagnosis.value] = diagnoses.get(v.diagnosis.value, 0) + 1
+    for diagnosis, value in diagnoses.items():
+        metrics.DIAGNOSES.labels(name, diagnosis).set(value)
+    metrics.IDLE_GPUS.labels(name).set(status.idle_gpus)
+    metrics.WASTE_PER_HOUR.labels(name).set(status.estimated_waste_per_hour)
+    metrics.BREAKER_OPEN.labels(name).set(
+        1 if any(c.type == names.COND_BREAKER and c.status == "True" for c in status.conditions) else 0
+    )
+    kinds: dict[str, int] = {"ecc": 0, "xid": 0, "thermal": 0}
+    for q in status.quarantined_nodes:
+        if q.tainted:
+            kinds[q.kind] = kinds.get(q.kind, 0) + 1
+    for kind, value in kinds.items():
+        metrics.TAINTED_NODES.labels(name, kind).set(value)
+    for o in outcomes:
+        if isinstance(o.action, EvictPod):
+            metrics.EVICTIONS.labels(name, o.result.value).inc()

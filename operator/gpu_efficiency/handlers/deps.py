@@ -1,0 +1,80 @@
+"""Build the operator's dependencies once at start-up (the typed memo handlers share)."""
+
+from __future__ import annotations
+
+import threading
+
+from kubernetes import client, config as kube_config
+
+from gpu_efficiency.actuators.apply import Applier
+from gpu_efficiency.actuators.events import EventRecorder
+from gpu_efficiency.actuators.status import StatusWriter
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.config import OperatorConfig
+from gpu_efficiency.handlers.cycle import CycleRunner
+from gpu_efficiency.handlers.leader import AlwaysLeader, LeaderElector
+from gpu_efficiency.sources.base import SampleSource
+from gpu_efficiency.sources.cluster import ClusterReader
+from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
+
+
+def load_api_client() -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else KUBECONFIG / ~/.kube/config."""
+    try:
+        kube_config.load_incluster_config()
+    except kube_config.ConfigException:
+        kube_config.load_kube_config()
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = 16
+    return client.ApiClient(configuration)
+
+
+class SourceCache:
+    """One Prometheus source per distinct URL (policies may override the operator's default)."""
+
+    def __init__(self, config: OperatorConfig) -> None:
+        self.config = config
+        self._sources: dict[tuple[str, float], PrometheusSource] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, spec: GPUEfficiencyPolicySpec) -> SampleSource:
+        from gpu_efficiency.api.durations import parse_duration
+
+        url = spec.metrics.prometheus.url or self.config.prometheus_url
+        timeout = parse_duration(spec.metrics.prometheus.query_timeout)
+        with self._lock:
+            source = self._sources.get((url, timeout))
+            if source is None:
+                source = self._sources[(url, timeout)] = PrometheusSource(
+                    PrometheusConfig(
+                        url=url,
+                        token_file=self.config.prometheus_token_file,
+                        basic_auth_file=self.config.prometheus_basic_auth_file,
+                        ca_file=self.config.prometheus_ca_file,
+                        insecure_skip_verify=self.config.prometheus_insecure,
+                        timeout=timeout,
+                        matchers=self.config.prometheus_matchers,
+                    )
+                )
+            return source
+
+
+def build_runner(config: OperatorConfig, api_client: client.ApiClient | None = None) -> CycleRunner:
+    api_client = api_client or load_api_client()
+    recorder = EventRecorder(api_client, instance=config.identity)
+    leader: LeaderElector | AlwaysLeader
+    if config.leader_election:
+        leader = LeaderElector(
+            api_client, namespace=config.namespace, name=config.lease_name, identity=config.identity,
+            lease_seconds=config.lease_seconds,
+        )
+    else:
+        leader = AlwaysLeader()
+    return CycleRunner(
+        config=config,
+        reader=ClusterReader(api_client),
+        applier=Applier(api_client, recorder, dry_run=config.dry_run),
+        status_writer=StatusWriter(api_client, refresh_seconds=config.status_refresh_seconds),
+        source_for=SourceCache(config),
+        leader=leader,
+    )

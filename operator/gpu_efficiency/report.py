@@ -1,0 +1,226 @@
+"""``gpu-efficiency report`` and ``explain``: the operator's judgement, read-only, for people and tools.
+
+Both observe exactly as a cycle does (same source, same engine) and never write. The report judges
+as if the policy were in Enforce mode, so it shows what *would* be warned or evicted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from gpu_efficiency.api import names
+from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolicySpec, Mode
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.config import config_from_args
+from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, Snapshot, Verdict
+from gpu_efficiency.engine.planner import explain_pod, plan_cycle
+from gpu_efficiency.engine.waste import price_for
+from gpu_efficiency.handlers.cycle import CycleRunner, format_validation_error
+from gpu_efficiency.handlers.deps import build_runner, load_api_client
+
+EXIT_OK, EXIT_USAGE, EXIT_CLUSTER, EXIT_METRICS = 0, 2, 3, 4
+
+
+class ReportError(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _progress(message: str) -> None:
+    sys.stderr.write(f"… {message}\n")
+
+
+def load_policy(args: argparse.Namespace, api_client: client.ApiClient) -> tuple[str, GPUEfficiencyPolicySpec]:
+    """The policy to judge by: a file, a policy in the cluster, or the defaults."""
+    from pydantic import ValidationError
+
+    try:
+        if args.policy_file:
+            doc = yaml.safe_load(Path(args.policy_file).read_text())
+            name = (doc.get("metadata") or {}).get("name", Path(args.policy_file).stem)
+            return name, GPUEfficiencyPolicySpec.model_validate(doc.get("spec") or {})
+        if args.policy:
+            obj = client.CustomObjectsApi(api_client).get_cluster_custom_object(GROUP, VERSION, PLURAL, args.policy)
+            return args.policy, GPUEfficiencyPolicySpec.model_validate(obj.get("spec") or {})
+    except ValidationError as exc:
+        raise ReportError(f"invalid policy: {format_validation_error(exc)}", EXIT_USAGE) from exc
+    except ApiException as exc:
+        if exc.status == 404:
+            raise ReportError(f"no GPUEfficiencyPolicy named {args.policy!r}", EXIT_USAGE) from exc
+        raise
+    except OSError as exc:
+        raise ReportError(f"cannot read {args.policy_file}: {exc}", EXIT_USAGE) from exc
+    return "defaults", GPUEfficiencyPolicySpec()
+
+
+def observe(args: argparse.Namespace) -> tuple[Snapshot, Plan]:
+    config = config_from_args(args)
+    try:
+        api_client = load_api_client()
+    except Exception as exc:
+        raise ReportError(f"cannot load Kubernetes credentials: {exc}", EXIT_CLUSTER) from exc
+    _progress("reading the policy")
+    try:
+        name, spec = load_policy(args, api_client)
+        runner: CycleRunner = build_runner(replace(config, dry_run=True, leader_election=False), api_client)
+        spec = spec.model_copy(update={"mode": Mode.ENFORCE})
+        _progress(f"querying Prometheus at {spec.metrics.prometheus.url or config.prometheus_url} and the cluster")
+        snapshot, _, _ = runner.observe(name, 0, spec, GPUEfficiencyPolicyStatus())
+    except (ApiException, HTTPError, OSError) as exc:
+        raise ReportError(f"cannot reach the Kubernetes API: {exc}", EXIT_CLUSTER) from exc
+    return snapshot, plan_cycle(snapshot)
+
+
+@dataclass
+class NamespaceRow:
+    namespace: str
+    pods: int = 0
+    gpus: int = 0
+    idle_gpus: int = 0
+    sm_active: list[float] = field(default_factory=list)
+    gpu_util: list[float] = field(default_factory=list)
+    waste_per_day: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "pods": self.pods,
+            "gpus": self.gpus,
+            "meanSmActive": _mean(self.sm_active),
+            "meanGpuUtil": _mean(self.gpu_util),
+            "idleGpuHoursPerDay": self.idle_gpus * 24.0,
+            "estimatedWastePerDay": round(self.waste_per_day, 2),
+        }
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 3) if values else None
+
+
+def build_report(snapshot: Snapshot, plan: Plan) -> dict[str, Any]:
+    pods = {(p.namespace, p.name): p for p in snapshot.pods}
+    nodes = {n.name: n for n in snapshot.nodes}
+    rows: dict[str, NamespaceRow] = defaultdict(lambda: NamespaceRow(""))
+    for verdict in plan.verdicts:
+        pod = pods.get((verdict.namespace, verdict.name))
+        row = rows[verdict.namespace]
+        row.namespace = verdict.namespace
+        row.pods += 1
+        gpus = pod.gpu_request if pod else len(verdict.gpus)
+        row.gpus += gpus
+        if verdict.activity_avg is not None:
+            row.sm_active.append(verdict.activity_avg)
+        if verdict.gpu_util_avg is not None:
+            row.gpu_util.append(verdict.gpu_util_avg)
+        if verdict.verdict is Verdict.IDLE:
+            row.idle_gpus += gpus
+            node = nodes.get(pod.node) if pod else None
+            product = node.labels.get(names.GPU_PRODUCT_LABEL, "") if node else ""
+            row.waste_per_day += gpus * 24.0 * price_for(product, snapshot.policy.price_per_gpu_hour, product)
+    actions: list[dict[str, str]] = []
+    for action in plan.actions:
+        if isinstance(action, EvictPod):
+            actions.append({"pod": f"{action.namespace}/{action.name}", "action": "evict", "why": action.reason})
+        elif isinstance(action, AnnotatePod) and action.annotations.get(names.EVICT_AFTER):
+            actions.append({"pod": f"{action.namespace}/{action.name}", "action": "warn",
+                            "why": f"idle; would be evicted after {action.annotations[names.EVICT_AFTER]}"})
+    return {
+        "policy": snapshot.policy_name,
+        "metricsAvailable": snapshot.metrics_available,
+        "metricsError": snapshot.metrics_error,
+        "namespaces": [rows[k].as_dict() for k in sorted(rows)],
+        "pods": [
+            {"pod": f"{v.namespace}/{v.name}", "verdict": v.verdict.value, "diagnosis": v.diagnosis.value,
+             "activity": v.activity_avg, "activitySignal": v.activity_signal.name if v.activity_signal else None,
+             "gpuUtil": v.gpu_util_avg, "efficiency": v.efficiency, "recommendation": v.recommendation,
+             "reason": v.reason}
+            for v in sorted(plan.verdicts, key=lambda v: (v.namespace, v.name))
+        ],
+        "actions": actions,
+        "notes": list(plan.notes),
+    }
+
+
+def _fmt(value: float | None, pct: bool = True) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 100:.0f}%" if pct else f"{value:.2f}"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def render_table(report: dict[str, Any]) -> str:
+    out = [f"Policy: {report['policy']}"]
+    if not report["metricsAvailable"]:
+        out.append(f"METRICS UNAVAILABLE: {report['metricsError']}\nNo verdicts are possible; nothing would be evicted.")
+    out.append("")
+    out.append(_table(
+        ["NAMESPACE", "PODS", "GPUS", "SM ACTIVE", "GPU UTIL", "IDLE GPU-H/DAY", "WASTE/DAY"],
+        [[r["namespace"], str(r["pods"]), str(r["gpus"]), _fmt(r["meanSmActive"]), _fmt(r["meanGpuUtil"]),
+          f"{r['idleGpuHoursPerDay']:.0f}", f"{r['estimatedWastePerDay']:.2f}"] for r in report["namespaces"]],
+    ))
+    out.append("")
+    out.append(_table(
+        ["POD", "VERDICT", "DIAGNOSIS", "ACTIVITY", "GPU UTIL", "RECOMMENDATION"],
+        [[p["pod"], p["verdict"], p["diagnosis"], _fmt(p["activity"]), _fmt(p["gpuUtil"]), p["recommendation"]]
+         for p in report["pods"]],
+    ))
+    if report["actions"]:
+        out.append("\nWould act (Enforce mode):")
+        out += [f"  {a['action']:5}  {a['pod']}: {a['why']}" for a in report["actions"]]
+    return "\n".join(out)
+
+
+def report_main(args: argparse.Namespace) -> int:
+    try:
+        snapshot, plan = observe(args)
+    except ReportError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.code
+    report = build_report(snapshot, plan)
+    sys.stdout.write((json.dumps(report, indent=2) if args.output == "json" else render_table(report)) + "\n")
+    return EXIT_OK if snapshot.metrics_available else EXIT_METRICS
+
+
+def explain_main(args: argparse.Namespace) -> int:
+    namespace, _, pod = args.pod.partition("/")
+    if not pod:
+        sys.stderr.write("error: give the pod as NAMESPACE/POD\n")
+        return EXIT_USAGE
+    try:
+        snapshot, plan = observe(args)
+    except ReportError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.code
+    if not any(p.namespace == namespace and p.name == pod for p in snapshot.pods):
+        sys.stderr.write(f"error: {namespace}/{pod} is not a running pod holding GPUs\n")
+        return EXIT_USAGE
+    lines = explain_pod(snapshot, namespace, pod)
+    verdict = next((v for v in plan.verdicts if v.namespace == namespace and v.name == pod), None)
+    if args.output == "json":
+        doc = {"pod": args.pod, "verdict": verdict.verdict.value if verdict else None,
+               "diagnosis": verdict.diagnosis.value if verdict else None,
+               "metricsAvailable": snapshot.metrics_available, "explanation": lines}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        if not snapshot.metrics_available:
+            sys.stdout.write(f"METRICS UNAVAILABLE: {snapshot.metrics_error}\n")
+        sys.stdout.write("\n".join(lines) + "\n")
+    return EXIT_OK if snapshot.metrics_available else EXIT_METRICS

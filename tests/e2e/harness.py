@@ -1,0 +1,244 @@
+"""e2e harness: the local cluster, the chart's RBAC with a real ServiceAccount token, and the
+operator as a separate process (`gpu-efficiency run`) that tests can kill and restart."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client, config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_SH = ROOT / "hack" / "localcluster" / "cluster.sh"
+BUILD_SH = ROOT / "hack" / "localcluster" / "build.sh"
+CHART = ROOT / "charts" / "gpu-efficiency-operator"
+OPERATOR_NAMESPACE = "gpu-efficiency-system"
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T | None], timeout: float, interval: float = 0.5, what: str = "condition") -> T:
+    """Poll until probe returns a truthy value; fail with the last value seen."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+@dataclass
+class Cluster:
+    kubeconfig: str
+    bin_dir: Path | None
+    state_dir: Path | None
+    prometheus_url: str
+    started_here: bool = False
+
+    @property
+    def kubectl(self) -> str:
+        if self.bin_dir and (self.bin_dir / "kubectl").exists():
+            return str(self.bin_dir / "kubectl")
+        return shutil.which("kubectl") or "kubectl"
+
+    @property
+    def helm(self) -> str:
+        if self.bin_dir and (self.bin_dir / "helm").exists():
+            return str(self.bin_dir / "helm")
+        found = shutil.which("helm")
+        if not found:
+            raise AssertionError("helm not found: run hack/localcluster/build.sh")
+        return found
+
+    def run(self, *args: str, input_: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig}
+        proc = subprocess.run(args, input=input_, capture_output=True, text=True, env=env, timeout=300)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr or proc.stdout}")
+        return proc
+
+    def kubectl_run(self, *args: str, input_: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run(self.kubectl, *args, input_=input_, check=check)
+
+    def api_client(self) -> client.ApiClient:
+        return kube_config.new_client_from_config(config_file=self.kubeconfig)
+
+    def prometheus_targets_dir(self) -> Path | None:
+        return self.state_dir / "prometheus" / "targets" if self.state_dir else None
+
+
+def start_cluster() -> Cluster:
+    """The local cluster (built and started on first use), or KUBECONFIG's when asked to."""
+    if os.environ.get("GPUEFF_USE_EXISTING_CLUSTER") == "1":
+        kubeconfig = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+        return Cluster(kubeconfig=kubeconfig, bin_dir=None, state_dir=None,
+                       prometheus_url=os.environ.get("GPUEFF_PROMETHEUS_URL", "http://127.0.0.1:9090"))
+    build = subprocess.run([str(BUILD_SH)], capture_output=True, text=True, timeout=5400)
+    if build.returncode != 0:
+        raise RuntimeError(f"building the local cluster failed:\n{build.stdout[-3000:]}\n{build.stderr[-3000:]}")
+    bin_dir = Path(build.stdout.strip().splitlines()[-1])
+    status = subprocess.run([str(CLUSTER_SH), "status"], capture_output=True, text=True)
+    started_here = status.returncode != 0
+    up = subprocess.run([str(CLUSTER_SH), "up", "--nodes", "2"], capture_output=True, text=True, timeout=900)
+    if up.returncode != 0:
+        raise RuntimeError(f"cluster.sh up failed:\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}")
+    env = subprocess.run([str(CLUSTER_SH), "env"], capture_output=True, text=True, check=True).stdout
+    values = dict(
+        line.removeprefix("export ").split("=", 1) for line in env.replace(";", "\n").splitlines() if "=" in line
+    )
+    state_dir = Path(os.environ.get("GPUEFF_STATE_DIR", "/tmp/gpueff-localcluster"))
+    return Cluster(
+        kubeconfig=values["KUBECONFIG"].strip().strip("'\""),
+        bin_dir=bin_dir,
+        state_dir=state_dir,
+        prometheus_url=values.get("GPUEFF_PROMETHEUS_URL", "http://127.0.0.1:19090").strip().strip("'\""),
+        started_here=started_here,
+    )
+
+
+def stop_cluster(cluster: Cluster) -> None:
+    if cluster.started_here and os.environ.get("GPUEFF_KEEP_CLUSTER") != "1":
+        subprocess.run([str(CLUSTER_SH), "down"], capture_output=True, text=True, timeout=120)
+
+
+def install_crds(cluster: Cluster) -> None:
+    cluster.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl_run("wait", "--for=condition=Established", "--timeout=60s",
+                        "crd/gpuefficiencypolicies.gpuefficiency.io")
+
+
+def chart_rbac_docs(cluster: Cluster, namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
+    rendered = cluster.run(cluster.helm, "template", "e2e", str(CHART), "--namespace", namespace).stdout
+    return [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in RBAC_KINDS]
+
+
+@dataclass
+class OperatorIdentity:
+    namespace: str
+    service_account: str
+    kubeconfig: str
+
+
+def install_operator_rbac(cluster: Cluster, workdir: Path) -> OperatorIdentity:
+    """Apply the chart's RBAC and build a kubeconfig holding a ServiceAccount token (TokenRequest)."""
+    cluster.kubectl_run("create", "namespace", OPERATOR_NAMESPACE, check=False)
+    docs = chart_rbac_docs(cluster)
+    cluster.kubectl_run("apply", "-n", OPERATOR_NAMESPACE, "-f", "-", input_=yaml.safe_dump_all(docs))
+    accounts = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount" and "agent" not in d["metadata"]["name"]]
+    assert accounts, "the chart renders no operator ServiceAccount"
+    sa = accounts[0]
+    api = client.CoreV1Api(cluster.api_client())
+    token = api.create_namespaced_service_account_token(
+        sa, OPERATOR_NAMESPACE, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+            audiences=["https://kubernetes.default.svc"], expiration_seconds=24 * 3600))
+    ).status.token
+    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server_cluster = admin["clusters"][0]
+    kubeconfig = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "local", "cluster": server_cluster["cluster"]}],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": sa}}],
+        "current-context": "operator",
+    }
+    path = workdir / "operator-kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    return OperatorIdentity(namespace=OPERATOR_NAMESPACE, service_account=sa, kubeconfig=str(path))
+
+
+@dataclass
+class OperatorProcess:
+    """`gpu-efficiency run` as a real process, with the ServiceAccount's kubeconfig."""
+
+    identity: OperatorIdentity
+    prometheus_url: str
+    log_dir: Path
+    extra_args: tuple[str, ...] = ()
+    name: str = field(default_factory=lambda: f"op-{uuid.uuid4().hex[:6]}")
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.name}.log"
+
+    def start(self) -> OperatorProcess:
+        self.starts += 1
+        log = self.log_path.open("ab")
+        log.write(f"\n===== start {self.starts} =====\n".encode())
+        env = {**os.environ, "KUBECONFIG": self.identity.kubeconfig, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpu_efficiency.cli", "run", "--prometheus-url", self.prometheus_url,
+             "--namespace", self.identity.namespace, "--metrics-port", "0", "--health-port", "0",
+             "--identity", self.name, "--lease-seconds", "6", "--status-refresh-seconds", "30",
+             *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+        return self
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+    def alive(self) -> bool:
+        return bool(self.proc and self.proc.poll() is None)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def create_namespace(api: client.ApiClient, prefix: str, labels: dict[str, str] | None = None) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    wait_for(lambda: _has_default_sa(api, name), 30, what=f"default ServiceAccount in {name}")
+    return name
+
+
+def _has_default_sa(api: client.ApiClient, namespace: str) -> bool:
+    try:
+        client.CoreV1Api(api).read_namespaced_service_account("default", namespace)
+    except ApiException:
+        return False
+    return True
+
+
+def delete_namespace(api: client.ApiClient, name: str) -> None:
+    try:
+        client.CoreV1Api(api).delete_namespace(name, grace_period_seconds=0)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def pod_events(api: client.ApiClient, namespace: str, name: str) -> list[str]:
+    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+    return [e.reason for e in events.items]
+
+
+def decode_token_subject(token: str) -> str:
+    payload = token.split(".")[1]
+    payload += "=" * (-len(payload) % 4)
+    return base64.urlsafe_b64decode(payload).decode()
+
+
+def names_of(objs: Iterable[Any]) -> list[str]:
+    return sorted(o.metadata.name for o in objs)
