@@ -1,0 +1,212 @@
+"""GPU fault quarantine: judge every GPU, decide every node, let the circuit breaker bound the taints.
+
+Pure: a ``Snapshot`` in, a ``FaultOutcome`` out. A fault is judged per GPU (``faults_ecc``,
+``faults_xid``, ``faults_thermal``) and held per node in the node's own annotation
+(``faults_node``, ``faults_record``), so restarts and replicas agree. Only in-scope GPU nodes
+(``selection.nodeSelector``, ``nvidia.com/gpu`` capacity > 0) are read or written.
+
+Modes: Observe writes the GPUHealthy condition, the record and events, never a taint; Enforce also
+taints, within the circuit breaker (``faults_breaker``). When the metrics source is down nothing is
+detected, recovered or newly tainted; manual recoveries still apply. Events are emitted on changes
+only (a new fault, a taint set or removed, the breaker opening or closing); a steady state yields
+no action at all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+from gpu_efficiency.api.durations import parse_duration
+from gpu_efficiency.api.names import COND_BREAKER, EV_BREAKER, EV_TAINTED, FAULT_TAINT_KEY
+from gpu_efficiency.api.policy import EccFault, FaultRules, Mode, Recovery, ThermalFault, XidFault
+from gpu_efficiency.engine.conditions import find_condition
+from gpu_efficiency.engine.faults_breaker import BreakerDecision, breaker_message, decide_taints, taint_budget
+from gpu_efficiency.engine.faults_data import DataRules, data_rules
+from gpu_efficiency.engine.faults_ecc import judge_ecc
+from gpu_efficiency.engine.faults_kinds import KINDS, FaultKind, GpuJudgement, merge_judgements
+from gpu_efficiency.engine.faults_node import FaultContext, KindRules, NodeDecision, decide_node, describe
+from gpu_efficiency.engine.faults_record import kind_order
+from gpu_efficiency.engine.faults_thermal import judge_thermal
+from gpu_efficiency.engine.faults_xid import judge_xid
+from gpu_efficiency.engine.model import (
+    Action,
+    FaultOutcome,
+    GPUSample,
+    NodeEvent,
+    NodeView,
+    PolicyEvent,
+    QuarantinedNodeRecord,
+    Snapshot,
+    TaintNode,
+    UntaintNode,
+    Window,
+)
+from gpu_efficiency.engine.selection import compile_selector
+
+Judgements = Mapping[str, Mapping[FaultKind, Sequence[GpuJudgement]]]  # node -> kind -> GPUs
+
+
+def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
+    """The policy's fault settings, parsed once per cycle."""
+    faults: FaultRules = snapshot.policy.faults
+    per_kind: dict[FaultKind, EccFault | XidFault | ThermalFault] = {
+        FaultKind.ECC: faults.ecc,
+        FaultKind.XID: faults.xid,
+        FaultKind.THERMAL: faults.thermal,
+    }
+    return FaultContext(
+        now=snapshot.now,
+        enforce=snapshot.policy.mode == Mode.ENFORCE,
+        data_ok=snapshot.metrics_available,
+        kinds={
+            kind: KindRules(
+                enabled=faults.enabled and spec.enabled,
+                effect=spec.effect.value,
+                automatic=spec.recovery == Recovery.AUTOMATIC,
+                recovery_after_s=parse_duration(spec.recovery_after),
+            )
+            for kind, spec in per_kind.items()
+        },
+        xid_memory_s=rules.window_s[Window.FAULT] + rules.scrape_interval_s,
+    )
+
+
+def in_scope_nodes(snapshot: Snapshot) -> list[NodeView]:
+    """GPU nodes the policy's node selector matches, by name."""
+    matches = compile_selector(snapshot.policy.selection.node_selector)
+    return sorted(
+        (n for n in snapshot.nodes if n.gpu_capacity > 0 and matches(n.labels)), key=lambda n: n.name
+    )
+
+
+def judge_gpus(
+    gpus: Iterable[GPUSample], nodes: set[str], rules: DataRules, faults: FaultRules
+) -> Judgements:
+    """Every kind's judgement of every GPU on ``nodes``; a GPU seen by two sources is merged."""
+    raw: dict[str, dict[FaultKind, dict[str, list[GpuJudgement]]]] = defaultdict(
+        lambda: {kind: defaultdict(list) for kind in KINDS}
+    )
+    critical, ignored = frozenset(faults.xid.critical), frozenset(faults.xid.ignored)
+    for gpu in gpus:
+        if gpu.node not in nodes:
+            continue
+        per_kind = raw[gpu.node]
+        per_kind[FaultKind.ECC][gpu.uuid].append(judge_ecc(gpu, rules))
+        per_kind[FaultKind.XID][gpu.uuid].append(judge_xid(gpu, rules, critical=critical, ignored=ignored))
+        per_kind[FaultKind.THERMAL][gpu.uuid].append(judge_thermal(gpu, rules, faults.thermal))
+    return {
+        node: {kind: [merge_judgements(js) for js in by_uuid.values()] for kind, by_uuid in per_kind.items()}
+        for node, per_kind in raw.items()
+    }
+
+
+def _taint_actions(decision: NodeDecision, granted: bool) -> list[Action]:
+    actions: list[Action] = [
+        UntaintNode(decision.node, kind) for kind in sorted(decision.untaint, key=kind_order)
+    ]
+    if not granted:
+        return actions
+    for kind in sorted(decision.wants, key=kind_order):
+        effect = decision.wants[kind]
+        actions.append(TaintNode(decision.node, kind, effect))
+        entry = decision.held[kind]
+        message = f"tainted {FAULT_TAINT_KEY}={kind}:{effect} for the {kind} fault on {describe(entry.gpus)}"
+        actions.append(NodeEvent(decision.node, EV_TAINTED, message, "Warning"))
+        actions.append(PolicyEvent(EV_TAINTED, f"node {decision.node}: {message}", "Warning"))
+    return actions
+
+
+def _quarantined(decision: NodeDecision, granted: bool) -> list[QuarantinedNodeRecord]:
+    out = []
+    for kind in sorted(decision.held, key=kind_order):
+        entry = decision.held[kind]
+        tainted = (kind in decision.present and kind not in decision.untaint) or (
+            granted and kind in decision.wants
+        )
+        out.append(
+            QuarantinedNodeRecord(
+                node=decision.node,
+                kind=kind,
+                gpus=tuple(g.label for g in entry.gpus),
+                tainted=tainted,
+                since=entry.since,
+            )
+        )
+    return out
+
+
+def _breaker_events(
+    decision: BreakerDecision, by_node: Mapping[str, NodeDecision], was_open: bool, message: str
+) -> tuple[list[Action], dict[str, list[Action]]]:
+    """Policy events for a flip, node events for nodes denied when it opens or on a new fault."""
+    policy: list[Action] = []
+    nodes: dict[str, list[Action]] = defaultdict(list)
+    if decision.open and not was_open:
+        policy.append(PolicyEvent(EV_BREAKER, f"circuit breaker open: {message}", "Warning"))
+    elif was_open and not decision.open:
+        policy.append(
+            PolicyEvent(EV_BREAKER, "circuit breaker closed: every faulty node may be tainted", "Normal")
+        )
+    for node in decision.denied:
+        if not was_open or by_node[node].new_kinds:
+            text = f"not tainted although faulty: circuit breaker open ({message})"
+            nodes[node].append(NodeEvent(node, EV_BREAKER, text, "Warning"))
+    return policy, nodes
+
+
+def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
+    """This cycle's fault quarantine: actions in apply order, quarantined nodes, breaker state."""
+    spec = snapshot.policy
+    rules = data_rules(spec, snapshot.now)
+    ctx = fault_context(snapshot, rules)
+    nodes = in_scope_nodes(snapshot)
+    judgements = judge_gpus(snapshot.gpus, {n.name for n in nodes}, rules, spec.faults) if ctx.data_ok else {}
+    decisions = [decide_node(node, judgements.get(node.name, {}), ctx) for node in nodes]
+    by_node = {d.node: d for d in decisions}
+
+    breaker_spec = spec.faults.circuit_breaker
+    tainted_now = {d.node for d in decisions if d.present}
+    breaker = decide_taints(
+        {d.node: list(d.wants) for d in decisions if d.wants},
+        tainted_now,
+        taint_budget(len(nodes), breaker_spec),
+    )
+    previous = find_condition(snapshot.status.conditions, COND_BREAKER)
+    was_open = previous is not None and previous.status == "True"
+    message = breaker_message(breaker, len(nodes), breaker_spec) if breaker.open else ""
+    policy_events: list[Action] = []
+    node_events: Mapping[str, list[Action]] = {}
+    if ctx.data_ok:
+        breaker_open = breaker.open
+        policy_events, node_events = _breaker_events(breaker, by_node, was_open, message)
+    else:  # no data, no decision: the breaker keeps its state instead of flapping
+        breaker_open = was_open
+        message = previous.message if previous is not None and was_open else ""
+
+    actions: list[Action] = []
+    quarantined: list[QuarantinedNodeRecord] = []
+    notes: list[str] = []
+    if not ctx.data_ok:
+        notes.append(
+            f"metrics unavailable ({snapshot.metrics_error or 'no detail'}): "
+            "no fault detected, recovered or tainted"
+        )
+    for decision in decisions:
+        granted = decision.node in breaker.granted
+        actions.extend(_taint_actions(decision, granted))
+        actions.extend(decision.writes)
+        actions.extend(decision.events)
+        actions.extend(node_events.get(decision.node, ()))
+        quarantined.extend(_quarantined(decision, granted))
+        notes.extend(decision.notes)
+        if decision.wants and not granted:
+            notes.append(f"node {decision.node}: faulty but not tainted, the circuit breaker is open")
+    actions.extend(policy_events)
+    return FaultOutcome(
+        actions=tuple(actions),
+        quarantined=tuple(quarantined),
+        breaker_open=breaker_open,
+        breaker_message=message,
+        notes=tuple(notes),
+    )

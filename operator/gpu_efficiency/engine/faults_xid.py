@@ -1,0 +1,92 @@
+"""XID rule: a critical driver error on one GPU.
+
+dcgm-exporter's XID gauge holds the *last* XID and keeps it, so a value alone is history, not a
+fault. A fault is a critical, not ignored, current value that is new within the lookback window:
+
+- the gauge changed in the window (``changes > 0``), or
+- the series appeared in the window: it is fresh but holds fewer than half the samples of the
+  GPU's other fault signals over the same window (which themselves have full coverage). A scrape
+  gap hits every series of a target alike, so only a new series is thin while its siblings are not.
+
+Anything else with clean data is HEALTHY (nothing new happened), which is what lets the same value
+staying in the gauge never re-trigger. Limits: the gauge shows only the last XID, so a critical XID
+followed by an ignored one inside one scrape is invisible; the node agent reports events instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from gpu_efficiency.engine.faults_data import (
+    DataRules,
+    check_coverage,
+    check_freshness,
+    check_values,
+    read,
+)
+from gpu_efficiency.engine.faults_kinds import FaultKind, GpuJudgement, GpuState
+from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
+
+#: A new series holds fewer than this share of its full-coverage siblings' samples.
+APPEARED_BELOW = 0.5
+
+
+def _reference_count(gpu: GPUSample, rules: DataRules) -> int:
+    """Samples of the GPU's best-covered other fault signal, or 0 when none is fresh and dense."""
+    best = 0
+    for signal, stats in gpu.stats.get(Window.FAULT, {}).items():
+        if signal is Signal.XID:
+            continue
+        expected = rules.expected(gpu, Window.FAULT)
+        if not check_freshness(stats, rules) and not check_coverage(stats, expected, rules):
+            best = max(best, stats.count)
+    return best
+
+
+def _appeared(gpu: GPUSample, stats: Stats, rules: DataRules) -> bool:
+    reference = _reference_count(gpu, rules)
+    return reference > 0 and stats.count < APPEARED_BELOW * reference
+
+
+def judge_xid(
+    gpu: GPUSample, rules: DataRules, *, critical: Collection[int], ignored: Collection[int]
+) -> GpuJudgement:
+    """XID state of one GPU over the fault lookback window."""
+
+    def judged(
+        state: GpuState, summary: str = "", reason: str = "", xid: float | None = None
+    ) -> GpuJudgement:
+        fingerprint = {} if xid is None else {"xid": xid}
+        return GpuJudgement(
+            kind=FaultKind.XID,
+            node=gpu.node,
+            uuid=gpu.uuid,
+            index=gpu.index,
+            state=state,
+            summary=summary,
+            reason=reason,
+            fingerprint=fingerprint,
+            triggered=("xid",) if state is GpuState.FAULT else (),
+        )
+
+    stats = gpu.get(Window.FAULT, Signal.XID)
+    if stats is None:
+        return judged(GpuState.UNKNOWN, reason="XID missing")
+    problem = check_values(stats) or check_freshness(stats, rules)
+    if not problem and (stats.last < 0 or not float(stats.last).is_integer()):
+        problem = f"not an XID code: {stats.last}"
+    if problem:
+        return judged(GpuState.UNKNOWN, reason=f"XID {problem}")
+    covered = read(gpu, Window.FAULT, Signal.XID, rules).ok
+    if covered:
+        new = stats.changes > 0
+    elif _appeared(gpu, stats, rules):
+        new = True
+    else:
+        expected = rules.expected(gpu, Window.FAULT)
+        return judged(GpuState.UNKNOWN, reason=f"XID {check_coverage(stats, expected, rules)}")
+    xid = int(stats.last)
+    summary = f"xid={xid}"
+    if new and xid in critical and xid not in ignored:
+        return judged(GpuState.FAULT, summary=summary, xid=float(xid))
+    return judged(GpuState.HEALTHY, summary=summary, xid=float(xid))
