@@ -1,0 +1,48 @@
+"""Model-level validation: the checks the CRD's CEL rules mirror, and readable errors."""
+
+import pytest
+from pydantic import ValidationError
+
+from gpu_efficiency.api.durations import format_duration, parse_duration
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, Mode
+
+
+def test_defaults_are_safe() -> None:
+    spec = GPUEfficiencyPolicySpec()
+    assert spec.mode is Mode.OBSERVE
+    assert spec.eviction.allow_bare_pods is False
+    assert spec.idle.allow_opt_out is False
+    assert spec.faults.circuit_breaker.max_tainted_fraction == 0.2
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"interval": "10m", "window": "5m"}, "window must be at least interval"),
+        ({"underutilization": {"noTensorSmActiveMin": 0.8, "noTensorSmActiveMax": 0.5}}, "noTensorSmActiveMin"),
+        ({"faults": {"xid": {"critical": [79], "ignored": [79]}}}, "both critical and ignored"),
+        ({"mode": "Destroy"}, "Observe"),
+        ({"interval": "ten seconds"}, "pattern"),
+        ({"idle": {"activityBelow": 2}}, "less than or equal to 1"),
+        ({"unknownField": 1}, "Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_specs_are_rejected(spec: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        GPUEfficiencyPolicySpec.model_validate(spec)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("1h30m", 5400), ("500ms", 0.5), ("1.5h", 5400)])
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "5x", "1d", "m5"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+def test_format_duration() -> None:
+    assert format_duration(3725) == "1h2m5s"
+    assert format_duration(0) == "0s"
