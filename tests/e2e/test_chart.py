@@ -1,0 +1,547 @@
+"""The Helm chart against the real tools: helm lint/template (helm built from hack/localcluster/helm),
+promtool on the alert rules, server-side dry run and `helm install` on the local cluster, and
+`kubectl auth can-i` as the chart's ServiceAccounts (least privilege, positive and negative).
+
+Rendering tests need only the helm binary; the rest use the session `cluster` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.harness import BUILD_SH, CHART, Cluster
+
+pytestmark = pytest.mark.e2e
+
+MONITORING_APIS = ("monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule")
+OPERATOR_METRICS = (
+    "gpu_efficiency_idle_gpus",
+    "gpu_efficiency_estimated_waste_per_hour",
+    "gpu_efficiency_diagnoses",
+    "gpu_efficiency_tainted_nodes",
+    "gpu_efficiency_evictions_total",
+    "gpu_efficiency_pods",
+    "gpu_efficiency_metrics_available",
+    "gpu_efficiency_circuit_breaker_open",
+    "gpu_efficiency_cycles_total",
+    "gpu_efficiency_cycle_duration_seconds_bucket",
+    "gpu_efficiency_idle_gpu_hours_total",
+)
+#: The operator's ClusterRole, exactly: a change here is a privilege change and must be deliberate.
+EXPECTED_OPERATOR_RULES = {
+    ("", "pods"): {"get", "list", "watch", "patch"},
+    ("", "pods/eviction"): {"create"},
+    ("", "nodes"): {"get", "list", "watch", "patch"},
+    ("", "nodes/status"): {"patch"},
+    ("", "namespaces"): {"get", "list", "watch"},
+    ("", "events"): {"create", "patch", "get", "list"},
+    ("events.k8s.io", "events"): {"create", "patch", "get", "list"},
+    ("gpuefficiency.io", "gpuefficiencypolicies"): {"get", "list", "watch", "patch"},
+    ("gpuefficiency.io", "gpuefficiencypolicies/status"): {"get", "patch", "update"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+}
+PART_OF_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/part-of",
+    "helm.sh/chart",
+)
+ALL_ON = (
+    "agent.enabled=true",
+    "agent.writeNodeCondition=true",
+    "metrics.serviceMonitor.enabled=true",
+    "agent.serviceMonitor.enabled=true",
+    "prometheusRule.enabled=true",
+    "grafanaDashboard.enabled=true",
+    "policy.create=true",
+)
+
+
+# --- tools -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> str:
+    """The helm built by hack/localcluster/build.sh (or HELM, or helm on PATH). Fails, never skips."""
+    explicit = os.environ.get("HELM")
+    if explicit:
+        return explicit
+    bindir = subprocess.run([str(BUILD_SH), "--print-bindir"], capture_output=True, text=True, check=True)
+    built = Path(bindir.stdout.strip().splitlines()[-1]) / "helm"
+    if built.exists():
+        return str(built)
+    on_path = shutil.which("helm")
+    if on_path:
+        return on_path
+    pytest.fail(
+        f"helm not found at {built}: build it with `hack/localcluster/build.sh` (or set HELM=/path/to/helm)"
+    )
+
+
+def run(
+    *args: str, expect_failure: bool = False, input_: str | None = None, kubeconfig: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a tool; assert it succeeded (or, with expect_failure, that it failed)."""
+    env = {**os.environ, **({"KUBECONFIG": kubeconfig} if kubeconfig else {})}
+    proc = subprocess.run(args, capture_output=True, text=True, input=input_, env=env, timeout=300)
+    if expect_failure:
+        assert proc.returncode != 0, (
+            f"`{' '.join(args)}` succeeded but should have failed:\n{proc.stdout[:2000]}"
+        )
+    else:
+        assert proc.returncode == 0, (
+            f"`{' '.join(args)}` failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}"
+        )
+    return proc
+
+
+def render(
+    helm: str,
+    *sets: str,
+    namespace: str = "gpu-eff",
+    release: str = "gpueff",
+    api_versions: bool = False,
+    values: dict[str, Any] | None = None,
+    tmp: Path | None = None,
+) -> list[dict[str, Any]]:
+    args = [helm, "template", release, str(CHART), "--namespace", namespace]
+    for s in sets:
+        args += ["--set", s]
+    if api_versions:
+        for api in MONITORING_APIS:
+            args += ["--api-versions", api]
+    if values is not None:
+        assert tmp is not None
+        path = tmp / f"values-{uuid.uuid4().hex[:6]}.yaml"
+        path.write_text(yaml.safe_dump(values))
+        args += ["-f", str(path)]
+    return [d for d in yaml.safe_load_all(run(*args).stdout) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name_suffix: str = "") -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(name_suffix)]
+    assert len(found) == 1, f"{kind} *{name_suffix}: {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def kinds(docs: list[dict[str, Any]]) -> list[str]:
+    return sorted(d["kind"] for d in docs)
+
+
+# --- lint and render ---------------------------------------------------------------------------
+
+
+def test_helm_lint_strict(helm_bin: str) -> None:
+    for sets in ((), ALL_ON):
+        args = [helm_bin, "lint", "--strict", str(CHART)]
+        for s in sets:
+            args += ["--set", s]
+        out = run(*args).stdout
+        assert "0 chart(s) failed" in out, out
+
+
+def test_default_render_is_the_minimal_operator(helm_bin: str) -> None:
+    docs = render(helm_bin)
+    assert kinds(docs) == sorted(
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Deployment",
+            "Service",
+            "PodDisruptionBudget",
+        ]
+    )
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        assert all(k in labels for k in PART_OF_LABELS), (doc["kind"], labels)
+    # Monitoring objects need the Prometheus Operator's APIs even when enabled.
+    assert "ServiceMonitor" not in kinds(render(helm_bin, "metrics.serviceMonitor.enabled=true"))
+
+
+def test_operator_deployment_meets_restricted_pod_security(helm_bin: str) -> None:
+    deploy = one(render(helm_bin), "Deployment")
+    spec = deploy["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["type"] == "RollingUpdate"
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    psc, csc = pod["securityContext"], container["securityContext"]
+    assert psc["runAsNonRoot"] is True
+    assert psc["runAsUser"] == 65532
+    assert psc["seccompProfile"]["type"] == "RuntimeDefault"
+    assert csc["allowPrivilegeEscalation"] is False
+    assert csc["readOnlyRootFilesystem"] is True
+    assert csc["capabilities"]["drop"] == ["ALL"]
+    assert "add" not in csc["capabilities"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert not any("hostPath" in v for v in pod["volumes"])
+    env = {e["name"]: e for e in container["env"]}
+    assert env["GPUEFF_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    args = container["args"]
+    assert args[0] == "run"
+    assert "--leader-election" in args
+    assert "--metrics-port=8080" in args
+    assert "--health-port=8081" in args
+    assert "--protected-namespaces=gpu-eff" in args
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["resources"]["limits"]["memory"] == "512Mi"
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert pod["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "ScheduleAnyway"
+
+
+def test_operator_args_follow_values(helm_bin: str, tmp_path: Path) -> None:
+    values = {
+        "operator": {"dryRun": True, "logFormat": "text", "protectedNamespaces": ["ml-prod"]},
+        "prometheus": {
+            "url": "https://thanos.example:9091",
+            "matchers": 'job="dcgm"',
+            "bearerToken": {"secretName": "prom-token"},
+            "ca": {"configMapName": "prom-ca"},
+        },
+        "replicaCount": 1,
+        "priorityClassName": "system-cluster-critical",
+        "image": {"digest": "sha256:" + "a" * 64},
+    }
+    docs = render(helm_bin, values=values, tmp=tmp_path)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert "--dry-run" in args
+    assert "--log-format=text" in args
+    assert "--protected-namespaces=gpu-eff,ml-prod" in args
+    assert "--prometheus-url=https://thanos.example:9091" in args
+    assert '--prometheus-matchers=job="dcgm"' in args
+    assert "--prometheus-token-file=/etc/gpu-efficiency/prometheus-token/token" in args
+    assert "--prometheus-ca-file=/etc/gpu-efficiency/prometheus-ca/ca.crt" in args
+    assert container["image"] == "gpu-efficiency-operator@sha256:" + "a" * 64
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["prometheus-token"]["secret"]["secretName"] == "prom-token"
+    assert volumes["prometheus-ca"]["configMap"]["name"] == "prom-ca"
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert "PodDisruptionBudget" not in kinds(docs)  # one replica: a PDB would block node drains
+
+
+def test_operator_cluster_role_is_exactly_least_privilege(helm_bin: str) -> None:
+    docs = render(helm_bin)
+    role = one(docs, "ClusterRole")
+    got: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                got.setdefault((group, resource), set()).update(rule["verbs"])
+    assert got == EXPECTED_OPERATOR_RULES
+    flat = json.dumps(role["rules"])
+    assert "*" not in flat
+    assert "secrets" not in flat
+    assert "delete" not in flat
+    lease_role = one(docs, "Role")
+    assert lease_role["metadata"]["namespace"] == "gpu-eff"
+    assert {r["resources"][0] for r in lease_role["rules"]} == {"leases"}
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpueff-gpu-efficiency-operator", "namespace": "gpu-eff"}
+    ]
+
+
+def test_agent_daemonset(helm_bin: str) -> None:
+    docs = render(helm_bin, "agent.enabled=true", "agent.runtimeClassName=nvidia")
+    ds = one(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    tolerations = pod["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tolerations
+    assert {"key": "gpuefficiency.io/gpu-fault", "operator": "Exists"} in tolerations  # every effect
+    assert container["args"][:2] == ["agent", "--listen=0.0.0.0:9400"]
+    assert "--node-name=$(NODE_NAME)" in container["args"]
+    assert "--write-node-condition" not in container["args"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
+    csc = container["securityContext"]
+    assert csc["privileged"] is False
+    assert csc["allowPrivilegeEscalation"] is False
+    assert csc["readOnlyRootFilesystem"] is True
+    assert csc["capabilities"] == {"drop": ["ALL"]}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "pod-resources")
+    assert mount["readOnly"] is True
+    host = next(v for v in pod["volumes"] if v["name"] == "pod-resources")["hostPath"]
+    assert host["path"] == "/var/lib/kubelet/pod-resources"
+    # No RBAC at all for the agent unless it writes the node condition.
+    agent_rbac = [
+        d
+        for d in docs
+        if d["kind"] in ("ClusterRole", "ClusterRoleBinding") and "agent" in d["metadata"]["name"]
+    ]
+    assert agent_rbac == []
+    with_condition = render(helm_bin, "agent.enabled=true", "agent.writeNodeCondition=true")
+    role = one(with_condition, "ClusterRole", "-agent")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["get", "patch"]}]
+    ds_pod = one(with_condition, "DaemonSet")["spec"]["template"]["spec"]
+    assert ds_pod["automountServiceAccountToken"] is True
+    assert "--write-node-condition" in ds_pod["containers"][0]["args"]
+
+
+def test_monitoring_objects_and_alert_rules(helm_bin: str, tmp_path: Path) -> None:
+    docs = render(helm_bin, *ALL_ON, api_versions=True)
+    assert len([d for d in docs if d["kind"] == "ServiceMonitor"]) == 2
+    rule = one(docs, "PrometheusRule")
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(alerts) == {
+        "GPUEfficiencyOperatorDown",
+        "GPUEfficiencyMetricsUnavailable",
+        "GPUEfficiencyCircuitBreakerOpen",
+        "GPUEfficiencyEvictionsBlocked",
+    }
+    assert alerts["GPUEfficiencyOperatorDown"]["expr"].startswith("absent(up{")
+    assert "gpu_efficiency_metrics_available" in alerts["GPUEfficiencyMetricsUnavailable"]["expr"]
+    assert alerts["GPUEfficiencyMetricsUnavailable"]["for"] == "10m"
+    assert "gpu_efficiency_circuit_breaker_open" in alerts["GPUEfficiencyCircuitBreakerOpen"]["expr"]
+    assert 'result="blocked"' in alerts["GPUEfficiencyEvictionsBlocked"]["expr"]
+    # promtool (from the Prometheus package the local cluster uses) parses every expression.
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail(
+            "promtool not found: install Debian's prometheus package (hack/localcluster/cluster.sh does)"
+        )
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    out = run(promtool, "check", "rules", str(rules_file)).stdout
+    assert "SUCCESS: 4 rules found" in out, out
+    # The dashboard is valid JSON, labelled for the Grafana sidecar, and charts every operator metric.
+    dashboard_cm = one(docs, "ConfigMap", "-dashboard")
+    assert dashboard_cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(dashboard_cm["data"]["gpu-efficiency.json"])
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    for metric in OPERATOR_METRICS:
+        assert metric in exprs, metric
+    titles = " ".join(p["title"].lower() for p in dashboard["panels"])
+    for topic in ("idle", "waste", "diagnos", "tainted", "evictions"):
+        assert topic in titles, topic
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (("replicaCount=-1",), "replicaCount"),
+        (("metrics.port=abc",), "metrics/port"),
+        (("operator.logFormat=xml",), "operator/logFormat"),
+        (("image.pullPolicy=Sometimes",), "image/pullPolicy"),
+        (("agent.securityContext.privileged=true",), "agent/securityContext/privileged"),
+        (("replicaCuont=3",), "replicaCuont"),
+        (("operator.leaderElection=false",), "operator.leaderElection=true"),
+        (("metrics.port=8081",), "metrics.port and health.port must differ"),
+        (("image.tag=latest",), "latest is not allowed"),
+    ],
+)
+def test_bad_values_fail_with_a_readable_message(helm_bin: str, sets: tuple[str, ...], expected: str) -> None:
+    args = [helm_bin, "template", "gpueff", str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    proc = run(*args, expect_failure=True)
+    assert expected in proc.stderr, proc.stderr
+
+
+# --- against the API server --------------------------------------------------------------------
+
+
+def test_rendered_chart_passes_server_side_dry_run(helm_bin: str, cluster: Cluster, namespace: str) -> None:
+    """Everything the chart can render is accepted by the API server (schemas, CRD validation of the policy),
+    and the operator alone meets Pod Security "restricted" (the API server warns on any violation)."""
+    cluster.kubectl_run("label", "namespace", namespace, "pod-security.kubernetes.io/warn=restricted")
+    release = f"dry-{uuid.uuid4().hex[:5]}"
+
+    def dry_run(*sets: str) -> str:
+        rendered = run(
+            helm_bin,
+            "template",
+            release,
+            str(CHART),
+            "--namespace",
+            namespace,
+            *[a for s in (*sets, f"policy.name={release}") for a in ("--set", s)],
+        ).stdout
+        proc = run(
+            cluster.kubectl,
+            "apply",
+            "--dry-run=server",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+            input_=rendered,
+            kubeconfig=cluster.kubeconfig,
+        )
+        assert "(server dry run)" in proc.stdout, proc.stdout
+        return proc.stdout + proc.stderr
+
+    operator_only = dry_run("policy.create=true")
+    assert "deployment.apps/" in operator_only
+    assert "gpuefficiencypolicy.gpuefficiency.io/" in operator_only
+    assert "would violate PodSecurity" not in operator_only, operator_only
+    everything = dry_run(*ALL_ON)
+    assert "daemonset.apps/" in everything
+    # The check above can fail: the agent (hostPath, uid 0) is not "restricted", and the server says so.
+    assert "would violate PodSecurity" in everything, everything
+
+
+def can_i(cluster: Cluster, who: str, *args: str) -> bool:
+    proc = subprocess.run(
+        [cluster.kubectl, "auth", "can-i", f"--as={who}", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": cluster.kubeconfig},
+        timeout=60,
+    )
+    answer = proc.stdout.strip()
+    assert answer in ("yes", "no"), f"kubectl auth can-i {' '.join(args)}: {proc.stdout}{proc.stderr}"
+    return answer == "yes"
+
+
+@pytest.fixture
+def release(helm_bin: str, cluster: Cluster, namespace: str) -> Iterator[str]:
+    """A release name; uninstalled at teardown if the test left it installed."""
+    name = f"ge-{uuid.uuid4().hex[:5]}"
+    yield name
+    installed = run(helm_bin, "list", "-q", "-n", namespace, kubeconfig=cluster.kubeconfig).stdout.split()
+    if name in installed:
+        run(
+            helm_bin,
+            "uninstall",
+            name,
+            "--namespace",
+            namespace,
+            "--wait",
+            "--timeout",
+            "2m",
+            kubeconfig=cluster.kubeconfig,
+        )
+
+
+def test_helm_install_and_least_privilege(
+    helm_bin: str, cluster: Cluster, namespace: str, release: str
+) -> None:
+    kc = cluster.kubeconfig
+    run(
+        helm_bin,
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--set",
+        "agent.enabled=true",
+        kubeconfig=kc,
+    )
+    status = json.loads(run(helm_bin, "status", release, "-n", namespace, "-o", "json", kubeconfig=kc).stdout)
+    assert status["info"]["status"] == "deployed"
+    cluster.kubectl_run(
+        "-n",
+        namespace,
+        "get",
+        f"deployment/{release}-gpu-efficiency-operator",
+        f"daemonset/{release}-gpu-efficiency-operator-agent",
+        f"service/{release}-gpu-efficiency-operator-metrics",
+    )
+    cluster.kubectl_run("get", "crd", "gpuefficiencypolicies.gpuefficiency.io")
+
+    op = f"system:serviceaccount:{namespace}:{release}-gpu-efficiency-operator"
+    allowed = [
+        ("patch", "pods", "-A"),
+        ("watch", "pods", "-A"),
+        ("create", "pods", "--subresource=eviction", "-A"),
+        ("patch", "nodes"),
+        ("patch", "nodes", "--subresource=status"),
+        ("list", "namespaces"),
+        ("create", "events", "-n", "default"),
+        ("create", "events.events.k8s.io", "-n", "default"),
+        ("list", "gpuefficiencypolicies.gpuefficiency.io"),
+        ("patch", "gpuefficiencypolicies.gpuefficiency.io", "--subresource=status"),
+        ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+        ("create", "leases.coordination.k8s.io", "-n", namespace),
+        ("update", "leases.coordination.k8s.io/gpu-efficiency-operator", "-n", namespace),
+    ]
+    denied = [
+        ("get", "secrets", "-A"),
+        ("list", "secrets", "-n", namespace),
+        ("get", "secrets", "-n", "kube-system"),
+        ("delete", "nodes"),
+        ("delete", "pods", "-A"),
+        ("create", "pods", "-n", "default"),
+        ("update", "pods", "-A"),
+        ("create", "deployments.apps", "-n", "default"),
+        ("delete", "deployments.apps", "-n", namespace),
+        ("get", "configmaps", "-A"),
+        ("escalate", "clusterroles.rbac.authorization.k8s.io"),
+        ("bind", "clusterroles.rbac.authorization.k8s.io"),
+        ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+        ("delete", "gpuefficiencypolicies.gpuefficiency.io"),
+        ("create", "customresourcedefinitions.apiextensions.k8s.io"),
+        ("create", "leases.coordination.k8s.io", "-n", "default"),
+        ("update", "leases.coordination.k8s.io/someone-else", "-n", namespace),
+        ("create", "serviceaccounts", "--subresource=token", "-n", namespace),
+        ("*", "*"),
+    ]
+    assert [a for a in allowed if not can_i(cluster, op, *a)] == []
+    assert [d for d in denied if can_i(cluster, op, *d)] == []
+
+    agent = f"system:serviceaccount:{namespace}:{release}-gpu-efficiency-operator-agent"
+    # Without --write-node-condition the agent has no RBAC at all.
+    assert [
+        a
+        for a in [("get", "nodes"), ("patch", "nodes", "--subresource=status"), ("list", "pods", "-A")]
+        if can_i(cluster, agent, *a)
+    ] == []
+    run(
+        helm_bin,
+        "upgrade",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--reuse-values",
+        "--set",
+        "agent.writeNodeCondition=true",
+        kubeconfig=kc,
+    )
+    assert can_i(cluster, agent, "get", "nodes", "--subresource=status")
+    assert can_i(cluster, agent, "patch", "nodes", "--subresource=status")
+    assert [
+        d
+        for d in [
+            ("get", "nodes"),
+            ("patch", "nodes"),
+            ("list", "nodes"),
+            ("delete", "nodes"),
+            ("get", "pods", "-A"),
+            ("get", "secrets", "-A"),
+        ]
+        if can_i(cluster, agent, *d)
+    ] == []
+
+    run(helm_bin, "uninstall", release, "--namespace", namespace, "--wait", "--timeout", "2m", kubeconfig=kc)
+    gone = cluster.kubectl_run("get", "clusterrole", f"{release}-gpu-efficiency-operator", check=False)
+    assert gone.returncode != 0
+    assert "NotFound" in gone.stderr
+    assert not can_i(cluster, op, "patch", "pods", "-A")
