@@ -8,7 +8,7 @@ export GPUEFF_STATE_DIR ?= /tmp/gpueff-localcluster
 KUBECONFIG_LOCAL := $(GPUEFF_STATE_DIR)/kubeconfig
 CRD_FILE := crds/gpuefficiency.io_gpuefficiencypolicies.yaml
 
-.PHONY: help venv deps crds lint typecheck importlint unit e2e test demo cluster-up cluster-down build-cluster bench clean
+.PHONY: help venv deps proto crds lint typecheck importlint unit e2e test demo cluster-up cluster-down build-cluster bench clean
 
 help:
 	@echo "make demo          run the demo on the local cluster (builds it the first time)"
@@ -32,6 +32,9 @@ crds: venv
 	mkdir -p charts/gpu-efficiency-operator/crds
 	cp $(CRD_FILE) charts/gpu-efficiency-operator/crds/
 
+proto: venv
+	$(VPY) -m grpc_tools.protoc -I operator --python_out=operator operator/gpu_efficiency/agent/proto/podresources.proto
+
 lint: venv
 	$(VENV)/bin/ruff check operator tests bench
 	$(VENV)/bin/ruff format --check operator tests bench
@@ -39,7 +42,10 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-importlint: venv
+importproto: venv
+	$(VPY) -m grpc_tools.protoc -I operator --python_out=operator operator/gpu_efficiency/agent/proto/podresources.proto
+
+lint: venv
 	$(VENV)/bin/lint-imports
 
 unit: venv

@@ -1,0 +1,160 @@
+"""``gpu-efficiency agent``: the per-node agent (DaemonSet). ``add_agent_command`` plugs it into the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import disable_created_metrics
+
+from gpu_efficiency.agent.nvml.types import NvmlBackend
+from gpu_efficiency.agent.pods import DEFAULT_SOCKET, Attributor, PodAttribution, PodResourcesClient
+from gpu_efficiency.agent.runtime import Agent, AgentConfig
+from gpu_efficiency.agent.scenario import PROFILES, build_fake
+from gpu_efficiency.agent.server import AgentServer, parse_listen
+from gpu_efficiency.api.durations import parse_duration
+
+log = logging.getLogger(__name__)
+
+
+def _duration(text: str) -> float:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return seconds
+
+
+def _listen(text: str) -> str:
+    try:
+        parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
+def _xids(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("comma-separated XID numbers") from exc
+
+
+def add_agent_command(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``agent`` subcommand to an argparse subparsers object; runs ``args.func(args) -> int``."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "agent",
+        help="run the per-node GPU agent (NVML metrics, fault events, pod attribution)",
+        description="Per-node agent: reads NVML, serves dcgm-exporter-compatible /metrics, /snapshot, "
+        "/healthz and /readyz, and optionally writes the GPUHealthy node condition.",
+    )
+    p.add_argument("--listen", type=_listen, default="0.0.0.0:9400", help="HOST:PORT (default %(default)s)")
+    p.add_argument("--interval", type=_duration, default="1s", help="sample interval (default %(default)s)")
+    p.add_argument(
+        "--history", type=_duration, default="15m", help="rolling history kept (default %(default)s)"
+    )
+    p.add_argument("--backend", choices=("nvml", "fake"), default="nvml", help="NVML or a simulated one")
+    p.add_argument("--fake-scenario", type=Path, help="fake backend: YAML of GPUs, faults and changes")
+    p.add_argument("--fake-gpus", type=int, default=8, help="fake backend without a scenario: GPU count")
+    p.add_argument(
+        "--fake-profile", choices=sorted(PROFILES), default="idle", help="fake backend: workload profile"
+    )
+    p.add_argument("--fake-pods", default="", help="fake backend: ns/pod[/container]=GPU-uuid-or-index,...")
+    p.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME") or socket.gethostname(),
+        help="this node's name (default $NODE_NAME, else the hostname)",
+    )
+    p.add_argument("--pod-resources-socket", default=DEFAULT_SOCKET, help="kubelet pod-resources socket")
+    p.add_argument("--proc-root", default="/proc", help="host /proc for the cgroup fallback (needs hostPID)")
+    p.add_argument("--no-cgroup-fallback", action="store_true", help="attribute pods via the kubelet only")
+    p.add_argument("--attribution-interval", type=_duration, default="10s", help="pod attribution refresh")
+    p.add_argument("--write-node-condition", action="store_true", help="patch the GPUHealthy node condition")
+    p.add_argument("--critical-xids", type=_xids, help="XIDs that make GPUHealthy False (default: policy's)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(func=run_agent)
+    return p
+
+
+def build_agent(args: argparse.Namespace) -> Agent:
+    """The agent the flags describe. Pods come from the kubelet (cgroup fallback) unless the fake backend
+    was given a static mapping (--fake-pods or pods in the scenario)."""
+    backend: NvmlBackend
+    static: dict[str, tuple[PodAttribution, ...]] = {}
+    if args.backend == "fake":
+        backend, static = build_fake(
+            args.node_name,
+            scenario=args.fake_scenario,
+            gpus=args.fake_gpus,
+            profile=args.fake_profile,
+            pods=args.fake_pods,
+        )
+    else:
+        from gpu_efficiency.agent.nvml.real import PynvmlBackend
+
+        backend = PynvmlBackend()
+    attributor = Attributor(
+        backend,
+        kubelet=PodResourcesClient(args.pod_resources_socket),
+        static=static or None,
+        cgroup_fallback=not args.no_cgroup_fallback,
+        proc_root=args.proc_root,
+    )
+    config = AgentConfig(
+        node_name=args.node_name,
+        interval_s=args.interval,
+        history_s=args.history,
+        attribution_interval_s=args.attribution_interval,
+    )
+    return Agent(backend, config, attributor)
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    disable_created_metrics()  # type: ignore[no-untyped-call,unused-ignore]  # dcgm-exporter has no *_created
+    agent = build_agent(args)
+    server = AgentServer(agent, args.listen)
+    writer = None
+    if args.write_node_condition:
+        from gpu_efficiency.agent.nodecondition import NodeConditionWriter
+
+        writer = NodeConditionWriter(agent, args.node_name, args.critical_xids)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    agent.start()
+    if writer is not None:
+        writer.start()
+    log.info(
+        "agent for node %s (%s backend) listening on %s", args.node_name, agent.backend.name, args.listen
+    )
+    stop.wait()
+    log.info("stopping")
+    if writer is not None:
+        writer.stop()
+    agent.stop()
+    server.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m gpu_efficiency.agent.cli``), until the main CLI wires the command."""
+    parser = argparse.ArgumentParser(prog="gpu-efficiency")
+    add_agent_command(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Generated protobuf modules for the kubelet pod-resources API (see podresources.proto)."""

@@ -1,0 +1,176 @@
+"""The e2e hook: fake scenarios (profiles, faults over time), --fake-pods, and the CLI as a process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gpu_efficiency.agent.cli import add_agent_command, build_agent
+from gpu_efficiency.agent.collect import Collector
+from gpu_efficiency.agent.nvml.fake import fake_uuid
+from gpu_efficiency.agent.nvml.types import EventKind
+from gpu_efficiency.agent.pods import PodAttribution
+from gpu_efficiency.agent.scenario import PROFILES, build_fake
+
+SCENARIO = """
+gpus:
+  - profile: compute-bound
+    pods: [ml/train-0/worker]
+  - profile: idle
+    uuid: GPU-fixed
+    model: NVIDIA A100-SXM4-80GB
+    gpm: false
+    unsupported: [memory_temperature]
+    values: {temp_c: 40}
+  - mig: [1g.10gb, 2g.20gb]
+timeline:
+  - {at: 10s, gpu: 0, profile: idle}
+  - {at: 20s, gpu: GPU-fixed, event: xid, xid: 79, values: {temp_c: 95, clock_event_reasons: 0x40}}
+  - {at: 30s, gpu: all, supported: [memory_temperature], unsupported: [power]}
+"""
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_scenario_file_drives_values_faults_and_attribution(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    clock = _Clock()
+    backend, pods = build_fake("node-a", scenario=path, clock=clock)
+    backend.init()
+    first, fixed, mig = backend.gpus
+    assert first.uuid == fake_uuid("node-a", 0)
+    assert pods == {first.uuid: (PodAttribution("ml", "train-0", "worker"),)}
+    assert backend.utilization(first.uuid).gpu == PROFILES["compute-bound"].gpu_util
+    assert fixed.name == "NVIDIA A100-SXM4-80GB"
+    assert backend.temperature_c("GPU-fixed") == 40
+    assert fixed.gpm is None
+    assert fixed.errors == {"memory_temperature": 3}
+    assert [d.mig_profile for d in backend.mig_devices(mig.info())] == ["1g.10gb", "2g.20gb"]
+    backend.open_events([g.uuid for g in backend.gpus])
+
+    clock.now = 10.0
+    assert backend.utilization(first.uuid).gpu == 0.0  # profile changed at 10 s
+    assert backend.wait_event(0.01) is None
+    clock.now = 20.0
+    event = backend.wait_event(0.5)
+    assert event is not None
+    assert (event.uuid, event.kind, event.data) == ("GPU-fixed", EventKind.XID, 79)
+    assert backend.clock_event_reasons("GPU-fixed") == 0x40
+    clock.now = 30.0
+    reading = Collector(backend).read(fixed.info())
+    assert "memory_temp_c" in reading.values
+    assert reading.failures["power_w"] == "NVML_ERROR_NOT_SUPPORTED"
+
+
+def test_count_profile_and_fake_pods_by_index_or_uuid() -> None:
+    backend, pods = build_fake("n", gpus=3, profile="fake-load", pods=f"a/p=0,b/q={fake_uuid('n', 2)}")
+    backend.init()
+    assert [backend.utilization(g.uuid).gpu for g in backend.gpus] == [100.0] * 3
+    assert pods == {
+        fake_uuid("n", 0): (PodAttribution("a", "p"),),
+        fake_uuid("n", 2): (PodAttribution("b", "q"),),
+    }
+
+
+def test_bad_scenarios_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown profile"):
+        build_fake("n", gpus=1, profile="nope")
+    path = tmp_path / "bad.yaml"
+    path.write_text("gpus:\n  - values: {uuid: x}\n")
+    with pytest.raises(ValueError, match="uuid"):
+        build_fake("n", scenario=path)
+    path.write_text("gpus:\n  - unsupported: [warp_drive]\n")
+    with pytest.raises(ValueError, match="warp_drive"):
+        build_fake("n", scenario=path)
+
+
+def test_every_profile_is_a_complete_fake() -> None:
+    for name in PROFILES:
+        backend, _ = build_fake("n", gpus=1, profile=name)
+        backend.init()
+        assert backend.gpm_metrics(backend.gpus[0].uuid) is None
+        gpm = backend.gpm_metrics(backend.gpus[0].uuid)
+        assert gpm is not None
+        assert gpm.sm_util is not None
+
+
+def _parser() -> Any:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_agent_command(parser.add_subparsers(dest="command"))
+    return parser
+
+
+def test_cli_flags_build_the_agent() -> None:
+    args = _parser().parse_args(
+        ["agent", "--backend", "fake", "--fake-gpus", "2", "--interval", "500ms", "--node-name", "gpu-7"]
+    )
+    agent = build_agent(args)
+    assert (agent.backend.name, agent.config.interval_s, agent.config.node_name) == ("fake", 0.5, "gpu-7")
+    assert agent.config.history_s == 900.0
+    assert args.listen == "0.0.0.0:9400"
+    for bad in (
+        ["--interval", "0s"],
+        ["--interval", "soon"],
+        ["--listen", "nohost"],
+        ["--critical-xids", "x"],
+    ):
+        with pytest.raises(SystemExit):
+            _parser().parse_args(["agent", *bad])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_agent_process_serves_and_stops_on_sigterm(wait_until: Callable[..., Any]) -> None:
+    port = _free_port()
+    env = os.environ | {"NODE_NAME": "node-from-env"}
+    cmd = [sys.executable, "-m", "gpu_efficiency.agent.cli", "agent", "--backend", "fake", "--fake-gpus", "2"]
+    proc = subprocess.Popen(
+        [*cmd, "--fake-profile", "compute-bound", "--fake-pods", "ml/x=1", "--listen", f"127.0.0.1:{port}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        with httpx.Client(timeout=2.0) as http:
+
+            def ready() -> bool:
+                try:
+                    return http.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            wait_until(ready, timeout=20.0, step=0.1)
+            text = http.get(f"http://127.0.0.1:{port}/metrics").text
+        assert 'Hostname="node-from-env"' in text
+        assert 'pod="x"' in text
+        assert "_created" not in text  # no client-library noise next to dcgm's names
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    assert "stopping" in out
