@@ -3,19 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
-
-
-def _setup_logging(level: str, fmt: str) -> None:
-    if fmt == "json":
-        logging.basicConfig(
-            level=level.upper(),
-            format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":%(message)r}',
-        )
-    else:
-        logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -26,10 +15,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gpu_efficiency.handlers import policy
 
     config = config_from_args(args)
-    _setup_logging(config.log_level, config.log_format)
     policy.CONFIG = config
     liveness = f"http://0.0.0.0:{config.health_port}/healthz" if config.health_port else None
-    kopf.configure(verbose=config.log_level.upper() == "DEBUG")
+    # Kopf owns the logging set-up (one handler, JSON when asked for): no basicConfig of ours.
+    level = config.log_level.upper()
+    kopf.configure(
+        debug=level == "DEBUG",
+        quiet=level in ("WARNING", "ERROR"),
+        log_format=kopf.LogFormat.JSON if config.log_format == "json" else kopf.LogFormat.FULL,
+    )
     kopf.run(clusterwide=True, standalone=True, liveness_endpoint=liveness)
     return 0
 
@@ -62,7 +56,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from gpu_efficiency.config import add_run_arguments
 
-    parser = argparse.ArgumentParser(prog="gpu-efficiency", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="gpu-efficiency",
+        description="Run the GPU efficiency operator or its node agent, play the DCGM simulator, report and explain.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the operator")

@@ -1,0 +1,105 @@
+"""How active a GPU is, from which signal, and whether there is enough data to say.
+
+Safety rule 1: absence of data is never idleness. A GPU gets an activity only from a signal whose
+samples are numerous, fresh and in range; otherwise it is Unknown and nothing destructive follows.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
+from gpu_efficiency.engine.params import CycleParams
+
+#: Upper bound of an unbounded signal (bytes/s, MiB, W): only NaN/inf/negative are rejected.
+UNBOUNDED = sys.float_info.max
+#: Tolerance for fractions a sampler reports as 1.0000001.
+_EPS = 1e-6
+
+#: The activity fallback chain of DESIGN.md: (signal, largest valid value, scale to a 0-1 fraction).
+ACTIVITY_CHAIN: tuple[tuple[Signal, float, float], ...] = (
+    (Signal.SM_ACTIVE, 1.0 + _EPS, 1.0),
+    (Signal.GR_ENGINE_ACTIVE, 1.0 + _EPS, 1.0),
+    (Signal.GPU_UTIL, 100.0 + _EPS, 0.01),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DataBounds:
+    """How many samples are enough and how old the newest may be, for one GPU and window."""
+
+    needed: float  # expected samples x minCoverage
+    oldest: float  # unix seconds: a newest sample before this is stale
+
+
+def data_bounds(sample: GPUSample, params: CycleParams, now: float) -> DataBounds:
+    """Expected samples come from the source (window / scrape interval) or, failing that, the policy."""
+    expected = sample.expected_samples.get(Window.ACTIVITY) or params.expected_activity_samples
+    return DataBounds(needed=expected * params.min_coverage, oldest=now - params.max_staleness_s)
+
+
+def insufficiency(stats: Stats | None, upper: float, bounds: DataBounds) -> str:
+    """Why these stats cannot be trusted ('' when they can): missing, sparse, stale or out of range."""
+    if stats is None:
+        return "no samples"
+    count = stats.count
+    if count <= 0 or count < bounds.needed:
+        return f"{count} samples in the window, {bounds.needed:.0f} needed"
+    if not stats.last_timestamp >= bounds.oldest:  # also rejects NaN
+        return "stale: the newest sample is older than maxStaleness"
+    avg, peak = stats.avg, stats.max
+    if not (0.0 <= avg <= upper and 0.0 <= peak <= upper):  # rejects NaN, inf and negatives
+        return f"values out of range (avg={avg}, max={peak})"
+    return ""
+
+
+def usable(stats: Stats | None, upper: float, bounds: DataBounds) -> Stats | None:
+    """The stats when trustworthy, else None (a diagnosis needing them is simply not made)."""
+    if stats is None or insufficiency(stats, upper, bounds):
+        return None
+    return stats
+
+
+@dataclass(frozen=True, slots=True)
+class GPUActivity:
+    """Activity of one GPU over the activity window; ``signal`` is None when Unknown."""
+
+    uuid: str
+    signal: Signal | None
+    peak: float  # 0-1, peak over the window (idleness); NaN when Unknown
+    avg: float  # 0-1, average over the window (diagnosis); NaN when Unknown
+    unknown_reason: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.signal is not None
+
+
+def gpu_activity(sample: GPUSample, bounds: DataBounds) -> GPUActivity:
+    """The first signal of SM_ACTIVE -> GR_ENGINE_ACTIVE -> GPU_UTIL/100 with sufficient data.
+
+    A signal that is present but unusable (sparse, stale, NaN) is skipped for the next one rather
+    than trusted; only when none is usable is the GPU Unknown, with every signal's problem listed.
+    """
+    window = sample.stats.get(Window.ACTIVITY)
+    if not window:
+        return GPUActivity(sample.uuid, None, float("nan"), float("nan"), "no samples in the activity window")
+    problems: list[str] = []
+    for signal, upper, scale in ACTIVITY_CHAIN:
+        stats = window.get(signal)
+        if stats is None:
+            continue
+        why = insufficiency(stats, upper, bounds)
+        if not why:
+            return GPUActivity(sample.uuid, signal, stats.max * scale, stats.avg * scale)
+        problems.append(f"{signal.value}: {why}")
+    reason = "; ".join(problems) if problems else "no activity signal (SM_ACTIVE, GR_ENGINE_ACTIVE, GPU_UTIL)"
+    return GPUActivity(sample.uuid, None, float("nan"), float("nan"), reason)
+
+
+def gpu_util_fraction(window: Mapping[Signal, Stats], bounds: DataBounds) -> float | None:
+    """Average GPU_UTIL as a 0-1 fraction when trustworthy (the exporter serves percent)."""
+    stats = usable(window.get(Signal.GPU_UTIL), ACTIVITY_CHAIN[2][1], bounds)
+    return None if stats is None else stats.avg / 100.0

@@ -1,0 +1,104 @@
+"""Eviction safety filters and caps (DESIGN.md safety rule 4).
+
+Permanent filters (static, DaemonSet, bare, high priority) stop a pod from ever being warned, so no
+pod carries an ``evict-after`` that cannot come true. Temporary ones (warm-up) and the caps only
+postpone: the pod keeps its clock and warning and is retried next cycle.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpu_efficiency.api.durations import format_duration
+from gpu_efficiency.engine.model import PodView
+from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.timefmt import parse_rfc3339
+
+HOUR_S = 3600.0
+
+
+def permanent_blocker(pod: PodView, params: CycleParams) -> str:
+    """Why this pod may never be evicted ('' when it may)."""
+    if pod.is_static:
+        return "static (mirror) pods are never evicted"
+    if pod.controller_kind == "DaemonSet":
+        return "DaemonSet pods are never evicted"
+    if pod.controller_kind is None and not params.allow_bare_pods:
+        return "bare pod without a controller (eviction.allowBarePods is false)"
+    if pod.priority >= params.priority_threshold:
+        return f"priority {pod.priority} >= eviction.priorityThreshold {params.priority_threshold}"
+    return ""
+
+
+def temporary_blocker(pod: PodView, params: CycleParams, now: float) -> str:
+    """Why this pod may not be evicted this cycle ('' when it may)."""
+    if pod.deleting:
+        return "the pod is already being deleted"
+    if pod.start_time is None:
+        return "the pod's start time is unknown"
+    age = now - pod.start_time
+    if age < params.min_pod_age_s:
+        return f"pod age {format_duration(age)} < minPodAge {format_duration(params.min_pod_age_s)}"
+    return ""
+
+
+def recent_within_hour(recent: Iterable[str], now: float) -> list[str]:
+    """Eviction times of the last hour (unparsable entries dropped): the rolling per-hour budget."""
+    kept = []
+    for text in recent:
+        ts = parse_rfc3339(text)
+        if ts is not None and now - HOUR_S < ts <= now:
+            kept.append(text)
+    return kept
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionCandidate:
+    """An idle pod whose warning period is over."""
+
+    pod: PodView
+    idle_since: float
+    message: str  # becomes EvictPod.reason and the GPUIdleEvicted event text
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionSelection:
+    selected: tuple[EvictionCandidate, ...]
+    notes: tuple[str, ...]  # one line per candidate not evicted, saying why
+
+
+def select_evictions(
+    candidates: Sequence[EvictionCandidate], params: CycleParams, now: float, evictions_last_hour: int
+) -> EvictionSelection:
+    """Apply the filters and the caps in a deterministic order: longest idle first, then namespace/name."""
+    ordered = sorted(candidates, key=lambda c: (c.idle_since, c.pod.namespace, c.pod.name))
+    hour_left = max(0, params.max_per_hour - evictions_last_hour)
+    per_namespace: Counter[str] = Counter()
+    selected: list[EvictionCandidate] = []
+    notes: list[str] = []
+    for candidate in ordered:
+        pod = candidate.pod
+        who = f"{pod.namespace}/{pod.name}"
+        blocker = permanent_blocker(pod, params) or temporary_blocker(pod, params, now)
+        if blocker:
+            notes.append(f"{who}: eviction skipped: {blocker}")
+        elif len(selected) >= params.max_per_cycle:
+            notes.append(
+                f"{who}: eviction postponed: maxPerCycle {params.max_per_cycle} reached; retried next cycle"
+            )
+        elif len(selected) >= hour_left:
+            notes.append(
+                f"{who}: eviction postponed: maxPerHour {params.max_per_hour} reached "
+                f"({evictions_last_hour} in the last hour); retried next cycle"
+            )
+        elif per_namespace[pod.namespace] >= params.max_per_namespace:
+            notes.append(
+                f"{who}: eviction postponed: maxPerNamespacePerCycle {params.max_per_namespace} reached "
+                f"in {pod.namespace}; retried next cycle"
+            )
+        else:
+            per_namespace[pod.namespace] += 1
+            selected.append(candidate)
+    return EvictionSelection(tuple(selected), tuple(notes))

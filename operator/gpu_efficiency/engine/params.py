@@ -1,0 +1,77 @@
+"""Policy thresholds parsed once per cycle: durations in seconds, prices by normalised model name.
+
+The spec holds strings ("10m") and nested models; the engine evaluates tens of thousands of GPUs a
+cycle, so it reads plain floats from one slotted object instead of re-parsing per GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpu_efficiency.api.durations import parse_duration
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, Mode, UnderutilizationRule
+
+
+def normalise_model(model: str) -> str:
+    """'NVIDIA H100 80GB HBM3' and the node label 'NVIDIA-H100-80GB-HBM3' name the same price."""
+    return model.strip().lower().replace(" ", "-").replace("_", "-")
+
+
+@dataclass(frozen=True, slots=True)
+class CycleParams:
+    enforce: bool
+    interval_s: float
+    window_s: float
+    min_coverage: float
+    max_staleness_s: float
+    expected_activity_samples: float  # window / scrape interval, when a sample does not say
+    idle_enabled: bool
+    activity_below: float
+    idle_for_s: float
+    warning_period_s: float
+    allow_opt_out: bool
+    allow_keep_until: bool
+    max_keep_s: float
+    under_enabled: bool
+    under: UnderutilizationRule
+    max_per_cycle: int
+    max_per_hour: int
+    max_per_namespace: int
+    min_pod_age_s: float
+    allow_bare_pods: bool
+    priority_threshold: int
+    prices: Mapping[str, float]  # normalised model -> price per GPU-hour ("default" kept)
+
+
+def cycle_params(spec: GPUEfficiencyPolicySpec) -> CycleParams:
+    """Parse the spec once for a cycle."""
+    prom = spec.metrics.prometheus
+    window_s = parse_duration(spec.window)
+    scrape_s = parse_duration(prom.scrape_interval)
+    eviction = spec.eviction
+    min_age = eviction.min_pod_age
+    return CycleParams(
+        enforce=spec.mode == Mode.ENFORCE,
+        interval_s=parse_duration(spec.interval),
+        window_s=window_s,
+        min_coverage=prom.min_coverage,
+        max_staleness_s=parse_duration(prom.max_staleness),
+        expected_activity_samples=window_s / scrape_s if scrape_s > 0 else 0.0,
+        idle_enabled=spec.idle.enabled,
+        activity_below=spec.idle.activity_below,
+        idle_for_s=parse_duration(spec.idle.idle_for),
+        warning_period_s=parse_duration(spec.idle.warning_period),
+        allow_opt_out=spec.idle.allow_opt_out,
+        allow_keep_until=spec.idle.allow_keep_until,
+        max_keep_s=parse_duration(spec.idle.max_keep),
+        under_enabled=spec.underutilization.enabled,
+        under=spec.underutilization,
+        max_per_cycle=eviction.max_per_cycle,
+        max_per_hour=eviction.max_per_hour,
+        max_per_namespace=eviction.max_per_namespace_per_cycle,
+        min_pod_age_s=parse_duration(min_age) if min_age else window_s,
+        allow_bare_pods=eviction.allow_bare_pods,
+        priority_threshold=eviction.priority_threshold,
+        prices={normalise_model(k): v for k, v in spec.price_per_gpu_hour.items()},
+    )

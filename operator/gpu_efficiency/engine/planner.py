@@ -1,0 +1,488 @@
+"""One evaluation cycle: snapshot in, plan out (verdicts, pod actions, evictions, faults, status).
+
+Order of the plan's actions: per pod its annotation patch then its events; then fault actions and
+policy events; evictions last, so every warning and annotation is written before anything
+destructive happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpu_efficiency.api import names
+from gpu_efficiency.api.durations import format_duration
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, QuarantinedNode, VerdictCounts
+from gpu_efficiency.engine.activity import (
+    ACTIVITY_CHAIN,
+    DataBounds,
+    GPUActivity,
+    gpu_activity,
+    gpu_util_fraction,
+)
+from gpu_efficiency.engine.budgets import (
+    EvictionCandidate,
+    permanent_blocker,
+    recent_within_hour,
+    select_evictions,
+)
+from gpu_efficiency.engine.conditions import condition_flipped, set_condition
+from gpu_efficiency.engine.explain import explain_lines
+from gpu_efficiency.engine.faults import evaluate_faults
+from gpu_efficiency.engine.idle import GPUState, Lifecycle, PodKey, idle_lifecycle, is_shared, shared_idleness
+from gpu_efficiency.engine.model import (
+    Action,
+    AnnotatePod,
+    Diagnosis,
+    EvictPod,
+    FaultOutcome,
+    GPUSample,
+    Plan,
+    PodEvent,
+    PodVerdict,
+    PodView,
+    PolicyEvent,
+    Signal,
+    Snapshot,
+    Stats,
+    TaintNode,
+    Verdict,
+    Window,
+)
+from gpu_efficiency.engine.params import CycleParams, cycle_params
+from gpu_efficiency.engine.podannotations import (
+    annotation_patch,
+    cleanup_patch,
+    desired_annotations,
+    state_value,
+)
+from gpu_efficiency.engine.selection import Scope, build_scope
+from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.engine.underutilization import RECOMMENDATIONS, Finding, diagnose, verdict_of
+from gpu_efficiency.engine.waste import elapsed_hours, idle_waste
+
+_SIGNAL_RANK: Mapping[Signal, int] = {signal: i for i, (signal, _, _) in enumerate(ACTIVITY_CHAIN)}
+#: Plain-string values of the enums, looked up instead of the slower ``.value`` descriptor.
+_VALUE: Mapping[Signal | Diagnosis | Verdict, str] = {
+    member: member.value for enum in (Signal, Diagnosis, Verdict) for member in enum
+}
+_EMPTY: Mapping[Signal, Stats] = {}
+
+
+@dataclass(slots=True)
+class PodRecord:
+    """Everything that led to one pod's verdict and actions (kept for ``explain_pod``)."""
+
+    pod: PodView
+    verdict: PodVerdict
+    activities: tuple[GPUActivity, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    sharing: str = ""
+    lifecycle: Lifecycle | None = None
+    patch: Mapping[str, str | None] = field(default_factory=dict)
+    events: tuple[PodEvent, ...] = ()
+
+
+@dataclass(slots=True)
+class Evaluation:
+    plan: Plan
+    params: CycleParams
+    record: PodRecord | None  # the focused pod's record, when one was asked for
+    exclusion: str  # why the focused pod is out of scope ('' when in scope or not asked)
+
+
+class _Context:
+    """Per-cycle caches: activity per GPU, data bounds per expected sample count."""
+
+    __slots__ = ("_activity", "_bounds", "idle_rule", "now", "params", "pod_gpus")
+
+    def __init__(self, params: CycleParams, now: float, pod_gpus: Mapping[PodKey, list[GPUSample]]) -> None:
+        self.params = params
+        self.now = now
+        self.pod_gpus = pod_gpus
+        self.idle_rule = (
+            f" < activityBelow {params.activity_below} over the {format_duration(params.window_s)} window"
+        )
+        self._activity: dict[str, GPUActivity] = {}
+        self._bounds: dict[float, DataBounds] = {}
+
+    def bounds(self, sample: GPUSample) -> DataBounds:
+        expected = sample.expected_samples.get(Window.ACTIVITY) or self.params.expected_activity_samples
+        found = self._bounds.get(expected)
+        if found is None:
+            found = DataBounds(
+                needed=expected * self.params.min_coverage, oldest=self.now - self.params.max_staleness_s
+            )
+            self._bounds[expected] = found
+        return found
+
+    def activity(self, sample: GPUSample, bounds: DataBounds | None = None) -> GPUActivity:
+        found = self._activity.get(sample.uuid)
+        if found is None:
+            found = gpu_activity(sample, bounds or self.bounds(sample))
+            self._activity[sample.uuid] = found
+        return found
+
+    def gpu_state(self, sample: GPUSample) -> str:
+        activity = self.activity(sample)
+        if not activity.known:
+            return GPUState.UNKNOWN
+        return GPUState.IDLE if activity.peak < self.params.activity_below else GPUState.BUSY
+
+
+def _index_pods(gpus: Sequence[GPUSample]) -> dict[PodKey, list[GPUSample]]:
+    """GPU samples of each pod, from the exporter's pod labels (a GPU listed once per pod)."""
+    pod_gpus: dict[PodKey, list[GPUSample]] = {}
+    for sample in gpus:
+        for ref in sample.pods:
+            key = (ref.namespace, ref.name)
+            samples = pod_gpus.get(key)
+            if samples is None:
+                pod_gpus[key] = [sample]
+            elif samples[-1] is not sample:
+                samples.append(sample)
+    return pod_gpus
+
+
+def _unknown(pod: PodView, reason: str, uuids: tuple[str, ...] = ()) -> PodVerdict:
+    return PodVerdict(
+        namespace=pod.namespace,
+        name=pod.name,
+        verdict=Verdict.UNKNOWN,
+        diagnosis=Diagnosis.INSUFFICIENT_DATA,
+        recommendation=RECOMMENDATIONS[Diagnosis.INSUFFICIENT_DATA],
+        activity_signal=None,
+        activity_peak=None,
+        activity_avg=None,
+        gpu_util_avg=None,
+        efficiency=None,
+        gpus=uuids,
+        reason=reason,
+    )
+
+
+def _judge(pod: PodView, key: PodKey, ctx: _Context) -> PodRecord:
+    """The pod's verdict: Unknown if a GPU lacks data, Idle if all are idle (sharing rule), else diagnosis."""
+    samples = ctx.pod_gpus.get(key)
+    if not samples:
+        return PodRecord(
+            pod,
+            _unknown(pod, "no DCGM samples are attributed to this pod (check the exporter's pod labels)"),
+        )
+    params = ctx.params
+    bounds = [ctx.bounds(s) for s in samples]
+    activities = tuple([ctx.activity(s, b) for s, b in zip(samples, bounds, strict=True)])
+    uuids = tuple([a.uuid for a in activities])
+    for activity in activities:
+        if activity.signal is None:
+            return PodRecord(
+                pod, _unknown(pod, f"GPU {activity.uuid}: {activity.unknown_reason}", uuids), activities
+            )
+    windows = [s.stats.get(Window.ACTIVITY) or _EMPTY for s in samples]
+    if len(activities) == 1:
+        only = activities[0]
+        peak, avg, signal = only.peak, only.avg, only.signal
+        util = gpu_util_fraction(windows[0], bounds[0])
+    else:
+        peak = max([a.peak for a in activities])
+        avg = sum([a.avg for a in activities]) / len(activities)
+        signal = max([a.signal for a in activities if a.signal is not None], key=_SIGNAL_RANK.__getitem__)
+        utils = [gpu_util_fraction(w, b) for w, b in zip(windows, bounds, strict=True)]
+        known_utils = [u for u in utils if u is not None]
+        util = sum(known_utils) / len(known_utils) if known_utils else None
+    if signal is None:  # unreachable: every activity is known here; keeps the type checker exact
+        return PodRecord(pod, _unknown(pod, "no activity signal", uuids), activities)
+    efficiency = None
+    if util is not None and util >= 0.01 and signal is not Signal.GPU_UTIL:
+        efficiency = min(100.0, avg / util * 100.0)
+
+    sharing = ""
+    if params.idle_enabled and peak < params.activity_below:
+        idle_evidence = f"peak {_VALUE[signal]} {peak:.3f}{ctx.idle_rule}"
+        state = GPUState.IDLE
+        if is_shared(samples, key):
+            shared = shared_idleness(key, ctx.pod_gpus, ctx.gpu_state)
+            state = shared.state
+            sharing = (
+                f"own GPUs idle but {shared.why}" if shared.why else "shared GPUs: every pod on them is idle"
+            )
+            if state == GPUState.UNKNOWN:
+                return PodRecord(pod, _unknown(pod, sharing, uuids), activities, (), sharing)
+        if state == GPUState.IDLE:
+            verdict = PodVerdict(
+                pod.namespace, pod.name, Verdict.IDLE, Diagnosis.IDLE, RECOMMENDATIONS[Diagnosis.IDLE],
+                signal, peak, avg, util, efficiency, uuids, idle_evidence,
+            )  # fmt: skip
+            return PodRecord(pod, verdict, activities, (), sharing)
+
+    if not params.under_enabled:
+        good = avg >= params.under.efficient_sm_active_above
+        verdict = PodVerdict(
+            pod.namespace, pod.name, Verdict.EFFICIENT if good else Verdict.UNDERUTILIZED,
+            Diagnosis.COMPUTE_BOUND if good else Diagnosis.LOW_COMPUTE, "",
+            signal, peak, avg, util, efficiency, uuids,
+            f"average activity {avg:.3f} (underutilization diagnosis disabled)",
+        )  # fmt: skip
+        return PodRecord(pod, verdict, activities, (), sharing)
+
+    findings = tuple(
+        [diagnose(w, a, params, b, s.fb_total_mib)
+         for s, w, a, b in zip(samples, windows, activities, bounds, strict=True)]
+    )  # fmt: skip
+    best_index = min(range(len(findings)), key=lambda i: findings[i].rank) if len(findings) > 1 else 0
+    best = findings[best_index]
+    where = f" on GPU {uuids[best_index]}" if len(findings) > 1 else ""
+    reason = f"{_VALUE[best.diagnosis]}{where}: {best.evidence}" + (f" ({sharing})" if sharing else "")
+    verdict = PodVerdict(
+        pod.namespace, pod.name, verdict_of(best.diagnosis, avg, params), best.diagnosis, best.recommendation,
+        signal, peak, avg, util, efficiency, uuids, reason,
+    )  # fmt: skip
+    return PodRecord(pod, verdict, activities, findings, sharing)
+
+
+def _act(record: PodRecord, params: CycleParams, now: float, policy_name: str, notes: list[str]) -> None:
+    """Lifecycle, annotation patch and events of one judged pod (written into the record)."""
+    pod = record.pod
+    verdict = record.verdict
+    current = pod.annotations
+    blocker = permanent_blocker(pod, params) if verdict.verdict is Verdict.IDLE and params.enforce else ""
+    lifecycle = idle_lifecycle(pod, verdict.verdict, params, now, evidence=verdict.reason, blocker=blocker)
+    record.lifecycle = lifecycle
+    if blocker and lifecycle.hold == blocker:
+        notes.append(f"{pod.namespace}/{pod.name}: idle but never warned or evicted: {blocker}")
+    desired = desired_annotations(
+        verdict, state_value(verdict.verdict, lifecycle.warned), policy_name, current
+    )
+    if not params.under_enabled and verdict.verdict not in (Verdict.IDLE, Verdict.UNKNOWN):
+        desired[names.DIAGNOSIS] = None
+        desired[names.RECOMMENDATION] = None
+    patch = annotation_patch(current, desired)
+    if lifecycle.updates:
+        patch.update(lifecycle.updates)
+    record.patch = patch
+    events = [
+        PodEvent(pod.namespace, pod.name, pod.uid, e.reason, e.message, e.type) for e in lifecycle.events
+    ]
+    if (
+        verdict.verdict is Verdict.UNDERUTILIZED
+        and params.under_enabled
+        and current.get(names.DIAGNOSIS) != _VALUE[verdict.diagnosis]
+    ):
+        events.append(
+            PodEvent(
+                pod.namespace, pod.name, pod.uid, names.EV_UNDERUTILIZED,
+                f"{verdict.reason}. Recommendation: {verdict.recommendation}",
+            )
+        )  # fmt: skip
+    record.events = tuple(events)
+
+
+def _status(
+    snapshot: Snapshot,
+    params: CycleParams,
+    verdicts: Sequence[PodVerdict],
+    gpus_evaluated: int,
+    warned: int,
+    idle_gpu_models: Sequence[tuple[str, str]],
+    faults: FaultOutcome | None,
+) -> tuple[GPUEfficiencyPolicyStatus, list[PolicyEvent]]:
+    """The new status and the policy events its condition flips call for."""
+    previous = snapshot.status
+    now, generation = snapshot.now, snapshot.generation
+    tally = {Verdict.IDLE: 0, Verdict.UNDERUTILIZED: 0, Verdict.EFFICIENT: 0, Verdict.UNKNOWN: 0}
+    for v in verdicts:
+        tally[v.verdict] += 1
+    counts = VerdictCounts(
+        idle=tally[Verdict.IDLE],
+        underutilized=tally[Verdict.UNDERUTILIZED],
+        efficient=tally[Verdict.EFFICIENT],
+        unknown=tally[Verdict.UNKNOWN],
+    )
+    events: list[PolicyEvent] = []
+    conditions = list(previous.conditions)
+    if snapshot.metrics_available:
+        conditions = set_condition(
+            conditions, names.COND_METRICS, "True", "MetricsRead",
+            f"samples for {len(snapshot.gpus)} GPUs", now, generation,
+        )  # fmt: skip
+        conditions = set_condition(
+            conditions, names.COND_READY, "True", "Evaluated",
+            f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated", now, generation,
+        )  # fmt: skip
+    else:
+        message = snapshot.metrics_error or "the metrics source failed"
+        if condition_flipped(conditions, names.COND_METRICS, "False"):
+            events.append(
+                PolicyEvent(
+                    names.EV_METRICS_UNAVAILABLE, f"{message}: no pod is judged or evicted", "Warning"
+                )
+            )
+        conditions = set_condition(
+            conditions, names.COND_METRICS, "False", "SourceUnavailable", message, now, generation
+        )
+        conditions = set_condition(
+            conditions, names.COND_READY, "False", "MetricsUnavailable",
+            "metrics unavailable: verdicts Unknown, nothing evicted", now, generation,
+        )  # fmt: skip
+    quarantined = previous.quarantined_nodes
+    if faults is not None:
+        state = "True" if faults.breaker_open else "False"
+        if (
+            faults.breaker_open
+            and condition_flipped(conditions, names.COND_BREAKER, "True")
+            and not any(isinstance(a, PolicyEvent) and a.reason == names.EV_BREAKER for a in faults.actions)
+        ):
+            events.append(
+                PolicyEvent(names.EV_BREAKER, faults.breaker_message or "circuit breaker open", "Warning")
+            )
+        conditions = set_condition(
+            conditions, names.COND_BREAKER, state, "TooManyFaultyNodes" if faults.breaker_open else "Closed",
+            faults.breaker_message, now, generation,
+        )  # fmt: skip
+        quarantined = [
+            QuarantinedNode(node=q.node, kind=q.kind, gpus=list(q.gpus), tainted=q.tainted, since=q.since)
+            for q in faults.quarantined
+        ]
+    hours = elapsed_hours(previous.last_evaluation_time, now, params.interval_s)
+    waste = idle_waste(idle_gpu_models, params.prices, hours)
+    status = previous.model_copy(
+        update={
+            "observed_generation": generation,
+            "conditions": conditions,
+            "last_evaluation_time": format_rfc3339(now),
+            "gpus_evaluated": gpus_evaluated,
+            "pods_evaluated": len(verdicts),
+            "verdicts": counts,
+            "idle_gpus": waste.idle_gpus,
+            "warned_pods": warned,
+            "recent_evictions": recent_within_hour(previous.recent_evictions, now),
+            "idle_gpu_hours": previous.idle_gpu_hours + waste.idle_gpu_hours,
+            "estimated_waste_per_hour": waste.per_hour,
+            "estimated_waste_total": previous.estimated_waste_total + waste.cost,
+            "quarantined_nodes": quarantined,
+        }
+    )
+    return status, events
+
+
+def _metrics_unavailable(snapshot: Snapshot, params: CycleParams, in_scope: list[PodView]) -> Plan:
+    """Prometheus down: every pod Unknown, no pod writes, a condition and (on the flip) an event.
+
+    The faults engine still runs (it detects nothing without data but applies manual recoveries);
+    any TaintNode it might return is dropped here all the same: no new taints without data.
+    """
+    reason = f"metrics unavailable: {snapshot.metrics_error or 'the metrics source failed'}"
+    verdicts = tuple([_unknown(pod, reason) for pod in in_scope])
+    warned = sum(1 for pod in in_scope if names.EVICT_AFTER in pod.annotations)
+    faults = evaluate_faults(snapshot)
+    fault_actions = [a for a in faults.actions if not isinstance(a, TaintNode)]
+    notes = [reason, *faults.notes]
+    if len(fault_actions) < len(faults.actions):
+        notes.append("taints dropped: no new taint while metrics are unavailable")
+    status, events = _status(snapshot, params, verdicts, 0, warned, [], faults)
+    return Plan(actions=(*fault_actions, *events), verdicts=verdicts, status=status, notes=tuple(notes))
+
+
+def evaluate(snapshot: Snapshot, focus: PodKey | None = None) -> Evaluation:
+    """The cycle's plan, and for ``focus`` the record that explains its verdict."""
+    params = cycle_params(snapshot.policy)
+    now = snapshot.now
+    scope: Scope = build_scope(
+        snapshot.policy.selection, snapshot.protected_namespaces, snapshot.namespaces, snapshot.nodes
+    )
+    in_scope: list[PodView] = []
+    cleanups: list[Action] = []
+    focus_exclusion = ""
+    for pod in snapshot.pods:
+        if pod.namespace in scope.protected:  # never touched, not even cleaned up
+            if focus == (pod.namespace, pod.name):
+                focus_exclusion = scope.exclusion(pod)
+            continue
+        why = scope.exclusion(pod)
+        if not why:
+            in_scope.append(pod)
+            continue
+        if focus == (pod.namespace, pod.name):
+            focus_exclusion = why
+        if (
+            pod.annotations.get(names.POLICY) == snapshot.policy_name
+            and pod.phase == "Running"
+            and not pod.deleting
+        ):
+            patch = cleanup_patch(pod.annotations)
+            if patch:
+                cleanups.append(AnnotatePod(pod.namespace, pod.name, pod.uid, patch))
+
+    if not snapshot.metrics_available:
+        plan = _metrics_unavailable(snapshot, params, in_scope)
+        record = None
+        if focus is not None:
+            for verdict, pod in zip(plan.verdicts, in_scope, strict=True):
+                if (pod.namespace, pod.name) == focus:
+                    record = PodRecord(pod, verdict)
+        return Evaluation(plan, params, record, focus_exclusion)
+
+    pod_gpus = _index_pods(snapshot.gpus)
+    ctx = _Context(params, now, pod_gpus)
+    policy_name = snapshot.policy_name
+    actions: list[Action] = []
+    verdicts: list[PodVerdict] = []
+    candidates: list[EvictionCandidate] = []
+    notes: list[str] = []
+    idle_gpus: dict[str, tuple[str, str]] = {}
+    evaluated_gpus: set[str] = set()
+    node_products = {n.name: n.labels.get(names.GPU_PRODUCT_LABEL, "") for n in snapshot.nodes}
+    warned = 0
+    focused: PodRecord | None = None
+    for pod in in_scope:
+        key = (pod.namespace, pod.name)
+        record = _judge(pod, key, ctx)
+        verdict = record.verdict
+        verdicts.append(verdict)
+        evaluated_gpus.update(verdict.gpus)
+        if verdict.verdict is Verdict.IDLE:
+            for sample in pod_gpus[key]:
+                idle_gpus[sample.uuid] = (sample.model, node_products.get(sample.node, ""))
+        _act(record, params, now, policy_name, notes)
+        lifecycle = record.lifecycle
+        if lifecycle is not None:
+            warned += lifecycle.warned
+            if lifecycle.candidate is not None:
+                candidates.append(lifecycle.candidate)
+        if record.patch:
+            actions.append(AnnotatePod(pod.namespace, pod.name, pod.uid, record.patch))
+        actions.extend(record.events)
+        if key == focus:
+            focused = record
+    actions.extend(cleanups)
+
+    faults = evaluate_faults(snapshot)
+    notes.extend(faults.notes)
+    actions.extend(faults.actions)
+    recent = recent_within_hour(snapshot.status.recent_evictions, now)
+    selection = select_evictions(candidates, params, now, len(recent))
+    notes.extend(selection.notes)
+    status, policy_events = _status(
+        snapshot, params, verdicts, len(evaluated_gpus), warned, list(idle_gpus.values()), faults
+    )
+    actions.extend(policy_events)
+    actions.extend(
+        EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} by policy {policy_name}")
+        for c in selection.selected
+    )
+    plan = Plan(actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes))
+    return Evaluation(plan, params, focused, focus_exclusion)
+
+
+def plan_cycle(snapshot: Snapshot) -> Plan:
+    """Judge every pod in scope and plan this cycle's writes; pure: the same snapshot gives the same plan."""
+    return evaluate(snapshot).plan
+
+
+def explain_pod(snapshot: Snapshot, namespace: str, name: str) -> list[str]:
+    """Human-readable lines: every signal, threshold and rule behind one pod's verdict and actions."""
+    evaluation = evaluate(snapshot, focus=(namespace, name))
+    return explain_lines(snapshot, evaluation, namespace, name)
+
+
+__all__ = ["Evaluation", "PodRecord", "evaluate", "explain_pod", "plan_cycle"]

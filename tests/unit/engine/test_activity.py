@@ -1,0 +1,98 @@
+"""Activity fallback chain and data sufficiency (safety rule 1: absence of data is never idleness)."""
+
+import math
+
+import pytest
+
+from gpu_efficiency.engine.activity import (
+    UNBOUNDED,
+    DataBounds,
+    GPUActivity,
+    data_bounds,
+    gpu_activity,
+    insufficiency,
+)
+from gpu_efficiency.engine.model import Signal, Stats
+from gpu_efficiency.engine.params import cycle_params
+
+from .builders import NOW, gpu, policy, stats
+
+PARAMS = cycle_params(policy())  # window 10m, scrape 15s, minCoverage 0.6, maxStaleness 2m
+SM, GR, UTIL = Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL
+
+
+def activity_of(signals: dict[Signal, Stats], expected: float | None = 40.0) -> GPUActivity:
+    sample = gpu("GPU-0", signals, ("ns", "p"), expected=expected)
+    return gpu_activity(sample, data_bounds(sample, PARAMS, NOW))
+
+
+@pytest.mark.parametrize(
+    ("signals", "signal", "peak", "avg"),
+    [
+        ({SM: stats(0.2, 0.5), GR: stats(0.3, 0.6), UTIL: stats(90.0, 100.0)}, SM, 0.5, 0.2),
+        ({GR: stats(0.3, 0.6), UTIL: stats(90.0, 100.0)}, GR, 0.6, 0.3),
+        ({UTIL: stats(40.0, 80.0)}, UTIL, 0.8, 0.4),  # percent scaled to a fraction
+        # a present but unusable signal falls through to the next usable one
+        ({SM: stats(0.0, count=3), GR: stats(0.3, 0.6)}, GR, 0.6, 0.3),
+        ({SM: stats(math.nan), GR: stats(0.3, age=999.0), UTIL: stats(10.0, 20.0)}, UTIL, 0.2, 0.1),
+    ],
+)
+def test_fallback_chain_picks_first_usable_signal(
+    signals: dict[Signal, Stats], signal: Signal, peak: float, avg: float
+) -> None:
+    activity = activity_of(signals)
+    assert activity.known
+    assert activity.signal is signal
+    assert activity.peak == pytest.approx(peak)
+    assert activity.avg == pytest.approx(avg)
+
+
+@pytest.mark.parametrize(
+    ("signals", "why"),
+    [
+        ({}, "no samples"),
+        ({Signal.POWER: stats(100.0)}, "no activity signal"),
+        ({SM: stats(0.0, count=23)}, "23 samples in the window, 24 needed"),  # 40 x 0.6 = 24
+        ({SM: stats(0.0, count=0)}, "0 samples"),
+        ({SM: stats(0.0, age=121.0)}, "stale"),
+        ({SM: Stats(0.0, 0.0, 0.0, 0.0, 40, math.nan)}, "stale"),
+        ({SM: stats(math.nan)}, "out of range"),
+        ({SM: stats(0.0, math.inf)}, "out of range"),
+        ({SM: stats(-0.1, 0.0)}, "out of range"),
+        ({SM: stats(0.5, 1.2)}, "out of range"),  # fraction above 1
+        ({UTIL: stats(50.0, 101.0)}, "out of range"),  # percent above 100
+        ({SM: stats(math.nan), GR: stats(0.0, count=1), UTIL: stats(0.0, age=500.0)}, "DCGM_FI_DEV_GPU_UTIL"),
+    ],
+)
+def test_insufficient_data_is_unknown_never_idle(signals: dict[Signal, Stats], why: str) -> None:
+    activity = activity_of(signals)
+    assert not activity.known
+    assert activity.signal is None
+    assert math.isnan(activity.peak)  # NaN < threshold is False: can never read as idle
+    assert why in activity.unknown_reason
+
+
+def test_exactly_enough_samples_and_exactly_max_staleness_are_usable() -> None:
+    assert activity_of({SM: stats(0.0, count=24, age=120.0)}).known
+
+
+def test_expected_samples_fall_back_to_policy_window_over_scrape_interval() -> None:
+    # no expected count from the source: 10m / 15s = 40 expected, 24 needed
+    assert not activity_of({SM: stats(0.0, count=20)}, expected=None).known
+    assert activity_of({SM: stats(0.0, count=24)}, expected=None).known
+
+
+def test_source_expected_samples_override_policy() -> None:
+    # a 30s scrape interval: 20 expected, 12 needed
+    assert activity_of({SM: stats(0.0, count=12)}, expected=20.0).known
+
+
+def test_fraction_tolerance_accepts_rounding_above_one() -> None:
+    assert activity_of({SM: stats(1.0, 1.0000001)}).known
+
+
+def test_insufficiency_of_unbounded_signal_rejects_infinity() -> None:
+    bounds = DataBounds(needed=1.0, oldest=NOW - 60)
+    assert insufficiency(stats(1e12), UNBOUNDED, bounds) == ""
+    assert "out of range" in insufficiency(stats(math.inf), UNBOUNDED, bounds)
+    assert insufficiency(None, UNBOUNDED, bounds) == "no samples"
