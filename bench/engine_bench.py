@@ -134,7 +134,7 @@ PROFILES: dict[str, dict[Signal, tuple[float, float, float]]] = {
     "idle-holding-memory": BASE | IDLE | {S.FB_USED: (6e4, 6e4, 0.0), S.FB_FREE: (21559.0, 21559.0, 0.0)},
     "input-starved": BASE | LOW | {S.GPU_UTIL: (45.0, 100.0, 35.0), S.PCIE_RX_BYTES: (1e9, 1.2e10, 2e9)},
     "memory-bound": BASE | LOW | {S.DRAM_ACTIVE: (0.9, 0.95, 0.02), S.GPU_UTIL: (100.0, 100.0, 0.0)},
-    "communication-bound": BASE | LOW | {S.NVLINK_RX_BYTES: (4e9, 8e9, 1e9), S.NVLINK_TX_BYTES: (4e9, 8e9, 1e9)},  # noqa: E501
+    "communication-bound": BASE | LOW | {S.NVLINK_RX_BYTES: (4e9, 8e9, 1e9), S.NVLINK_TX_BYTES: (4e9, 8e9, 1e9)},
     "low-occupancy": BASE | {S.SM_ACTIVE: (0.7, 0.8, 0.03), S.SM_OCCUPANCY: (0.1, 0.15, 0.02)},
     "no-tensor-cores": BASE | {S.SM_ACTIVE: (0.5, 0.6, 0.03), S.TENSOR_ACTIVE: (0.0, 0.0, 0.0)},
     "fake-load": BASE | LOW | {S.SM_ACTIVE: (0.05, 0.08, 0.01), S.GPU_UTIL: (100.0, 100.0, 0.0)},

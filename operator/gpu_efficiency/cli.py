@@ -70,12 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
     crd.set_defaults(func=cmd_crd)
 
     for name, func, helptext in (
-        ("report", cmd_report, "dry-run view of the cluster against a policy: waste, verdicts, would-be actions"),
+        (
+            "report",
+            cmd_report,
+            "dry-run view of the cluster against a policy: waste, verdicts, would-be actions",
+        ),
         ("explain", cmd_explain, "every signal, threshold and rule behind one pod's verdict"),
     ):
         p = sub.add_parser(name, help=helptext)
         add_run_arguments(p)
-        p.add_argument("--policy", help="name of a GPUEfficiencyPolicy in the cluster (default: built-in defaults)")
+        p.add_argument(
+            "--policy", help="name of a GPUEfficiencyPolicy in the cluster (default: built-in defaults)"
+        )
         p.add_argument("--policy-file", help="a policy YAML file instead of one in the cluster")
         p.add_argument("--output", "-o", choices=("table", "json"), default="table")
         if name == "explain":

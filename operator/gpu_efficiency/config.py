@@ -31,7 +31,9 @@ class OperatorConfig:
     leader_election: bool = True
     lease_name: str = "gpu-efficiency-operator"
     lease_seconds: float = 15.0
-    identity: str = field(default_factory=lambda: os.environ.get("POD_NAME") or os.uname().nodename + f"-{os.getpid()}")
+    identity: str = field(
+        default_factory=lambda: os.environ.get("POD_NAME") or os.uname().nodename + f"-{os.getpid()}"
+    )
     metrics_port: int = 8080
     health_port: int = 8081
     status_refresh_seconds: float = 300.0
@@ -49,14 +51,36 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--prometheus-url", default=_env("PROMETHEUS_URL", "http://127.0.0.1:9090"), help="Prometheus base URL")
     a("--prometheus-token-file", default=_env("PROMETHEUS_TOKEN_FILE") or None, help="bearer token file")
-    a("--prometheus-basic-auth-file", default=_env("PROMETHEUS_BASIC_AUTH_FILE") or None, help="file 'user:password'")
+    a(
+        "--prometheus-basic-auth-file",
+        default=_env("PROMETHEUS_BASIC_AUTH_FILE") or None,
+        help="file 'user:password'",
+    )
     a("--prometheus-ca-file", default=_env("PROMETHEUS_CA_FILE") or None, help="CA bundle for Prometheus TLS")
-    a("--prometheus-insecure-skip-verify", action="store_true", default=_bool(_env("PROMETHEUS_INSECURE", "0")))
-    a("--prometheus-matchers", default=_env("PROMETHEUS_MATCHERS"), help='extra label matchers, e.g. job="dcgm"')
+    a(
+        "--prometheus-insecure-skip-verify",
+        action="store_true",
+        default=_bool(_env("PROMETHEUS_INSECURE", "0")),
+    )
+    a(
+        "--prometheus-matchers",
+        default=_env("PROMETHEUS_MATCHERS"),
+        help='extra label matchers, e.g. job="dcgm"',
+    )
     a("--namespace", default=_env("NAMESPACE", "gpu-efficiency-system"), help="the operator's own namespace")
     a("--protected-namespaces", default=_env("PROTECTED_NAMESPACES"), help="comma list never touched")
-    a("--dry-run", action="store_true", default=_bool(_env("DRY_RUN", "0")), help="never write to the cluster")
-    a("--leader-election", dest="leader_election", action="store_true", default=_bool(_env("LEADER_ELECTION", "1")))
+    a(
+        "--dry-run",
+        action="store_true",
+        default=_bool(_env("DRY_RUN", "0")),
+        help="never write to the cluster",
+    )
+    a(
+        "--leader-election",
+        dest="leader_election",
+        action="store_true",
+        default=_bool(_env("LEADER_ELECTION", "1")),
+    )
     a("--no-leader-election", dest="leader_election", action="store_false")
     a("--lease-name", default=_env("LEASE_NAME", "gpu-efficiency-operator"))
     a("--lease-seconds", type=float, default=float(_env("LEASE_SECONDS", "15")))

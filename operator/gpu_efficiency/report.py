@@ -42,7 +42,9 @@ def _progress(message: str) -> None:
     sys.stderr.write(f"… {message}\n")
 
 
-def load_policy(args: argparse.Namespace, api_client: client.ApiClient) -> tuple[str, GPUEfficiencyPolicySpec]:
+def load_policy(
+    args: argparse.Namespace, api_client: client.ApiClient
+) -> tuple[str, GPUEfficiencyPolicySpec]:
     """The policy to judge by: a file, a policy in the cluster, or the defaults."""
     from pydantic import ValidationError
 
@@ -52,7 +54,9 @@ def load_policy(args: argparse.Namespace, api_client: client.ApiClient) -> tuple
             name = (doc.get("metadata") or {}).get("name", Path(args.policy_file).stem)
             return name, GPUEfficiencyPolicySpec.model_validate(doc.get("spec") or {})
         if args.policy:
-            obj = client.CustomObjectsApi(api_client).get_cluster_custom_object(GROUP, VERSION, PLURAL, args.policy)
+            obj: dict[str, Any] = client.CustomObjectsApi(api_client).get_cluster_custom_object(
+                GROUP, VERSION, PLURAL, args.policy
+            )
             return args.policy, GPUEfficiencyPolicySpec.model_validate(obj.get("spec") or {})
     except ValidationError as exc:
         raise ReportError(f"invalid policy: {format_validation_error(exc)}", EXIT_USAGE) from exc
@@ -76,7 +80,9 @@ def observe(args: argparse.Namespace) -> tuple[Snapshot, Plan]:
         name, spec = load_policy(args, api_client)
         runner: CycleRunner = build_runner(replace(config, dry_run=True, leader_election=False), api_client)
         spec = spec.model_copy(update={"mode": Mode.ENFORCE})
-        _progress(f"querying Prometheus at {spec.metrics.prometheus.url or config.prometheus_url} and the cluster")
+        _progress(
+            f"querying Prometheus at {spec.metrics.prometheus.url or config.prometheus_url} and the cluster"
+        )
         snapshot, _, _ = runner.observe(name, 0, spec, GPUEfficiencyPolicyStatus())
     except (ApiException, HTTPError, OSError) as exc:
         raise ReportError(f"cannot reach the Kubernetes API: {exc}", EXIT_CLUSTER) from exc
@@ -132,20 +138,34 @@ def build_report(snapshot: Snapshot, plan: Plan) -> dict[str, Any]:
     actions: list[dict[str, str]] = []
     for action in plan.actions:
         if isinstance(action, EvictPod):
-            actions.append({"pod": f"{action.namespace}/{action.name}", "action": "evict", "why": action.reason})
+            actions.append(
+                {"pod": f"{action.namespace}/{action.name}", "action": "evict", "why": action.reason}
+            )
         elif isinstance(action, AnnotatePod) and action.annotations.get(names.EVICT_AFTER):
-            actions.append({"pod": f"{action.namespace}/{action.name}", "action": "warn",
-                            "why": f"idle; would be evicted after {action.annotations[names.EVICT_AFTER]}"})
+            actions.append(
+                {
+                    "pod": f"{action.namespace}/{action.name}",
+                    "action": "warn",
+                    "why": f"idle; would be evicted after {action.annotations[names.EVICT_AFTER]}",
+                }
+            )
     return {
         "policy": snapshot.policy_name,
         "metricsAvailable": snapshot.metrics_available,
         "metricsError": snapshot.metrics_error,
         "namespaces": [rows[k].as_dict() for k in sorted(rows)],
         "pods": [
-            {"pod": f"{v.namespace}/{v.name}", "verdict": v.verdict.value, "diagnosis": v.diagnosis.value,
-             "activity": v.activity_avg, "activitySignal": v.activity_signal.name if v.activity_signal else None,
-             "gpuUtil": v.gpu_util_avg, "efficiency": v.efficiency, "recommendation": v.recommendation,
-             "reason": v.reason}
+            {
+                "pod": f"{v.namespace}/{v.name}",
+                "verdict": v.verdict.value,
+                "diagnosis": v.diagnosis.value,
+                "activity": v.activity_avg,
+                "activitySignal": v.activity_signal.name if v.activity_signal else None,
+                "gpuUtil": v.gpu_util_avg,
+                "efficiency": v.efficiency,
+                "recommendation": v.recommendation,
+                "reason": v.reason,
+            }
             for v in sorted(plan.verdicts, key=lambda v: (v.namespace, v.name))
         ],
         "actions": actions,
@@ -169,19 +189,44 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 def render_table(report: dict[str, Any]) -> str:
     out = [f"Policy: {report['policy']}"]
     if not report["metricsAvailable"]:
-        out.append(f"METRICS UNAVAILABLE: {report['metricsError']}\nNo verdicts are possible; nothing would be evicted.")
+        out.append(
+            f"METRICS UNAVAILABLE: {report['metricsError']}\nNo verdicts are possible; nothing would be evicted."
+        )
     out.append("")
-    out.append(_table(
-        ["NAMESPACE", "PODS", "GPUS", "SM ACTIVE", "GPU UTIL", "IDLE GPU-H/DAY", "WASTE/DAY"],
-        [[r["namespace"], str(r["pods"]), str(r["gpus"]), _fmt(r["meanSmActive"]), _fmt(r["meanGpuUtil"]),
-          f"{r['idleGpuHoursPerDay']:.0f}", f"{r['estimatedWastePerDay']:.2f}"] for r in report["namespaces"]],
-    ))
+    out.append(
+        _table(
+            ["NAMESPACE", "PODS", "GPUS", "SM ACTIVE", "GPU UTIL", "IDLE GPU-H/DAY", "WASTE/DAY"],
+            [
+                [
+                    r["namespace"],
+                    str(r["pods"]),
+                    str(r["gpus"]),
+                    _fmt(r["meanSmActive"]),
+                    _fmt(r["meanGpuUtil"]),
+                    f"{r['idleGpuHoursPerDay']:.0f}",
+                    f"{r['estimatedWastePerDay']:.2f}",
+                ]
+                for r in report["namespaces"]
+            ],
+        )
+    )
     out.append("")
-    out.append(_table(
-        ["POD", "VERDICT", "DIAGNOSIS", "ACTIVITY", "GPU UTIL", "RECOMMENDATION"],
-        [[p["pod"], p["verdict"], p["diagnosis"], _fmt(p["activity"]), _fmt(p["gpuUtil"]), p["recommendation"]]
-         for p in report["pods"]],
-    ))
+    out.append(
+        _table(
+            ["POD", "VERDICT", "DIAGNOSIS", "ACTIVITY", "GPU UTIL", "RECOMMENDATION"],
+            [
+                [
+                    p["pod"],
+                    p["verdict"],
+                    p["diagnosis"],
+                    _fmt(p["activity"]),
+                    _fmt(p["gpuUtil"]),
+                    p["recommendation"],
+                ]
+                for p in report["pods"]
+            ],
+        )
+    )
     if report["actions"]:
         out.append("\nWould act (Enforce mode):")
         out += [f"  {a['action']:5}  {a['pod']}: {a['why']}" for a in report["actions"]]
@@ -215,9 +260,13 @@ def explain_main(args: argparse.Namespace) -> int:
     lines = explain_pod(snapshot, namespace, pod)
     verdict = next((v for v in plan.verdicts if v.namespace == namespace and v.name == pod), None)
     if args.output == "json":
-        doc = {"pod": args.pod, "verdict": verdict.verdict.value if verdict else None,
-               "diagnosis": verdict.diagnosis.value if verdict else None,
-               "metricsAvailable": snapshot.metrics_available, "explanation": lines}
+        doc = {
+            "pod": args.pod,
+            "verdict": verdict.verdict.value if verdict else None,
+            "diagnosis": verdict.diagnosis.value if verdict else None,
+            "metricsAvailable": snapshot.metrics_available,
+            "explanation": lines,
+        }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         if not snapshot.metrics_available:

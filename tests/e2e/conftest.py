@@ -66,8 +66,9 @@ def start_operator(
     started: list[OperatorProcess] = []
 
     def start(*extra_args: str) -> OperatorProcess:
-        op = OperatorProcess(identity=operator_identity, prometheus_url=prometheus_url, log_dir=tmp_path,
-                             extra_args=extra_args).start()
+        op = OperatorProcess(
+            identity=operator_identity, prometheus_url=prometheus_url, log_dir=tmp_path, extra_args=extra_args
+        ).start()
         started.append(op)
         return op
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from kubernetes import client, config as kube_config
+from kubernetes import client
+from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,9 @@ RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 T = TypeVar("T")
 
 
-def wait_for(probe: Callable[[], T | None], timeout: float, interval: float = 0.5, what: str = "condition") -> T:
+def wait_for(
+    probe: Callable[[], T | None], timeout: float, interval: float = 0.5, what: str = "condition"
+) -> T:
     """Poll until probe returns a truthy value; fail with the last value seen."""
     deadline = time.monotonic() + timeout
     last: T | None = None
@@ -65,14 +68,18 @@ class Cluster:
             raise AssertionError("helm not found: run hack/localcluster/build.sh")
         return found
 
-    def run(self, *args: str, input_: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, input_: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "KUBECONFIG": self.kubeconfig}
         proc = subprocess.run(args, input=input_, capture_output=True, text=True, env=env, timeout=300)
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr or proc.stdout}")
         return proc
 
-    def kubectl_run(self, *args: str, input_: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl_run(
+        self, *args: str, input_: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         return self.run(self.kubectl, *args, input_=input_, check=check)
 
     def api_client(self) -> client.ApiClient:
@@ -86,11 +93,17 @@ def start_cluster() -> Cluster:
     """The local cluster (built and started on first use), or KUBECONFIG's when asked to."""
     if os.environ.get("GPUEFF_USE_EXISTING_CLUSTER") == "1":
         kubeconfig = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-        return Cluster(kubeconfig=kubeconfig, bin_dir=None, state_dir=None,
-                       prometheus_url=os.environ.get("GPUEFF_PROMETHEUS_URL", "http://127.0.0.1:9090"))
+        return Cluster(
+            kubeconfig=kubeconfig,
+            bin_dir=None,
+            state_dir=None,
+            prometheus_url=os.environ.get("GPUEFF_PROMETHEUS_URL", "http://127.0.0.1:9090"),
+        )
     build = subprocess.run([str(BUILD_SH)], capture_output=True, text=True, timeout=5400)
     if build.returncode != 0:
-        raise RuntimeError(f"building the local cluster failed:\n{build.stdout[-3000:]}\n{build.stderr[-3000:]}")
+        raise RuntimeError(
+            f"building the local cluster failed:\n{build.stdout[-3000:]}\n{build.stderr[-3000:]}"
+        )
     bin_dir = Path(build.stdout.strip().splitlines()[-1])
     status = subprocess.run([str(CLUSTER_SH), "status"], capture_output=True, text=True)
     started_here = status.returncode != 0
@@ -99,7 +112,9 @@ def start_cluster() -> Cluster:
         raise RuntimeError(f"cluster.sh up failed:\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}")
     env = subprocess.run([str(CLUSTER_SH), "env"], capture_output=True, text=True, check=True).stdout
     values = dict(
-        line.removeprefix("export ").split("=", 1) for line in env.replace(";", "\n").splitlines() if "=" in line
+        line.removeprefix("export ").split("=", 1)
+        for line in env.replace(";", "\n").splitlines()
+        if "=" in line
     )
     state_dir = Path(os.environ.get("GPUEFF_STATE_DIR", "/tmp/gpueff-localcluster"))
     return Cluster(
@@ -118,8 +133,9 @@ def stop_cluster(cluster: Cluster) -> None:
 
 def install_crds(cluster: Cluster) -> None:
     cluster.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    cluster.kubectl_run("wait", "--for=condition=Established", "--timeout=60s",
-                        "crd/gpuefficiencypolicies.gpuefficiency.io")
+    cluster.kubectl_run(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/gpuefficiencypolicies.gpuefficiency.io"
+    )
 
 
 def chart_rbac_docs(cluster: Cluster, namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
@@ -139,18 +155,28 @@ def install_operator_rbac(cluster: Cluster, workdir: Path) -> OperatorIdentity:
     cluster.kubectl_run("create", "namespace", OPERATOR_NAMESPACE, check=False)
     docs = chart_rbac_docs(cluster)
     cluster.kubectl_run("apply", "-n", OPERATOR_NAMESPACE, "-f", "-", input_=yaml.safe_dump_all(docs))
-    accounts = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount" and "agent" not in d["metadata"]["name"]]
+    accounts = [
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "ServiceAccount" and "agent" not in d["metadata"]["name"]
+    ]
     assert accounts, "the chart renders no operator ServiceAccount"
     sa = accounts[0]
     api = client.CoreV1Api(cluster.api_client())
     token = api.create_namespaced_service_account_token(
-        sa, OPERATOR_NAMESPACE, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
-            audiences=["https://kubernetes.default.svc"], expiration_seconds=24 * 3600))
+        sa,
+        OPERATOR_NAMESPACE,
+        client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=["https://kubernetes.default.svc"], expiration_seconds=24 * 3600
+            )
+        ),
     ).status.token
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
     server_cluster = admin["clusters"][0]
     kubeconfig = {
-        "apiVersion": "v1", "kind": "Config",
+        "apiVersion": "v1",
+        "kind": "Config",
         "clusters": [{"name": "local", "cluster": server_cluster["cluster"]}],
         "users": [{"name": sa, "user": {"token": token}}],
         "contexts": [{"name": "operator", "context": {"cluster": "local", "user": sa}}],
@@ -183,11 +209,31 @@ class OperatorProcess:
         log.write(f"\n===== start {self.starts} =====\n".encode())
         env = {**os.environ, "KUBECONFIG": self.identity.kubeconfig, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpu_efficiency.cli", "run", "--prometheus-url", self.prometheus_url,
-             "--namespace", self.identity.namespace, "--metrics-port", "0", "--health-port", "0",
-             "--identity", self.name, "--lease-seconds", "6", "--status-refresh-seconds", "30",
-             *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "gpu_efficiency.cli",
+                "run",
+                "--prometheus-url",
+                self.prometheus_url,
+                "--namespace",
+                self.identity.namespace,
+                "--metrics-port",
+                "0",
+                "--health-port",
+                "0",
+                "--identity",
+                self.name,
+                "--lease-seconds",
+                "6",
+                "--status-refresh-seconds",
+                "30",
+                *self.extra_args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         return self
 
@@ -208,7 +254,9 @@ class OperatorProcess:
 
 def create_namespace(api: client.ApiClient, prefix: str, labels: dict[str, str] | None = None) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    client.CoreV1Api(api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels))
+    )
     wait_for(lambda: _has_default_sa(api, name), 30, what=f"default ServiceAccount in {name}")
     return name
 
@@ -230,7 +278,9 @@ def delete_namespace(api: client.ApiClient, name: str) -> None:
 
 
 def pod_events(api: client.ApiClient, namespace: str, name: str) -> list[str]:
-    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+    events = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    )
     return [e.reason for e in events.items]
 
 

@@ -24,10 +24,15 @@ def _gpu_deployment(namespace: str, name: str, gpus: int = 1) -> client.V1Deploy
                 metadata=client.V1ObjectMeta(labels=labels),
                 spec=client.V1PodSpec(
                     termination_grace_period_seconds=2,
-                    containers=[client.V1Container(
-                        name="main", image="registry.k8s.io/pause:3.10",
-                        resources=client.V1ResourceRequirements(limits={GPU: str(gpus)}, requests={GPU: str(gpus)}),
-                    )],
+                    containers=[
+                        client.V1Container(
+                            name="main",
+                            image="registry.k8s.io/pause:3.10",
+                            resources=client.V1ResourceRequirements(
+                                limits={GPU: str(gpus)}, requests={GPU: str(gpus)}
+                            ),
+                        )
+                    ],
                 ),
             ),
         ),
@@ -83,16 +88,29 @@ def test_gpu_pod_scheduled_running_and_eviction_respects_pdb(k8s: client.ApiClie
     node = core.read_node(pod.spec.node_name)
     assert node.metadata.labels.get("nvidia.com/gpu.present") == "true"
 
-    policy.create_namespaced_pod_disruption_budget(namespace, client.V1PodDisruptionBudget(
-        metadata=client.V1ObjectMeta(name="trainer"),
-        spec=client.V1PodDisruptionBudgetSpec(min_available=1, selector=client.V1LabelSelector(match_labels={"app": "trainer"})),
-    ))
-    wait_for(lambda: (policy.read_namespaced_pod_disruption_budget("trainer", namespace).status.expected_pods or 0) == 1,
-             30, what="the PDB status to be computed")
+    policy.create_namespaced_pod_disruption_budget(
+        namespace,
+        client.V1PodDisruptionBudget(
+            metadata=client.V1ObjectMeta(name="trainer"),
+            spec=client.V1PodDisruptionBudgetSpec(
+                min_available=1, selector=client.V1LabelSelector(match_labels={"app": "trainer"})
+            ),
+        ),
+    )
+    wait_for(
+        lambda: (
+            (policy.read_namespaced_pod_disruption_budget("trainer", namespace).status.expected_pods or 0)
+            == 1
+        ),
+        30,
+        what="the PDB status to be computed",
+    )
     assert _evict(core, namespace, pod.metadata.name) == 429
 
     policy.delete_namespaced_pod_disruption_budget("trainer", namespace)
-    assert wait_for(lambda: _evict(core, namespace, pod.metadata.name) in (200, 201) or None, 30, what="eviction allowed")
+    assert wait_for(
+        lambda: _evict(core, namespace, pod.metadata.name) in (200, 201) or None, 30, what="eviction allowed"
+    )
 
     def replaced() -> list[client.V1Pod] | None:
         running = _running_pods(core, namespace, "app=trainer")
@@ -101,19 +119,37 @@ def test_gpu_pod_scheduled_running_and_eviction_respects_pdb(k8s: client.ApiClie
 
     new = wait_for(replaced, 90, what="the Deployment's replacement pod")
     assert new[0].metadata.name != pod.metadata.name
-    wait_for(lambda: not any(p.metadata.uid == pod.metadata.uid for p in core.list_namespaced_pod(namespace).items),
-             60, what="the evicted pod to be gone after its grace period")
+    wait_for(
+        lambda: (
+            not any(p.metadata.uid == pod.metadata.uid for p in core.list_namespaced_pod(namespace).items)
+        ),
+        60,
+        what="the evicted pod to be gone after its grace period",
+    )
 
 
 def test_job_pod_runs(k8s: client.ApiClient, namespace: str) -> None:
     core, batch = client.CoreV1Api(k8s), client.BatchV1Api(k8s)
-    batch.create_namespaced_job(namespace, client.V1Job(
-        metadata=client.V1ObjectMeta(name="batch"),
-        spec=client.V1JobSpec(backoff_limit=0, template=client.V1PodTemplateSpec(
-            metadata=client.V1ObjectMeta(labels={"app": "batch"}),
-            spec=client.V1PodSpec(restart_policy="Never", containers=[client.V1Container(
-                name="main", image="registry.k8s.io/pause:3.10",
-                resources=client.V1ResourceRequirements(limits={GPU: "1"}))]),
-        )),
-    ))
+    batch.create_namespaced_job(
+        namespace,
+        client.V1Job(
+            metadata=client.V1ObjectMeta(name="batch"),
+            spec=client.V1JobSpec(
+                backoff_limit=0,
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(labels={"app": "batch"}),
+                    spec=client.V1PodSpec(
+                        restart_policy="Never",
+                        containers=[
+                            client.V1Container(
+                                name="main",
+                                image="registry.k8s.io/pause:3.10",
+                                resources=client.V1ResourceRequirements(limits={GPU: "1"}),
+                            )
+                        ],
+                    ),
+                ),
+            ),
+        ),
+    )
     wait_for(lambda: _running_pods(core, namespace, "app=batch"), 60, what="the Job's pod Running")

@@ -50,7 +50,12 @@ class Applier:
         self.core = client.CoreV1Api(self.api_client)
 
     def apply(
-        self, actions: Iterable[Action], *, policy_name: str, policy_uid: str, evicted_annotations: Mapping[str, str] | None = None
+        self,
+        actions: Iterable[Action],
+        *,
+        policy_name: str,
+        policy_uid: str,
+        evicted_annotations: Mapping[str, str] | None = None,
     ) -> list[Outcome]:
         policy = policy_ref(policy_name, policy_uid)
         outcomes = []
@@ -91,11 +96,18 @@ class Applier:
         pod = pod_ref(action.namespace, action.name, action.uid)
         if outcome.result is Result.DONE:
             self._event(pod, names.EV_EVICTED, action.reason, "Warning")
-            self._event(policy, names.EV_EVICTED, f"evicted {action.namespace}/{action.name}: {action.reason}", "Normal")
+            self._event(
+                policy,
+                names.EV_EVICTED,
+                f"evicted {action.namespace}/{action.name}: {action.reason}",
+                "Normal",
+            )
         elif outcome.result is Result.BLOCKED:
             first = annotate_pod(
                 self.core,
-                AnnotatePod(action.namespace, action.name, action.uid, {names.EVICTION_BLOCKED: rfc3339(time.time())}),
+                AnnotatePod(
+                    action.namespace, action.name, action.uid, {names.EVICTION_BLOCKED: rfc3339(time.time())}
+                ),
             )
             message = f"eviction refused, will retry next cycle: {outcome.message}"
             if first.result is Result.DONE:
@@ -103,7 +115,9 @@ class Applier:
         return outcome
 
     def _pod_event(self, action: PodEvent, policy: ObjectRef) -> Outcome:
-        self._event(pod_ref(action.namespace, action.name, action.uid), action.reason, action.message, action.type)
+        self._event(
+            pod_ref(action.namespace, action.name, action.uid), action.reason, action.message, action.type
+        )
         return Outcome(action, Result.DONE)
 
     def _node_event(self, action: NodeEvent, policy: ObjectRef) -> Outcome:

@@ -56,7 +56,10 @@ class EventRecorder:
         body = client.CoreV1Event(
             metadata=client.V1ObjectMeta(name=f"{ref.name}.{digest}", namespace=namespace),
             involved_object=client.V1ObjectReference(
-                api_version=ref.api_version, kind=ref.kind, name=ref.name, uid=ref.uid or None,
+                api_version=ref.api_version,
+                kind=ref.kind,
+                name=ref.name,
+                uid=ref.uid or None,
                 namespace=ref.namespace or None,
             ),
             reason=reason,

@@ -33,7 +33,9 @@ def evict_pod(core: client.CoreV1Api, action: EvictPod) -> Outcome:
         core.create_namespaced_pod_eviction(action.name, action.namespace, body)
     except ApiException as exc:
         if exc.status == 429:
-            return Outcome(action, Result.BLOCKED, _reason(exc) or "a PodDisruptionBudget allows no disruption")
+            return Outcome(
+                action, Result.BLOCKED, _reason(exc) or "a PodDisruptionBudget allows no disruption"
+            )
         if exc.status in (404, 409):
             return Outcome(action, Result.SKIPPED, f"pod gone or replaced (HTTP {exc.status})")
         return Outcome(action, Result.FAILED, f"HTTP {exc.status}: {_reason(exc) or exc.reason}")

@@ -13,7 +13,15 @@ from typing import Any
 
 import yaml
 
-from gpu_efficiency.api.policy import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, GPUEfficiencyPolicySpec
+from gpu_efficiency.api.policy import (
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+    GPUEfficiencyPolicySpec,
+)
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 
 CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
@@ -44,7 +52,11 @@ SPEC_CEL_RULES: list[dict[str, str]] = [
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
-    {"name": "Metrics", "type": "string", "jsonPath": '.status.conditions[?(@.type=="MetricsAvailable")].status'},
+    {
+        "name": "Metrics",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="MetricsAvailable")].status',
+    },
     {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpusEvaluated"},
     {"name": "Idle", "type": "integer", "jsonPath": ".status.idleGpus"},
     {"name": "Warned", "type": "integer", "jsonPath": ".status.warnedPods", "priority": 1},

@@ -24,12 +24,12 @@ def parse_duration(text: str) -> float:
 
 def format_duration(seconds: float) -> str:
     """Shortest readable form, for messages ("1h5m", "45s")."""
-    seconds = int(round(seconds))
-    if seconds <= 0:
+    left = round(seconds)
+    if left <= 0:
         return "0s"
     parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size:
-            parts.append(f"{seconds // size}{unit}")
-            seconds %= size
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
     return "".join(parts)

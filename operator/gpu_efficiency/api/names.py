@@ -29,8 +29,18 @@ KEEP_UNTIL: Final = PREFIX + "keep-until"  # RFC3339: acknowledgement, bounded b
 
 #: Every pod annotation the operator may write; it removes only these.
 OPERATOR_POD_ANNOTATIONS: Final = (
-    STATE, SM_ACTIVE, ACTIVITY_SIGNAL, GPU_UTIL, EFFICIENCY, DIAGNOSIS, RECOMMENDATION,
-    IDLE_SINCE, EVICT_AFTER, EVICTION_BLOCKED, POLICY, KEEP_SEEN,
+    STATE,
+    SM_ACTIVE,
+    ACTIVITY_SIGNAL,
+    GPU_UTIL,
+    EFFICIENCY,
+    DIAGNOSIS,
+    RECOMMENDATION,
+    IDLE_SINCE,
+    EVICT_AFTER,
+    EVICTION_BLOCKED,
+    POLICY,
+    KEEP_SEEN,
 )
 
 # Nodes.

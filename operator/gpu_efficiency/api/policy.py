@@ -25,7 +25,10 @@ ALWAYS_PROTECTED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
 Duration = Annotated[
     str,
-    Field(pattern=r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$", description="A Go-style duration such as 30s, 5m or 1h30m."),
+    Field(
+        pattern=r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$",
+        description="A Go-style duration such as 30s, 5m or 1h30m.",
+    ),
 ]
 
 

@@ -22,7 +22,7 @@ from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.engine.model import EvictPod, Plan, PolicyEvent, Snapshot, Window
+from gpu_efficiency.engine.model import EvictPod, GPUSample, Plan, PolicyEvent, Snapshot, Window
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.sources.base import FetchRequest, SampleSource, SourceUnavailable
 from gpu_efficiency.sources.cluster import ClusterReader, ClusterState
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 class Leader(Protocol):
     def is_leader(self) -> bool: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
 
 
 def windows_for(spec: GPUEfficiencyPolicySpec) -> dict[Window, float]:
@@ -84,7 +86,11 @@ class CycleRunner:
     def previous_status(self, name: str, status_raw: Mapping[str, Any]) -> GPUEfficiencyPolicyStatus:
         if name in self._last_status:
             return self._last_status[name]
-        known = {k: v for k, v in status_raw.items() if k in GPUEfficiencyPolicyStatus.model_json_schema(by_alias=True)["properties"]}
+        known = {
+            k: v
+            for k, v in status_raw.items()
+            if k in GPUEfficiencyPolicyStatus.model_json_schema(by_alias=True)["properties"]
+        }
         try:
             previous = GPUEfficiencyPolicyStatus.model_validate(known)
         except ValidationError:
@@ -97,7 +103,13 @@ class CycleRunner:
         self.status_writer.forget(name)
 
     def run(
-        self, *, name: str, uid: str, generation: int, spec_raw: Mapping[str, Any], status_raw: Mapping[str, Any]
+        self,
+        *,
+        name: str,
+        uid: str,
+        generation: int,
+        spec_raw: Mapping[str, Any],
+        status_raw: Mapping[str, Any],
     ) -> CycleReport:
         started = time.monotonic()
         previous = self.previous_status(name, status_raw)
@@ -113,36 +125,71 @@ class CycleRunner:
         return report
 
     def _invalid(
-        self, name: str, uid: str, generation: int, previous: GPUEfficiencyPolicyStatus, message: str, started: float
+        self,
+        name: str,
+        uid: str,
+        generation: int,
+        previous: GPUEfficiencyPolicyStatus,
+        message: str,
+        started: float,
     ) -> CycleReport:
         """Report an invalid spec in status and (once) an event; change nothing else."""
         now = self.clock()
-        was_invalid = any(c.type == names.COND_VALID and c.status == "False" and c.message == message for c in previous.conditions)
-        conditions = _set(previous.conditions, names.COND_VALID, "False", "InvalidSpec", message, now, generation)
-        conditions = _set(conditions, names.COND_READY, "False", "InvalidSpec", "the policy spec is invalid", now, generation)
+        was_invalid = any(
+            c.type == names.COND_VALID and c.status == "False" and c.message == message
+            for c in previous.conditions
+        )
+        conditions = _set(
+            previous.conditions, names.COND_VALID, "False", "InvalidSpec", message, now, generation
+        )
+        conditions = _set(
+            conditions,
+            names.COND_READY,
+            "False",
+            "InvalidSpec",
+            "the policy spec is invalid",
+            now,
+            generation,
+        )
         status = previous.model_copy(update={"conditions": conditions, "observed_generation": generation})
         if not was_invalid and self.leader.is_leader():
-            self.applier.apply([PolicyEvent(names.EV_POLICY_INVALID, message, "Warning")], policy_name=name, policy_uid=uid)
+            self.applier.apply(
+                [PolicyEvent(names.EV_POLICY_INVALID, message, "Warning")], policy_name=name, policy_uid=uid
+            )
         if self.leader.is_leader():
             self.status_writer.write(name, status)
         self._last_status[name] = status
         metrics.CYCLES.labels(name, "invalid").inc()
-        return CycleReport(policy=name, ran=False, reason=f"invalid: {message}", status=status, seconds=time.monotonic() - started)
+        return CycleReport(
+            policy=name,
+            ran=False,
+            reason=f"invalid: {message}",
+            status=status,
+            seconds=time.monotonic() - started,
+        )
 
-    def observe(self, name: str, generation: int, spec: GPUEfficiencyPolicySpec, previous: GPUEfficiencyPolicyStatus) -> tuple[Snapshot, ClusterState, int]:
+    def observe(
+        self, name: str, generation: int, spec: GPUEfficiencyPolicySpec, previous: GPUEfficiencyPolicyStatus
+    ) -> tuple[Snapshot, ClusterState, int]:
         """Read metrics and the cluster into a snapshot (no writes): shared with report/explain."""
         now = self.clock()
         windows = windows_for(spec)
         scrape = parse_duration(spec.metrics.prometheus.scrape_interval)
-        available, error, gpus, queries = True, "", (), 0
+        available, error, queries = True, "", 0
+        gpus: tuple[GPUSample, ...] = ()
         try:
-            result = self.source_for(spec).fetch(FetchRequest(now=now, windows=windows, scrape_interval=scrape))
+            result = self.source_for(spec).fetch(
+                FetchRequest(now=now, windows=windows, scrape_interval=scrape)
+            )
             gpus, queries = result.gpus, result.queries
         except SourceUnavailable as exc:
             available, error = False, str(exc)
         cluster = self.reader.read()
         if available and not gpus and cluster.pods:
-            available, error = False, "Prometheus returned no GPU series (is dcgm-exporter or the node agent scraped?)"
+            available, error = (
+                False,
+                "Prometheus returned no GPU series (is dcgm-exporter or the node agent scraped?)",
+            )
         snapshot = Snapshot(
             now=now,
             policy_name=name,
@@ -155,12 +202,18 @@ class CycleRunner:
             namespaces=cluster.namespaces,
             metrics_available=available,
             metrics_error=error,
-            protected_namespaces=self.config.all_protected_namespaces | frozenset(spec.selection.excluded_namespaces),
+            protected_namespaces=self.config.all_protected_namespaces
+            | frozenset(spec.selection.excluded_namespaces),
         )
         return snapshot, cluster, queries
 
     def _evaluate(
-        self, name: str, uid: str, generation: int, spec: GPUEfficiencyPolicySpec, previous: GPUEfficiencyPolicyStatus
+        self,
+        name: str,
+        uid: str,
+        generation: int,
+        spec: GPUEfficiencyPolicySpec,
+        previous: GPUEfficiencyPolicyStatus,
     ) -> CycleReport:
         snapshot, cluster, queries = self.observe(name, generation, spec, previous)
         plan = plan_cycle(snapshot)
@@ -173,12 +226,20 @@ class CycleRunner:
         writes = self.applier.writes - writes_before
         _record_metrics(name, snapshot, plan, outcomes, status, queries, writes)
         return CycleReport(
-            policy=name, ran=True, plan=plan, outcomes=outcomes, status=status, queries=queries,
-            api_reads=cluster.requests, writes=writes,
+            policy=name,
+            ran=True,
+            plan=plan,
+            outcomes=outcomes,
+            status=status,
+            queries=queries,
+            api_reads=cluster.requests,
+            writes=writes,
         )
 
 
-def fold_outcomes(status: GPUEfficiencyPolicyStatus, outcomes: list[Outcome], now: float) -> GPUEfficiencyPolicyStatus:
+def fold_outcomes(
+    status: GPUEfficiencyPolicyStatus, outcomes: list[Outcome], now: float
+) -> GPUEfficiencyPolicyStatus:
     """Count what actually happened (the plan only says what was attempted)."""
     evicted = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.DONE]
     blocked = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.BLOCKED]
@@ -194,31 +255,63 @@ def fold_outcomes(status: GPUEfficiencyPolicyStatus, outcomes: list[Outcome], no
     )
 
 
-def _set(conditions: list[Condition], type_: str, status: str, reason: str, message: str, now: float, generation: int) -> list[Condition]:
+def _set(
+    conditions: list[Condition],
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: float,
+    generation: int,
+) -> list[Condition]:
     out, found = [], False
     for cond in conditions:
         if cond.type == type_:
             found = True
             transition = cond.last_transition_time if cond.status == status else rfc3339(now)
-            cond = Condition(type=type_, status=status, reason=reason, message=message,
-                             last_transition_time=transition, observed_generation=generation)
+            cond = Condition(
+                type=type_,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=transition,
+                observed_generation=generation,
+            )
         out.append(cond)
     if not found:
-        out.append(Condition(type=type_, status=status, reason=reason, message=message,
-                             last_transition_time=rfc3339(now), observed_generation=generation))
+        out.append(
+            Condition(
+                type=type_,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=rfc3339(now),
+                observed_generation=generation,
+            )
+        )
     return out
 
 
 def _record_metrics(
-    name: str, snapshot: Snapshot, plan: Plan, outcomes: list[Outcome], status: GPUEfficiencyPolicyStatus, queries: int, writes: int
+    name: str,
+    snapshot: Snapshot,
+    plan: Plan,
+    outcomes: list[Outcome],
+    status: GPUEfficiencyPolicyStatus,
+    queries: int,
+    writes: int,
 ) -> None:
     metrics.CYCLES.labels(name, "ok" if snapshot.metrics_available else "metrics_unavailable").inc()
     metrics.METRICS_AVAILABLE.labels(name).set(1 if snapshot.metrics_available else 0)
     metrics.PROM_QUERIES.labels(name).inc(queries)
     metrics.API_WRITES.labels(name).inc(writes)
     counts = status.verdicts
-    for verdict, value in (("Idle", counts.idle), ("Underutilized", counts.underutilized),
-                           ("Efficient", counts.efficient), ("Unknown", counts.unknown)):
+    for verdict, value in (
+        ("Idle", counts.idle),
+        ("Underutilized", counts.underutilized),
+        ("Efficient", counts.efficient),
+        ("Unknown", counts.unknown),
+    ):
         metrics.PODS.labels(name, verdict).set(value)
     diagnoses: dict[str, int] = {}
     for v in plan.verdicts:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from kubernetes import client, config as kube_config
+from kubernetes import client
+from kubernetes import config as kube_config
 
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.events import EventRecorder
@@ -21,9 +22,9 @@ from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
 def load_api_client() -> client.ApiClient:
     """In-cluster credentials when running in a pod, else KUBECONFIG / ~/.kube/config."""
     try:
-        kube_config.load_incluster_config()
+        kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
     except kube_config.ConfigException:
-        kube_config.load_kube_config()
+        kube_config.load_kube_config()  # type: ignore[no-untyped-call]
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = 16
     return client.ApiClient(configuration)
@@ -65,7 +66,10 @@ def build_runner(config: OperatorConfig, api_client: client.ApiClient | None = N
     leader: LeaderElector | AlwaysLeader
     if config.leader_election:
         leader = LeaderElector(
-            api_client, namespace=config.namespace, name=config.lease_name, identity=config.identity,
+            api_client,
+            namespace=config.namespace,
+            name=config.lease_name,
+            identity=config.identity,
             lease_seconds=config.lease_seconds,
         )
     else:

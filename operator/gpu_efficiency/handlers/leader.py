@@ -25,7 +25,13 @@ def _now() -> datetime:
 
 class LeaderElector:
     def __init__(
-        self, api_client: client.ApiClient, *, namespace: str, name: str, identity: str, lease_seconds: float = 15.0
+        self,
+        api_client: client.ApiClient,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_seconds: float = 15.0,
     ) -> None:
         self.api = client.CoordinationV1Api(api_client)
         self.namespace, self.name, self.identity = namespace, name, identity
@@ -116,7 +122,9 @@ class LeaderElector:
     def _won(self, previous_holder: str, started: float) -> None:
         if not self.is_leader():
             self.transitions += 1
-            log.info("became leader (lease %s/%s, previous holder %r)", self.namespace, self.name, previous_holder)
+            log.info(
+                "became leader (lease %s/%s, previous holder %r)", self.namespace, self.name, previous_holder
+            )
         # Count the term from before the request, so clock skew cannot stretch it.
         self._valid_until = started + self.lease_seconds * 2 / 3
 

@@ -33,8 +33,13 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     runner.leader.start()
     memo.runner = runner
     metrics.serve(config.metrics_port)
-    log.info("started: prometheus=%s dry_run=%s leader_election=%s identity=%s",
-             config.prometheus_url, config.dry_run, config.leader_election, config.identity)
+    log.info(
+        "started: prometheus=%s dry_run=%s leader_election=%s identity=%s",
+        config.prometheus_url,
+        config.dry_run,
+        config.leader_election,
+        config.identity,
+    )
 
 
 @kopf.on.cleanup()
@@ -52,17 +57,34 @@ def _interval(spec: Any) -> float:
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
-def evaluate(stopped: kopf.DaemonStopped, name: str, uid: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+def evaluate(
+    stopped: kopf.DaemonStopped, name: str, uid: str, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
     """Run cycles until the policy is deleted; the live body means spec edits apply next cycle."""
     runner: CycleRunner = memo.runner
     while not stopped:
-        spec, status, meta = dict(body.get("spec") or {}), dict(body.get("status") or {}), body.get("metadata") or {}
+        spec, status, meta = (
+            dict(body.get("spec") or {}),
+            dict(body.get("status") or {}),
+            body.get("metadata") or {},
+        )
         try:
-            report = runner.run(name=name, uid=uid, generation=int(meta.get("generation") or 0),
-                                spec_raw=spec, status_raw=status)
+            report = runner.run(
+                name=name,
+                uid=uid,
+                generation=int(meta.get("generation") or 0),
+                spec_raw=spec,
+                status_raw=status,
+            )
             if report.ran:
-                log.info("policy %s: cycle %.2fs, %d actions, %d writes, %d queries", name, report.seconds,
-                         len(report.plan.actions) if report.plan else 0, report.writes, report.queries)
+                log.info(
+                    "policy %s: cycle %.2fs, %d actions, %d writes, %d queries",
+                    name,
+                    report.seconds,
+                    len(report.plan.actions) if report.plan else 0,
+                    report.writes,
+                    report.queries,
+                )
         except Exception:
             metrics.CYCLES.labels(name, "error").inc()
             log.exception("policy %s: cycle failed; retrying next interval", name)

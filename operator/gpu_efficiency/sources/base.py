@@ -9,7 +9,7 @@ from typing import Protocol
 from gpu_efficiency.engine.model import GPUSample, Window
 
 
-class SourceUnavailable(Exception):
+class SourceUnavailable(Exception):  # noqa: N818 - reads as a state, like TimeoutError
     """The source could not answer at all (down, auth refused, timeout): the cycle acts on nothing."""
 
 

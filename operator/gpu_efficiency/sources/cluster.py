@@ -38,6 +38,7 @@ def _quantity(value: Any) -> int:
 
 def _gpu_request(spec: Mapping[str, Any]) -> int:
     """GPUs a pod holds: the sum over containers (init containers run before, so their max)."""
+
     def amount(container: Mapping[str, Any]) -> int:
         resources = container.get("resources") or {}
         limits = resources.get("limits") or {}
@@ -132,7 +133,10 @@ class ClusterReader:
             pods=pod_views,
             nodes=tuple(node_view(n) for n in nodes),
             namespaces=tuple(
-                NamespaceView(name=(n.get("metadata") or {}).get("name", ""), labels=(n.get("metadata") or {}).get("labels") or {})
+                NamespaceView(
+                    name=(n.get("metadata") or {}).get("name", ""),
+                    labels=(n.get("metadata") or {}).get("labels") or {},
+                )
                 for n in namespaces
             ),
             requests=c1 + c2 + c3,

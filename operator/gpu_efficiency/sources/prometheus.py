@@ -176,7 +176,9 @@ def _stats(aggs: Mapping[str, float]) -> Stats:
     )
 
 
-def assemble(results: Iterable[tuple[Query, list[tuple[dict[str, str], float]]]], request: FetchRequest) -> tuple[GPUSample, ...]:
+def assemble(
+    results: Iterable[tuple[Query, list[tuple[dict[str, str], float]]]], request: FetchRequest
+) -> tuple[GPUSample, ...]:
     """Join the identity query with the window aggregates into one GPUSample per GPU."""
     identity: dict[GPUKey, _Identity] = {}
     # key -> window -> signal name -> agg -> value
@@ -192,7 +194,9 @@ def assemble(results: Iterable[tuple[Query, list[tuple[dict[str, str], float]]]]
             if key is None or not agg:
                 continue
             values[key][query.window].setdefault(signal_name, {})[agg] = value
-    expected = {w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0}
+    expected = {
+        w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0
+    }
     gpus = []
     for key, ident in identity.items():
         windows = values.get(key, {})

@@ -19,7 +19,10 @@ def test_defaults_are_safe() -> None:
     ("spec", "message"),
     [
         ({"interval": "10m", "window": "5m"}, "window must be at least interval"),
-        ({"underutilization": {"noTensorSmActiveMin": 0.8, "noTensorSmActiveMax": 0.5}}, "noTensorSmActiveMin"),
+        (
+            {"underutilization": {"noTensorSmActiveMin": 0.8, "noTensorSmActiveMax": 0.5}},
+            "noTensorSmActiveMin",
+        ),
         ({"faults": {"xid": {"critical": [79], "ignored": [79]}}}, "both critical and ignored"),
         ({"mode": "Destroy"}, "Observe"),
         ({"interval": "ten seconds"}, "pattern"),

@@ -18,14 +18,22 @@ from gpu_efficiency.sources.labels import pod_of
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource, decode_vector
 from gpu_efficiency.sources.promql import AGG_LABEL, QUERY_PLAN, cycle_queries
 
-WINDOWS = {Window.ACTIVITY: 600.0, Window.FAULT: 120.0, Window.THERMAL_HOLD: 120.0, Window.THERMAL_RECOVERY: 300.0}
+WINDOWS = {
+    Window.ACTIVITY: 600.0,
+    Window.FAULT: 120.0,
+    Window.THERMAL_HOLD: 120.0,
+    Window.THERMAL_RECOVERY: 300.0,
+}
 
 
 @pytest.mark.parametrize(
     ("labels", "expected"),
     [
         ({"pod": "a", "namespace": "ns", "container": "c"}, PodRef("ns", "a", "c")),
-        ({"exported_pod": "a", "exported_namespace": "ns", "pod": "dcgm-x", "namespace": "gpu"}, PodRef("ns", "a", "")),
+        (
+            {"exported_pod": "a", "exported_namespace": "ns", "pod": "dcgm-x", "namespace": "gpu"},
+            PodRef("ns", "a", ""),
+        ),
         ({"pod_name": "a", "pod_namespace": "ns", "container_name": "c"}, PodRef("ns", "a", "c")),
         ({"pod": "", "namespace": ""}, None),
         ({"pod": "a"}, None),
@@ -77,8 +85,28 @@ class _FakePrometheus(BaseHTTPRequestHandler):
         if query.startswith("group without"):
             payload = _vector(
                 [
-                    ({"UUID": "GPU-1", "gpu": "0", "Hostname": "n1", "modelName": "H100", "pod": "p", "namespace": "ns"}, 1),
-                    ({"UUID": "GPU-1", "gpu": "0", "Hostname": "n1", "modelName": "H100", "pod": "q", "namespace": "ns"}, 1),
+                    (
+                        {
+                            "UUID": "GPU-1",
+                            "gpu": "0",
+                            "Hostname": "n1",
+                            "modelName": "H100",
+                            "pod": "p",
+                            "namespace": "ns",
+                        },
+                        1,
+                    ),
+                    (
+                        {
+                            "UUID": "GPU-1",
+                            "gpu": "0",
+                            "Hostname": "n1",
+                            "modelName": "H100",
+                            "pod": "q",
+                            "namespace": "ns",
+                        },
+                        1,
+                    ),
                     ({"UUID": "GPU-2", "gpu": "1", "Hostname": "n1", "modelName": "H100"}, 1),
                 ]
             )
@@ -124,10 +152,11 @@ def test_fetch_assembles_samples(fake_prometheus: ThreadingHTTPServer, tmp_path:
     assert set(fake_prometheus.auth) == {"Bearer s3cret"}  # type: ignore[attr-defined]
     by_uuid = {g.uuid: g for g in result.gpus}
     gpu1 = by_uuid["GPU-1"]
-    assert gpu1.node == "n1" and gpu1.index == "0"
+    assert (gpu1.node, gpu1.index) == ("n1", "0")
     assert gpu1.pods == (PodRef("ns", "p"), PodRef("ns", "q"))  # a shared GPU lists both pods
     sm = gpu1.get(Window.ACTIVITY, Signal.SM_ACTIVE)
-    assert sm is not None and sm.max == 0.5 and sm.count == 40 and sm.last_timestamp == 1699999990
+    assert sm is not None
+    assert (sm.max, sm.count, sm.last_timestamp) == (0.5, 40, 1699999990)
     assert math.isnan(sm.avg)  # not returned: stays NaN, never 0
     assert gpu1.expected_samples[Window.ACTIVITY] == 40
     assert by_uuid["GPU-2"].pods == ()
