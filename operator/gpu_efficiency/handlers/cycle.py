@@ -24,7 +24,7 @@ from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.model import EvictPod, GPUSample, Plan, PolicyEvent, Snapshot, Window
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.sources.base import FetchRequest, SampleSource, SourceUnavailable
+from gpu_efficiency.sources.base import FaultHints, FetchRequest, SampleSource, SourceUnavailable
 from gpu_efficiency.sources.cluster import ClusterReader, ClusterState
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,17 @@ def windows_for(spec: GPUEfficiencyPolicySpec) -> dict[Window, float]:
             windows[Window.THERMAL_HOLD] = parse_duration(spec.faults.thermal.for_duration)
             windows[Window.THERMAL_RECOVERY] = parse_duration(spec.faults.thermal.recovery_after)
     return windows
+
+
+def fault_hints(spec: GPUEfficiencyPolicySpec, cluster: ClusterState) -> FaultHints:
+    """What the source needs to fetch fault series only for GPUs that may be faulted."""
+    thermal = spec.faults.thermal
+    hot = spec.faults.enabled and thermal.enabled
+    return FaultHints(
+        gpu_temperature_above=thermal.gpu_temperature_above if hot else None,
+        memory_temperature_above=thermal.memory_temperature_above if hot else None,
+        held_nodes=frozenset(n.name for n in cluster.nodes if names.NODE_FAULTS in n.annotations),
+    )
 
 
 def format_validation_error(exc: ValidationError) -> str:
@@ -171,20 +182,22 @@ class CycleRunner:
     def observe(
         self, name: str, generation: int, spec: GPUEfficiencyPolicySpec, previous: GPUEfficiencyPolicyStatus
     ) -> tuple[Snapshot, ClusterState, int]:
-        """Read metrics and the cluster into a snapshot (no writes): shared with report/explain."""
+        """Read the cluster, then metrics, into a snapshot (no writes): shared with report/explain."""
         now = self.clock()
-        windows = windows_for(spec)
-        scrape = parse_duration(spec.metrics.prometheus.scrape_interval)
+        cluster = self.reader.read()
+        request = FetchRequest(
+            now=now,
+            windows=windows_for(spec),
+            scrape_interval=parse_duration(spec.metrics.prometheus.scrape_interval),
+            hints=fault_hints(spec, cluster),
+        )
         available, error, queries = True, "", 0
         gpus: tuple[GPUSample, ...] = ()
         try:
-            result = self.source_for(spec).fetch(
-                FetchRequest(now=now, windows=windows, scrape_interval=scrape)
-            )
+            result = self.source_for(spec).fetch(request)
             gpus, queries = result.gpus, result.queries
         except SourceUnavailable as exc:
             available, error = False, str(exc)
-        cluster = self.reader.read()
         if available and not gpus and cluster.pods:
             available, error = (
                 False,
@@ -196,7 +209,7 @@ class CycleRunner:
             policy=spec,
             status=previous,
             generation=generation,
-            gpus=tuple(gpus),
+            gpus=gpus,
             pods=cluster.pods,
             nodes=cluster.nodes,
             namespaces=cluster.namespaces,

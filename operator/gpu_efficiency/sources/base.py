@@ -14,12 +14,27 @@ class SourceUnavailable(Exception):  # noqa: N818 - reads as a state, like Timeo
 
 
 @dataclass(frozen=True, slots=True)
+class FaultHints:
+    """Lets a source skip fault series of healthy GPUs (most of them) without losing a fault.
+
+    A GPU's fault windows are fetched when any of its fault signals is non-zero, it runs hot or shows a
+    thermal clock-event bit, or its node is one the operator already holds faulted (recovery needs
+    its data). Sources that cannot filter ignore the hints and return everything.
+    """
+
+    gpu_temperature_above: float | None = None
+    memory_temperature_above: float | None = None
+    held_nodes: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class FetchRequest:
     """What one cycle needs: the windows (seconds) to aggregate over, and how dense samples should be."""
 
     now: float
     windows: Mapping[Window, float]
     scrape_interval: float
+    hints: FaultHints | None = None
 
 
 @dataclass(frozen=True, slots=True)

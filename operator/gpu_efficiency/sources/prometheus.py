@@ -6,11 +6,12 @@ decoded with orjson because decoding dominates at thousands of GPUs (see bench/e
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,11 +130,24 @@ class PrometheusSource:
 
     def fetch(self, request: FetchRequest) -> FetchResult:
         started = time.monotonic()
-        queries = cycle_queries(request.windows, self.config.matchers)
-        with ThreadPoolExecutor(max_workers=len(queries)) as pool:
+        queries = cycle_queries(request.windows, self.config.matchers, request.hints)
+        with ThreadPoolExecutor(max_workers=len(queries)) as pool, gc_paused():
             results = list(pool.map(lambda q: (q, self.query(q.text, at=request.now)), queries))
-        gpus = assemble(results, request)
+            gpus = assemble(results, request)
         return FetchResult(gpus=gpus, queries=len(queries), seconds=time.monotonic() - started)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while building ~10^5 short-lived objects: it would rescan them all
+    several times (measured 4x slower decoding at 8,000 GPUs). Nothing here forms cycles."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 @dataclass
@@ -181,45 +195,59 @@ def assemble(
 ) -> tuple[GPUSample, ...]:
     """Join the identity query with the window aggregates into one GPUSample per GPU."""
     identity: dict[GPUKey, _Identity] = {}
-    # key -> window -> signal name -> agg -> value
-    values: dict[GPUKey, dict[Window, dict[str, dict[str, float]]]] = defaultdict(lambda: defaultdict(dict))
+    # (uuid, instance) -> window -> "SIGNAL:agg" -> value; flat to keep the hot loop cheap
+    values: dict[tuple[str, str], dict[Window, dict[str, float]]] = {}
     for query, series in results:
         if query.window is None:
             identity = _identities(series)
             continue
+        window = query.window
         for labels, value in series:
-            key = key_of(labels)
-            tag = labels.get(AGG_LABEL, "")
-            signal_name, _, agg = tag.partition(":")
-            if key is None or not agg:
+            uuid = labels.get("UUID")
+            tag = labels.get(AGG_LABEL)
+            if not uuid or not tag:
                 continue
-            values[key][query.window].setdefault(signal_name, {})[agg] = value
+            key = (uuid, labels.get("GPU_I_ID", ""))
+            per_gpu = values.get(key)
+            if per_gpu is None:
+                per_gpu = values[key] = {}
+            bucket = per_gpu.get(window)
+            if bucket is None:
+                bucket = per_gpu[window] = {}
+            bucket[tag] = value
     expected = {
         w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0
     }
     gpus = []
-    for key, ident in identity.items():
-        windows = values.get(key, {})
-        stats = {
-            window: {Signal[name]: _stats(aggs) for name, aggs in by_signal.items()}
-            for window, by_signal in windows.items()
-        }
-        fb_total = _fb_total(stats.get(Window.ACTIVITY, {}))
+    for gpu_key, ident in identity.items():
+        raw = values.get((gpu_key.uuid, gpu_key.instance_id), {})
+        stats = {window: _window_stats(tags) for window, tags in raw.items()}
         gpus.append(
             GPUSample(
                 node=ident.node,
-                uuid=key.id,
+                uuid=gpu_key.id,
                 index=ident.index,
                 model=ident.model,
                 pods=tuple(sorted(ident.pods, key=lambda p: (p.namespace, p.name, p.container))),
                 stats=stats,
                 source="prometheus",
                 expected_samples=expected,
-                fb_total_mib=fb_total,
+                fb_total_mib=_fb_total(stats.get(Window.ACTIVITY, {})),
             )
         )
     gpus.sort(key=lambda g: (g.node, g.index, g.uuid))
     return tuple(gpus)
+
+
+def _window_stats(tags: Mapping[str, float]) -> dict[Signal, Stats]:
+    by_signal: dict[str, dict[str, float]] = {}
+    for tag, value in tags.items():
+        name, _, agg = tag.partition(":")
+        by_signal.setdefault(name, {})[agg] = value
+    return {_SIGNALS[name]: _stats(aggs) for name, aggs in by_signal.items() if name in _SIGNALS}
+
+
+_SIGNALS = {s.name: s for s in Signal}
 
 
 def _fb_total(activity: Mapping[Signal, Stats]) -> float | None:

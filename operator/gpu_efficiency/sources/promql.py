@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_efficiency.engine.model import Signal, Window
+from gpu_efficiency.sources.base import FaultHints
 
 #: Labels that identify one GPU (or MIG instance) across every metric.
 GPU_KEY_LABELS = ("UUID", "GPU_I_ID")
@@ -74,6 +75,38 @@ QUERY_PLAN: Mapping[Window, Mapping[Signal, tuple[str, ...]]] = {
     },
 }
 
+#: Labels read from the identity query; the rest (instance, driver version, ...) is not transferred.
+IDENTITY_LABELS = (
+    *GPU_KEY_LABELS,
+    "gpu",
+    "modelName",
+    "Hostname",
+    "kubernetes_node",
+    "node",
+    "nodename",
+    "pod",
+    "namespace",
+    "container",
+    "exported_pod",
+    "exported_namespace",
+    "exported_container",
+    "pod_name",
+    "pod_namespace",
+    "container_name",
+)
+
+#: Thermal slowdown clock-event bits as (modulus, threshold): bit b is set iff value % 2^(b+1) >= 2^b.
+THERMAL_BITS = ((16, 8), (64, 32), (128, 64))  # HW_SLOWDOWN, SW_THERMAL, HW_THERMAL
+
+#: Fault signals any non-zero value of which makes a GPU worth fetching in full.
+FAULT_SIGNALS = (
+    Signal.ECC_DBE_VOLATILE,
+    Signal.XID,
+    Signal.REMAPPED_ROWS_UNCORRECTABLE,
+    Signal.ROW_REMAP_FAILURE,
+    Signal.RETIRED_PAGES_PENDING,
+)
+
 #: Metrics whose labels say which GPU belongs to which node and pod (any one suffices).
 IDENTITY_METRICS = (Signal.GPU_UTIL, Signal.GR_ENGINE_ACTIVE, Signal.SM_ACTIVE, Signal.FB_USED)
 
@@ -102,19 +135,87 @@ def _term(signal: Signal, agg: str, seconds: float, matchers: str) -> str:
     return f'label_replace(max by ({by}) ({inner}), "{AGG_LABEL}", "{signal.name}:{agg}", "", "")'
 
 
-def window_query(window: Window, seconds: float, matchers: str = "") -> Query:
-    """One query returning every aggregation of every signal this window needs."""
+def window_query(window: Window, seconds: float, matchers: str = "", only: str | None = None) -> Query:
+    """One query returning every aggregation of every signal this window needs (for ``only`` GPUs)."""
     terms = [_term(sig, agg, seconds, matchers) for sig, aggs in QUERY_PLAN[window].items() for agg in aggs]
-    return Query(window=window, text=" or ".join(terms))
+    text = " or ".join(terms)
+    if only is not None:
+        text = f"({text}) and on ({', '.join(GPU_KEY_LABELS)}) ({only})"
+    return Query(window=window, text=text)
+
+
+def _by_key(expr: str) -> str:
+    return f"max by ({', '.join(GPU_KEY_LABELS)}) ({expr})"
+
+
+def _held_nodes(nodes: frozenset[str], matchers: str) -> str | None:
+    if not nodes:
+        return None
+    pattern = "|".join(sorted(re_escape(n) for n in nodes))
+    sel = _selector(Signal.GPU_TEMP, (f"{matchers}," if matchers else "") + f'Hostname=~"{pattern}"')
+    return f"group by ({', '.join(GPU_KEY_LABELS)}) ({sel})"
+
+
+def re_escape(name: str) -> str:
+    """Escape a node name (a DNS subdomain: only '.' is special) for a regex in a PromQL string."""
+    return name.replace(".", "\\\\.")
+
+
+def fault_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
+    """GPUs whose fault window can hold a fault: any non-zero fault signal, or a held node."""
+    window = _duration(seconds)
+    parts = [
+        _by_key(f"max_over_time({_selector(sig, matchers)}[{window}])") + " > 0" for sig in FAULT_SIGNALS
+    ]
+    held = _held_nodes(hints.held_nodes, matchers)
+    return " or ".join(parts + ([held] if held else []))
+
+
+def thermal_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
+    """GPUs that may be thermally faulted: hot, a thermal clock-event bit now, or on a held node."""
+    window = _duration(seconds)
+    parts = []
+    if hints.gpu_temperature_above is not None:
+        sel = _selector(Signal.GPU_TEMP, matchers)
+        parts.append(_by_key(f"max_over_time({sel}[{window}])") + f" > {hints.gpu_temperature_above:g}")
+    if hints.memory_temperature_above is not None:
+        sel = _selector(Signal.MEMORY_TEMP, matchers)
+        parts.append(_by_key(f"max_over_time({sel}[{window}])") + f" > {hints.memory_temperature_above:g}")
+    clock = _selector(Signal.CLOCK_EVENTS, matchers)
+    parts += [
+        _by_key(f"last_over_time({clock}[{window}]) % {mod}") + f" >= {bit}" for mod, bit in THERMAL_BITS
+    ]
+    held = _held_nodes(hints.held_nodes, matchers)
+    return " or ".join(parts + ([held] if held else []))
 
 
 def identity_query(matchers: str = "") -> Query:
-    """Full label sets of every GPU series seen now (one series per GPU and attributed pod)."""
+    """The labels of every GPU series seen now (one series per GPU and attributed pod)."""
     names = "|".join(sig.value for sig in IDENTITY_METRICS)
     sel = '{__name__=~"' + names + '"' + (f",{matchers}" if matchers else "") + "}"
-    return Query(window=None, text=f"group without (__name__) ({sel})")
+    return Query(window=None, text=f"group by ({', '.join(IDENTITY_LABELS)}) ({sel})")
 
 
-def cycle_queries(windows: Mapping[Window, float], matchers: str = "") -> Sequence[Query]:
-    """All queries of one cycle: constant in number, whatever the number of GPUs."""
-    return [identity_query(matchers)] + [window_query(w, s, matchers) for w, s in windows.items() if s > 0]
+def cycle_queries(
+    windows: Mapping[Window, float], matchers: str = "", hints: FaultHints | None = None
+) -> Sequence[Query]:
+    """All queries of one cycle: at most one per window plus identity, whatever the number of GPUs.
+
+    With hints, fault windows return only GPUs that may be faulted; the recovery window is skipped
+    when no node is held, since only held nodes can recover.
+    """
+    queries = [identity_query(matchers)]
+    for window, seconds in windows.items():
+        if seconds <= 0:
+            continue
+        only: str | None = None
+        if hints is not None and window is Window.FAULT:
+            only = fault_filter(seconds, hints, matchers)
+        elif hints is not None and window is Window.THERMAL_HOLD:
+            only = thermal_filter(seconds, hints, matchers)
+        elif hints is not None and window is Window.THERMAL_RECOVERY:
+            only = _held_nodes(hints.held_nodes, matchers)
+            if only is None:
+                continue
+        queries.append(window_query(window, seconds, matchers, only))
+    return queries

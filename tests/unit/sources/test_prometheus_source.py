@@ -13,7 +13,7 @@ from urllib.parse import parse_qs
 import pytest
 
 from gpu_efficiency.engine.model import PodRef, Signal, Window
-from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable
+from gpu_efficiency.sources.base import FaultHints, FetchRequest, SourceUnavailable
 from gpu_efficiency.sources.labels import pod_of
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource, decode_vector
 from gpu_efficiency.sources.promql import AGG_LABEL, QUERY_PLAN, cycle_queries
@@ -42,6 +42,31 @@ WINDOWS = {
 )
 def test_pod_label_variants(labels: dict[str, str], expected: PodRef | None) -> None:
     assert pod_of(labels) == expected
+
+
+def test_fault_windows_are_filtered_by_hints() -> None:
+    hints = FaultHints(
+        gpu_temperature_above=90, memory_temperature_above=95, held_nodes=frozenset({"node-a.x"})
+    )
+    queries = {q.window: q.text for q in cycle_queries(WINDOWS, hints=hints)}
+    fault = queries[Window.FAULT]
+    assert "and on (UUID, GPU_I_ID)" in fault
+    for signal in (
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    ):
+        assert f"max_over_time({signal}[120s])) > 0" in fault
+    assert 'Hostname=~"node-a\\\\.x"' in fault  # held nodes are always fetched (recovery needs them)
+    thermal = queries[Window.THERMAL_HOLD]
+    assert "> 90" in thermal and "> 95" in thermal
+    assert "% 16) >= 8" in thermal and "% 64) >= 32" in thermal and "% 128) >= 64" in thermal
+    assert 'Hostname=~"node-a\\\\.x"' in queries[Window.THERMAL_RECOVERY]
+
+
+def test_recovery_window_skipped_without_held_nodes() -> None:
+    queries = cycle_queries(WINDOWS, hints=FaultHints(gpu_temperature_above=90))
+    assert [q.window for q in queries] == [None, Window.ACTIVITY, Window.FAULT, Window.THERMAL_HOLD]
 
 
 def test_query_count_is_constant_and_covers_plan() -> None:
@@ -82,7 +107,7 @@ class _FakePrometheus(BaseHTTPRequestHandler):
             self.send_response(self.status)
             self.end_headers()
             return
-        if query.startswith("group without"):
+        if query.startswith("group by (UUID"):
             payload = _vector(
                 [
                     (
