@@ -11,8 +11,8 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
