@@ -1,0 +1,645 @@
+#!/usr/bin/env bash
+# Local Kubernetes test environment: etcd + kube-apiserver + kube-controller-manager
+# + kube-scheduler + KWOK (fake GPU nodes) + Prometheus, all as plain processes
+# on 127.0.0.1, built by ./build.sh (no containers, no downloaded binaries).
+#
+# Usage: cluster.sh up [--nodes N] | down [--purge] | status | env | logs [COMPONENT] [-f]
+#        cluster.sh add-nodes N [--gpus 8] [--models "M1,M2"] [--prefix gpu-node-]
+#        cluster.sh delete-nodes PREFIX
+#        cluster.sh prometheus-up | prometheus-down
+#        cluster.sh kubectl ARGS...     (kubectl from the cache, with our kubeconfig)
+# See README.md in this directory for the interface (env vars, ports, files).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+STATE="${GPUEFF_STATE_DIR:-/tmp/gpueff-localcluster}"
+HOST=127.0.0.1
+ETCD_PORT="${GPUEFF_ETCD_PORT:-12379}"
+ETCD_PEER_PORT="${GPUEFF_ETCD_PEER_PORT:-12380}"
+APISERVER_PORT="${GPUEFF_APISERVER_PORT:-16443}"
+KCM_PORT="${GPUEFF_KCM_PORT:-17257}"
+SCHEDULER_PORT="${GPUEFF_SCHEDULER_PORT:-17259}"
+KWOK_PORT="${GPUEFF_KWOK_PORT:-17247}"
+PROM_PORT="${GPUEFF_PROM_PORT:-19090}"
+PROM_SCRAPE_INTERVAL="${GPUEFF_PROM_SCRAPE_INTERVAL:-1s}"
+PROM_RETENTION="${GPUEFF_PROM_RETENTION:-2h}"
+SERVICE_CIDR="${GPUEFF_SERVICE_CIDR:-10.96.0.0/16}"
+WAIT_TIMEOUT="${GPUEFF_WAIT_TIMEOUT:-120}"
+
+DEFAULT_NODES=2
+DEFAULT_GPUS=8
+DEFAULT_MODELS="NVIDIA-H100-80GB-HBM3,NVIDIA-A100-SXM4-80GB"
+DEFAULT_PREFIX="gpu-node-"
+
+PKI="$STATE/pki"
+RUN="$STATE/run"
+LOGS="$STATE/logs"
+KUBECONFIG_FILE="$STATE/kubeconfig"
+PROM_DIR="$STATE/prometheus"
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok prometheus)
+
+log() { echo "[localcluster] $*" >&2; }
+die() { echo "[localcluster] ERROR: $*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- binaries --
+BIN=""
+bindir() {
+  [[ -n "$BIN" ]] && return 0
+  if [[ -n "${GPUEFF_LOCALCLUSTER_BIN:-}" ]]; then
+    BIN="$GPUEFF_LOCALCLUSTER_BIN"
+  else
+    BIN="$("$HERE/build.sh" | tail -n 1)"
+  fi
+  [[ -x "$BIN/kube-apiserver" ]] || die "no binaries in $BIN (run $HERE/build.sh)"
+}
+kubectl_() { bindir; "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+# -------------------------------------------------------------- processes --
+pidfile() { echo "$RUN/$1.pid"; }
+
+# pid of a running component, verified against /proc (stale pid files are ignored)
+running_pid() {
+  local name=$1 f pid cmd
+  f="$(pidfile "$name")"
+  [[ -f "$f" ]] || return 1
+  pid="$(cat "$f" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || { rm -f "$f"; return 1; }
+  if [[ -r "/proc/$pid/cmdline" ]]; then
+    cmd="$(tr '\0' ' ' < "/proc/$pid/cmdline")"
+    if [[ "$cmd" == *"$name"* && "$cmd" == *"$STATE"* ]]; then
+      echo "$pid"; return 0
+    fi
+  fi
+  rm -f "$f"
+  return 1
+}
+
+# start NAME ARGS...: run in its own session (process group), log to $LOGS/NAME.log
+start_proc() {
+  local name=$1; shift
+  mkdir -p "$RUN" "$LOGS"
+  echo "==== $(date -Is) starting: $*" >> "$LOGS/$name.log"
+  # 8>&-: do not leak the state lock (see lock_state) into the long-running child
+  setsid "$@" >> "$LOGS/$name.log" 2>&1 < /dev/null 8>&- &
+  echo $! > "$(pidfile "$name")"
+}
+
+# alive PID: exists and is not a zombie (an exited child of ours that pid 1 has
+# not reaped yet still answers kill -0)
+alive() { [[ -r "/proc/$1/status" ]] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2> /dev/null; }
+
+stop_proc() {
+  local name=$1 pid i
+  if ! pid="$(running_pid "$name")"; then
+    rm -f "$(pidfile "$name")"; return 0
+  fi
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    alive "$pid" || break
+    sleep 0.1
+  done
+  if alive "$pid"; then
+    log "$name (pid $pid) did not stop in 10s, killing"
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$(pidfile "$name")"
+  log "stopped $name (pid $pid)"
+}
+
+# A port held by a process of a previous run of ours (same state dir in its
+# command line) is freed; a port held by anything else is an error.
+free_port() {
+  local name=$1 port=$2 pids pid cmd
+  pids="$(ss -Htlnp "sport = :$port" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u || true)"
+  [[ -z "$pids" ]] && return 0
+  for pid in $pids; do
+    cmd="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null || true)"
+    if [[ "$cmd" == *"$STATE"* ]]; then
+      log "port $port ($name) held by a leftover process of ours (pid $pid), killing it"
+      kill -TERM "$pid" 2>/dev/null || true
+      sleep 1
+      kill -KILL "$pid" 2>/dev/null || true
+    else
+      die "port $port ($name) is in use by pid $pid: ${cmd:-unknown}; set GPUEFF_*_PORT to move ours"
+    fi
+  done
+  sleep 0.2
+}
+
+fail_with_log() {
+  local name=$1; shift
+  echo "[localcluster] ERROR: $* -- last lines of $LOGS/$name.log:" >&2
+  tail -n 40 "$LOGS/$name.log" >&2 || true
+  exit 1
+}
+
+# wait_until NAME DESCRIPTION COMMAND...: poll COMMAND until it succeeds; the
+# component must stay alive meanwhile.
+wait_until() {
+  local name=$1 what=$2; shift 2
+  local deadline=$((SECONDS + WAIT_TIMEOUT))
+  until "$@" > /dev/null 2>&1; do
+    if [[ "$name" != - ]] && ! running_pid "$name" > /dev/null; then
+      fail_with_log "$name" "$name exited while waiting for $what"
+    fi
+    if ((SECONDS >= deadline)); then
+      fail_with_log "${name/#-/kube-apiserver}" "timed out after ${WAIT_TIMEOUT}s waiting for $what"
+    fi
+    sleep 0.3
+  done
+}
+
+# ------------------------------------------------------------------- PKI --
+gen_pki() {
+  [[ -f "$PKI/.done-v2" ]] && return 0
+  log "generating certificates in $PKI"
+  rm -rf "$PKI"; mkdir -p "$PKI"
+  (
+    cd "$PKI"
+    umask 077
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+      -subj "/CN=gpueff-localcluster-ca" -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2> /dev/null
+    sign() { # name subject extensions
+      openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2> /dev/null
+      printf '%s\n' "$3" > "$1.ext"
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -out "$1.crt" \
+        -days 3650 -extfile "$1.ext" 2> /dev/null
+      rm -f "$1.csr" "$1.ext"
+    }
+    client='basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth'
+    sign apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    sign admin "/O=system:masters/CN=admin" "$client"
+    sign kube-controller-manager "/CN=system:kube-controller-manager" "$client"
+    sign kube-scheduler "/CN=system:kube-scheduler" "$client"
+    sign kwok "/O=system:masters/CN=kwok" "$client"
+    sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client"
+    # front proxy (request-header authentication for aggregated APIs), its own CA
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout front-proxy-ca.key -out front-proxy-ca.crt -days 3650 \
+      -subj "/CN=gpueff-localcluster-front-proxy-ca" -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2> /dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout front-proxy-client.key -out front-proxy-client.csr \
+      -subj "/CN=front-proxy-client" 2> /dev/null
+    printf '%s\n' "$client" > front-proxy-client.ext
+    openssl x509 -req -in front-proxy-client.csr -CA front-proxy-ca.crt -CAkey front-proxy-ca.key \
+      -CAcreateserial -out front-proxy-client.crt -days 3650 -extfile front-proxy-client.ext 2> /dev/null
+    rm -f front-proxy-client.csr front-proxy-client.ext front-proxy-ca.srl
+    openssl genrsa -out sa.key 2048 2> /dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2> /dev/null
+    rm -f ca.srl
+  )
+  touch "$PKI/.done-v2"
+}
+
+write_kubeconfig() { # file user
+  local file=$1 user=$2
+  cat > "$file.tmp" << EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: gpueff-local
+  cluster:
+    server: https://$HOST:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 < "$PKI/ca.crt")
+users:
+- name: $user
+  user:
+    client-certificate-data: $(base64 -w0 < "$PKI/$user.crt")
+    client-key-data: $(base64 -w0 < "$PKI/$user.key")
+contexts:
+- name: gpueff-local
+  context:
+    cluster: gpueff-local
+    user: $user
+current-context: gpueff-local
+EOF
+  chmod 600 "$file.tmp"
+  mv "$file.tmp" "$file"
+}
+
+write_configs() {
+  mkdir -p "$STATE/kubeconfigs"
+  write_kubeconfig "$KUBECONFIG_FILE" admin
+  local c
+  for c in kube-controller-manager kube-scheduler kwok; do
+    write_kubeconfig "$STATE/kubeconfigs/$c" "$c"
+  done
+  cp "$HERE/kwok.yaml" "$STATE/kwok.yaml"
+}
+
+# ------------------------------------------------------------- components --
+curl_k() { curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$@"; }
+
+start_etcd() {
+  running_pid etcd > /dev/null && return 0
+  free_port etcd "$ETCD_PORT"; free_port etcd-peer "$ETCD_PEER_PORT"
+  mkdir -p "$STATE/etcd"
+  start_proc etcd "$BIN/etcd" --name gpueff --data-dir "$STATE/etcd" \
+    --listen-client-urls "http://$HOST:$ETCD_PORT" --advertise-client-urls "http://$HOST:$ETCD_PORT" \
+    --listen-peer-urls "http://$HOST:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://$HOST:$ETCD_PEER_PORT" \
+    --initial-cluster "gpueff=http://$HOST:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync --quota-backend-bytes=4294967296 --log-level=warn
+  wait_until etcd "etcd /health" curl -sf --max-time 2 "http://$HOST:$ETCD_PORT/health"
+  log "etcd ready on $HOST:$ETCD_PORT"
+}
+
+start_apiserver() {
+  running_pid kube-apiserver > /dev/null && return 0
+  free_port kube-apiserver "$APISERVER_PORT"
+  mkdir -p "$STATE/apiserver"
+  local adv=()
+  [[ -n "${GPUEFF_ADVERTISE_ADDRESS:-}" ]] && adv=(--advertise-address "$GPUEFF_ADVERTISE_ADDRESS")
+  start_proc kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers "http://$HOST:$ETCD_PORT" \
+    --bind-address "$HOST" --secure-port "$APISERVER_PORT" "${adv[@]}" \
+    --cert-dir "$STATE/apiserver" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" \
+    --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User \
+    --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" \
+    --proxy-client-key-file "$PKI/front-proxy-client.key" \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-account-key-file "$PKI/sa.pub" \
+    --service-account-signing-key-file "$PKI/sa.key" \
+    --authorization-mode Node,RBAC \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --allow-privileged=true \
+    --profiling=false \
+    --v=1
+  wait_until kube-apiserver "kube-apiserver /readyz" curl_k "https://$HOST:$APISERVER_PORT/readyz"
+  log "kube-apiserver ready on https://$HOST:$APISERVER_PORT"
+}
+
+start_kcm() {
+  running_pid kube-controller-manager > /dev/null && return 0
+  free_port kube-controller-manager "$KCM_PORT"
+  local kc="$STATE/kubeconfigs/kube-controller-manager"
+  mkdir -p "$STATE/kube-controller-manager"
+  start_proc kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig "$kc" --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" \
+    --bind-address "$HOST" --secure-port "$KCM_PORT" \
+    --cert-dir "$STATE/kube-controller-manager" \
+    --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file "$PKI/sa.key" \
+    --root-ca-file "$PKI/ca.crt" \
+    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --controllers '*' \
+    --profiling=false \
+    --v=1
+  wait_until kube-controller-manager "kube-controller-manager /healthz" \
+    curl -skf --max-time 2 "https://$HOST:$KCM_PORT/healthz"
+  log "kube-controller-manager healthy on https://$HOST:$KCM_PORT"
+}
+
+start_scheduler() {
+  running_pid kube-scheduler > /dev/null && return 0
+  free_port kube-scheduler "$SCHEDULER_PORT"
+  local kc="$STATE/kubeconfigs/kube-scheduler"
+  mkdir -p "$STATE/kube-scheduler"
+  start_proc kube-scheduler "$BIN/kube-scheduler" \
+    --kubeconfig "$kc" --authentication-kubeconfig "$kc" --authorization-kubeconfig "$kc" \
+    --bind-address "$HOST" --secure-port "$SCHEDULER_PORT" \
+    --cert-dir "$STATE/kube-scheduler" \
+    --leader-elect=false \
+    --profiling=false \
+    --v=1
+  wait_until kube-scheduler "kube-scheduler /healthz" \
+    curl -skf --max-time 2 "https://$HOST:$SCHEDULER_PORT/healthz"
+  log "kube-scheduler healthy on https://$HOST:$SCHEDULER_PORT"
+}
+
+start_kwok() {
+  running_pid kwok > /dev/null && return 0
+  free_port kwok "$KWOK_PORT"
+  start_proc kwok "$BIN/kwok" \
+    --config "$STATE/kwok.yaml" \
+    --kubeconfig "$STATE/kubeconfigs/kwok" \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --server-address "$HOST:$KWOK_PORT" \
+    --node-lease-duration-seconds 40
+  wait_until kwok "kwok /healthz" curl -sf --max-time 2 "http://$HOST:$KWOK_PORT/healthz"
+  log "kwok healthy on http://$HOST:$KWOK_PORT (metrics at /metrics)"
+}
+
+# ------------------------------------------------------------- Prometheus --
+ensure_prometheus_installed() {
+  command -v prometheus > /dev/null && return 0
+  [[ "$(id -u)" == 0 ]] || die "prometheus is not installed; run: sudo apt-get install -y --no-install-recommends prometheus"
+  log "installing Debian's prometheus package (apt-get)"
+  # Keep the Debian service from starting its own Prometheus on :9090.
+  local policy=/usr/sbin/policy-rc.d created=0
+  if [[ ! -e "$policy" ]]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod +x "$policy"; created=1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; } > "$STATE/apt-prometheus.log" 2>&1 \
+    || { [[ $created == 1 ]] && rm -f "$policy"; tail -n 30 "$STATE/apt-prometheus.log" >&2; die "apt-get install prometheus failed"; }
+  [[ $created == 1 ]] && rm -f "$policy"
+  command -v prometheus > /dev/null || die "prometheus still not on PATH after install"
+}
+
+write_prometheus_config() {
+  mkdir -p "$PROM_DIR/targets" "$PROM_DIR/targets-operator" "$PROM_DIR/data"
+  cat > "$PROM_DIR/prometheus.yml.tmp" << EOF
+# Generated by hack/localcluster/cluster.sh; edit the script, not this file.
+global:
+  scrape_interval: $PROM_SCRAPE_INTERVAL
+  scrape_timeout: $PROM_SCRAPE_INTERVAL
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: dcgm
+    honor_labels: true
+    file_sd_configs:
+      - files: ['$PROM_DIR/targets/*.json']
+        refresh_interval: 1s
+  - job_name: gpu-efficiency-operator
+    honor_labels: true
+    file_sd_configs:
+      - files: ['$PROM_DIR/targets-operator/*.json']
+        refresh_interval: 1s
+EOF
+  mv "$PROM_DIR/prometheus.yml.tmp" "$PROM_DIR/prometheus.yml"
+}
+
+start_prometheus() {
+  running_pid prometheus > /dev/null && return 0
+  ensure_prometheus_installed
+  write_prometheus_config
+  free_port prometheus "$PROM_PORT"
+  start_proc prometheus "$(command -v prometheus)" \
+    --config.file "$PROM_DIR/prometheus.yml" \
+    --storage.tsdb.path "$PROM_DIR/data" \
+    --storage.tsdb.retention.time "$PROM_RETENTION" \
+    --web.listen-address "$HOST:$PROM_PORT" \
+    --web.enable-lifecycle \
+    --log.level warn
+  wait_until prometheus "prometheus /-/ready" curl -sf --max-time 2 "http://$HOST:$PROM_PORT/-/ready"
+  log "prometheus ready on http://$HOST:$PROM_PORT (targets: $PROM_DIR/targets/*.json)"
+}
+
+# -------------------------------------------------------------- readiness --
+pdb_status_works() {
+  local ns=default name=gpueff-localcluster-pdb-probe gen
+  kubectl_ apply -f - > /dev/null << EOF
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: $name, namespace: $ns}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {gpueff.localcluster/pdb-probe: "none"}}
+EOF
+  local deadline=$((SECONDS + WAIT_TIMEOUT))
+  while :; do
+    gen="$(kubectl_ -n $ns get pdb $name -o 'jsonpath={.status.observedGeneration}' 2> /dev/null || true)"
+    [[ -n "$gen" && "$gen" != 0 ]] && break
+    ((SECONDS < deadline)) || fail_with_log kube-controller-manager "PDB status was never computed (disruption controller)"
+    sleep 0.3
+  done
+  kubectl_ -n $ns delete pdb $name --wait=false > /dev/null
+}
+
+wait_cluster_ready() {
+  wait_until kube-controller-manager "the default ServiceAccount in namespace default" \
+    kubectl_ -n default get serviceaccount default
+  pdb_status_works
+}
+
+# ------------------------------------------------------------------ nodes --
+gpu_family() {
+  case "$1" in
+    *GH200* | *H100* | *H200* | *H800* | *H20*) echo hopper ;;
+    *B200* | *B100* | *B300*) echo blackwell ;;
+    *A100* | *A800* | *A10* | *A30* | *A40* | *A16* | *A2-* | *RTX-A*) echo ampere ;;
+    *L4* | *RTX-40* | *RTX-6000-Ada*) echo ada-lovelace ;;
+    *V100*) echo volta ;;
+    *T4*) echo turing ;;
+    *) echo unknown ;;
+  esac
+}
+gpu_memory_mib() { # as GPU feature discovery reports it (MiB)
+  case "$1" in
+    NVIDIA-H100-80GB-HBM3) echo 81559 ;;
+    NVIDIA-H100-NVL) echo 95830 ;;
+    NVIDIA-H200) echo 143771 ;;
+    NVIDIA-A100-SXM4-80GB) echo 81920 ;;
+    NVIDIA-A100-SXM4-40GB) echo 40960 ;;
+    NVIDIA-A100-PCIE-40GB) echo 40960 ;;
+    NVIDIA-L4) echo 23034 ;;
+    Tesla-T4) echo 15360 ;;
+    *)
+      if [[ "$1" =~ ([0-9]+)GB ]]; then echo $((BASH_REMATCH[1] * 1024)); else echo 16384; fi ;;
+  esac
+}
+
+# A stable, (almost surely) unique InternalIP per node name in 10.128.0.0/9, so
+# pods' hostIP differs per node (kwok's default would give every node 10.0.0.1).
+node_ip() {
+  local h
+  h=$(printf '%s' "$1" | cksum | cut -d' ' -f1)
+  echo "10.$((128 + h % 128)).$((h / 128 % 256)).$((h / 32768 % 254 + 1))"
+}
+
+cmd_add_nodes() {
+  local n="" gpus=$DEFAULT_GPUS models=$DEFAULT_MODELS prefix=$DEFAULT_PREFIX
+  while (($#)); do
+    case "$1" in
+      --gpus) gpus=$2; shift 2 ;;
+      --models) models=$2; shift 2 ;;
+      --prefix) prefix=$2; shift 2 ;;
+      -*) die "add-nodes: unknown flag $1" ;;
+      *) n=$1; shift ;;
+    esac
+  done
+  [[ "$n" =~ ^[0-9]+$ ]] || die "usage: cluster.sh add-nodes N [--gpus 8] [--models M1,M2] [--prefix gpu-node-]"
+  ((n > 0)) || return 0
+  local -a model_list
+  IFS=, read -r -a model_list <<< "$models"
+  # next free index for this prefix
+  local next=0 name idx
+  while read -r name; do
+    idx=${name#"$prefix"}
+    [[ "$name" == "$prefix"* && "$idx" =~ ^[0-9]+$ ]] && ((idx >= next)) && next=$((idx + 1))
+  done < <(kubectl_ get nodes -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}')
+  local i model manifest="" names=()
+  for ((i = 0; i < n; i++)); do
+    name="$prefix$((next + i))"
+    model="${model_list[$(((next + i) % ${#model_list[@]}))]}"
+    names+=("$name")
+    manifest+="---
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: \"0\"
+  labels:
+    type: kwok
+    kubernetes.io/hostname: $name
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    nvidia.com/gpu.present: \"true\"
+    nvidia.com/gpu.product: $model
+    nvidia.com/gpu.count: \"$gpus\"
+    nvidia.com/gpu.memory: \"$(gpu_memory_mib "$model")\"
+    nvidia.com/gpu.family: $(gpu_family "$model")
+status:
+  addresses: [{type: InternalIP, address: $(node_ip "$name")}, {type: Hostname, address: $name}]
+  capacity: {cpu: \"64\", memory: 512Gi, pods: \"110\", ephemeral-storage: 1Ti, nvidia.com/gpu: \"$gpus\"}
+  allocatable: {cpu: \"64\", memory: 512Gi, pods: \"110\", ephemeral-storage: 1Ti, nvidia.com/gpu: \"$gpus\"}
+"
+  done
+  printf '%s' "$manifest" | kubectl_ create -f - > /dev/null
+  local deadline=$((SECONDS + WAIT_TIMEOUT))
+  for name in "${names[@]}"; do
+    until [[ "$(kubectl_ get node "$name" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2> /dev/null)" == True ]]; do
+      running_pid kwok > /dev/null || fail_with_log kwok "kwok is not running; node $name cannot become Ready"
+      ((SECONDS < deadline)) || fail_with_log kwok "node $name did not become Ready"
+      sleep 0.3
+    done
+  done
+  log "added ${#names[@]} fake GPU node(s): ${names[*]}"
+}
+
+cmd_delete_nodes() {
+  local prefix=${1:-}
+  [[ -n "$prefix" ]] || die "usage: cluster.sh delete-nodes PREFIX"
+  local names
+  names="$(kubectl_ get nodes -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}' | grep "^$prefix" || true)"
+  [[ -z "$names" ]] && { log "no nodes with prefix $prefix"; return 0; }
+  # shellcheck disable=SC2086
+  kubectl_ delete node $names > /dev/null
+  log "deleted nodes: $(echo $names)"
+}
+
+count_nodes() { kubectl_ get nodes -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}' | grep -c "^$1" || true; }
+
+# --------------------------------------------------------------- commands --
+all_running() {
+  local c
+  for c in "${COMPONENTS[@]}"; do running_pid "$c" > /dev/null || return 1; done
+}
+
+cmd_up() {
+  local nodes=$DEFAULT_NODES
+  while (($#)); do
+    case "$1" in
+      --nodes) nodes=$2; shift 2 ;;
+      --nodes=*) nodes=${1#--nodes=}; shift ;;
+      *) die "up: unknown argument $1" ;;
+    esac
+  done
+  mkdir -p "$STATE"
+  if all_running && curl_k "https://$HOST:$APISERVER_PORT/readyz" > /dev/null 2>&1; then
+    log "already up"
+    cmd_status
+    return 0
+  fi
+  local t0=$SECONDS
+  bindir
+  gen_pki
+  write_configs
+  start_etcd
+  start_apiserver
+  start_kcm
+  start_scheduler
+  start_kwok
+  start_prometheus
+  wait_cluster_ready
+  local have
+  have=$(count_nodes "$DEFAULT_PREFIX")
+  ((have < nodes)) && cmd_add_nodes $((nodes - have))
+  log "cluster up in $((SECONDS - t0))s"
+  cmd_env
+}
+
+cmd_down() {
+  local purge=0
+  [[ "${1:-}" == --purge ]] && purge=1
+  local i
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_proc "${COMPONENTS[$i]}"; done
+  if ((purge)); then
+    rm -rf "$STATE"
+    log "purged $STATE"
+  fi
+}
+
+cmd_status() {
+  local c pid rc=0
+  for c in "${COMPONENTS[@]}"; do
+    if pid="$(running_pid "$c")"; then
+      printf '%-24s running (pid %s)\n' "$c" "$pid"
+    else
+      printf '%-24s stopped\n' "$c"; rc=1
+    fi
+  done
+  if curl_k "https://$HOST:$APISERVER_PORT/readyz" > /dev/null 2>&1; then
+    echo "apiserver:  https://$HOST:$APISERVER_PORT (ready)"
+    kubectl_ get nodes -L nvidia.com/gpu.product --no-headers 2> /dev/null | sed 's/^/node: /' || true
+  fi
+  echo "prometheus: http://$HOST:$PROM_PORT"
+  echo "kubeconfig: $KUBECONFIG_FILE"
+  return $rc
+}
+
+cmd_env() {
+  echo "export KUBECONFIG=$KUBECONFIG_FILE"
+  echo "export GPUEFF_PROMETHEUS_URL=http://$HOST:$PROM_PORT"
+  echo "export GPUEFF_PROMETHEUS_TARGETS_DIR=$PROM_DIR/targets"
+  echo "export GPUEFF_PROMETHEUS_OPERATOR_TARGETS_DIR=$PROM_DIR/targets-operator"
+  echo "export GPUEFF_LOCALCLUSTER_STATE=$STATE"
+  echo "export GPUEFF_LOCALCLUSTER_BIN=${GPUEFF_LOCALCLUSTER_BIN:-$("$HERE/build.sh" --print-bindir)}"
+}
+
+cmd_logs() {
+  local follow=0 names=()
+  for a in "$@"; do
+    case "$a" in -f | --follow) follow=1 ;; *) names+=("$a") ;; esac
+  done
+  ((${#names[@]})) || names=("${COMPONENTS[@]}")
+  local files=() n
+  for n in "${names[@]}"; do [[ -f "$LOGS/$n.log" ]] && files+=("$LOGS/$n.log"); done
+  ((${#files[@]})) || die "no logs under $LOGS"
+  if ((follow)); then tail -n 50 -F "${files[@]}"; else tail -n 50 "${files[@]}"; fi
+}
+
+# Serialise state-changing verbs (parallel test workers may all call `up`).
+lock_state() {
+  mkdir -p "$STATE"
+  exec 8> "$STATE/.lock"
+  flock -w "$WAIT_TIMEOUT" 8 || die "another cluster.sh holds $STATE/.lock"
+}
+
+main() {
+  local verb=${1:-}
+  (($#)) && shift
+  case "$verb" in up | down | prometheus-up | prometheus-down) lock_state ;; esac
+  case "$verb" in
+    up) cmd_up "$@" ;;
+    down) cmd_down "$@" ;;
+    status) cmd_status ;;
+    env) cmd_env ;;
+    logs) cmd_logs "$@" ;;
+    add-nodes) cmd_add_nodes "$@" ;;
+    delete-nodes) cmd_delete_nodes "$@" ;;
+    prometheus-up) start_prometheus ;;
+    prometheus-down) stop_proc prometheus ;;
+    kubectl) kubectl_ "$@" ;;
+    *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  esac
+}
+
+main "$@"
