@@ -8,7 +8,7 @@ export GPUEFF_STATE_DIR ?= /tmp/gpueff-localcluster
 KUBECONFIG_LOCAL := $(GPUEFF_STATE_DIR)/kubeconfig
 CRD_FILE := crds/gpuefficiency.io_gpuefficiencypolicies.yaml
 
-.PHONY: help venv deps proto crds lint typecheck importlint unit e2e test demo cluster-up cluster-down build-cluster bench clean
+.PHONY: help venv deps proto docs crds lint typecheck importlint unit e2e test demo cluster-up cluster-down build-cluster bench clean
 
 help:
 	@echo "make demo          run the demo on the local cluster (builds it the first time)"
@@ -34,6 +34,9 @@ crds: venv
 
 proto: venv
 	$(VPY) -m grpc_tools.protoc -I operator --python_out=operator operator/gpu_efficiency/agent/proto/podresources.proto
+
+docs: crds
+	$(VPY) -m gpu_efficiency.api.reference README.md
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests bench

@@ -67,3 +67,10 @@ def test_defaults_round_trip_through_yaml() -> None:
     assert spec["properties"]["idle"]["default"] == {}
     assert doc["spec"]["scope"] == "Cluster"
     assert doc["spec"]["names"]["shortNames"] == ["gep"]
+
+
+def test_readme_policy_reference_is_current() -> None:
+    from gpu_efficiency.api.reference import update_readme
+
+    readme = (ROOT / "README.md").read_text()
+    assert update_readme(readme) == readme, "README policy reference drifted: run `make docs`"
