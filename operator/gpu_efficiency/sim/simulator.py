@@ -1,0 +1,336 @@
+"""The simulated GPU fleet: nodes, their GPUs, who holds them, what they do, and the /metrics text.
+
+Inputs arrive from outside (nodes and pods from the Kubernetes API or a test, workloads and faults
+from a scenario); everything else is computed from the simulator clock, so a frame can be rendered
+for any instant. Rendering a shard (a subset of nodes) lets one process serve many targets.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from gpu_efficiency.engine.model import Signal
+from gpu_efficiency.sim import catalog, faults, profiles
+from gpu_efficiency.sim.allocation import GPUAllocator, Holder, PodInfo
+from gpu_efficiency.sim.exposition import PodLabels, Reading, format_value, gpu_labels, header
+from gpu_efficiency.sim.faults import Fault
+from gpu_efficiency.sim.gpu_models import GPUModel
+from gpu_efficiency.sim.noise import seed_for, uniform
+
+#: Pod label naming the scenario workload a pod belongs to (set by the runner on pod templates).
+WORKLOAD_LABEL: Final = "sim.gpuefficiency.io/workload"
+#: Pod annotation naming the profile to play, for pods no scenario workload describes.
+PROFILE_ANNOTATION: Final = "sim.gpuefficiency.io/profile"
+FREE_GPU_PROFILE: Final = "idle"
+
+#: (index, count): the GPUs of nodes whose name hashes to ``index`` modulo ``count``. Hashing (not
+#: ranges) keeps a node on the same target while nodes come and go.
+Shard = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SimNode:
+    name: str
+    gpus: int
+    model: GPUModel
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadPlay:
+    """What a workload's GPUs do over time: a profile, profile switches, explicit metric values."""
+
+    namespace: str
+    name: str
+    profile: str = "idle"
+    changes: tuple[tuple[float, str], ...] = ()  # (at seconds, profile), sorted by time
+    timeline: tuple[tuple[float, Mapping[str, float | None]], ...] = ()  # (at, values); None unsets
+
+    def profile_at(self, t: float) -> str:
+        current = self.profile
+        for at, name in self.changes:
+            if at <= t:
+                current = name
+        return current
+
+    def overrides_at(self, t: float) -> dict[str, float]:
+        """Timeline values in effect at t: later entries merge over earlier ones."""
+        merged: dict[str, float] = {}
+        for at, values in self.timeline:
+            if at > t:
+                break
+            for metric, value in values.items():
+                if value is None:
+                    merged.pop(metric, None)
+                else:
+                    merged[metric] = value
+        return merged
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    pod_labels: PodLabels = PodLabels.STANDARD
+    sm_active: bool = True  # False: the exporter's default CSV (no SM_ACTIVE, occupancy, tensor, DRAM...)
+    clock_events_metric: str = catalog.CLOCK_EVENTS_NEW  # or catalog.CLOCK_EVENTS_OLD
+    driver_version: str = "550.90.07"
+    default_profile: str = "compute-bound"  # attributed pods that no workload or annotation describes
+
+
+class _GPU:
+    """Mutable per-GPU state: identity, attribution and the integrating counters."""
+
+    __slots__ = ("energy_mj", "energy_reset_at", "holder", "index", "labels", "last_t", "model", "node",
+                 "node_hash", "nvlink_total", "pci_bus_id", "prefixes", "seed", "uuid")  # fmt: skip
+
+    def __init__(self, node: str, index: int, model: GPUModel) -> None:
+        self.node = node
+        self.index = index
+        self.model = model
+        self.seed = seed_for(node, index)
+        self.node_hash = seed_for(node)
+        self.uuid = "GPU-" + str(uuidlib.UUID(int=self.seed << 64 | seed_for(node, index, "uuid")))
+        self.pci_bus_id = f"00000000:{0x18 + 0x10 * index:02X}:00.0"
+        self.holder: Holder | None = None
+        self.labels = ""
+        self.prefixes: tuple[str, ...] = ()  # "NAME{labels} " per exposed metric, rebuilt with the labels
+        self.energy_mj = 1.0e10 + 4.0e10 * uniform(self.seed, 0, 99)
+        self.nvlink_total = 0.0
+        self.energy_reset_at = float("-inf")
+        self.last_t: float | None = None
+
+
+@dataclass
+class _Frame:
+    t: float
+    text: str
+
+
+@dataclass
+class _ShardCache:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    frame: _Frame | None = None
+
+
+class Simulator:
+    """Thread-safe: watchers call ``set_pods``/``set_nodes`` while HTTP threads call ``render``."""
+
+    def __init__(
+        self,
+        nodes: Iterable[SimNode] = (),
+        *,
+        workloads: Iterable[WorkloadPlay] = (),
+        faults: Iterable[Fault] = (),
+        options: SimOptions | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.options = options or SimOptions()
+        self._clock = clock
+        self._t0 = clock()
+        self._lock = threading.RLock()
+        self._workloads = {(w.namespace, w.name): w for w in workloads}
+        self._faults = tuple(sorted(faults, key=lambda f: f.at))
+        self._global_faults = tuple(f for f in self._faults if f.node is None)
+        self._faults_by_node: dict[str, tuple[Fault, ...]] = {}
+        for f in self._faults:
+            if f.node is not None:
+                self._faults_by_node[f.node] = (*self._faults_by_node.get(f.node, ()), f)
+        self._allocator = GPUAllocator()
+        self._pods: tuple[PodInfo, ...] = ()
+        self._nodes: dict[str, SimNode] = {}
+        self._gpus: dict[tuple[str, int], _GPU] = {}
+        self._order: list[_GPU] = []
+        self._shards: dict[Shard | None, _ShardCache] = {}
+        self._metrics = [
+            m
+            for m in catalog.METRICS
+            if self.options.sm_active or m.name not in catalog.OFF_WITHOUT_SM_ACTIVE
+        ]
+        self._headers = {m.name: header(self._exposed_name(m.name), m.type, m.help) for m in self._metrics}
+        self.set_nodes(nodes)
+
+    # ---- clock ---------------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        """Seconds since the simulator (scenario) clock started."""
+        return self._clock() - self._t0
+
+    def restart_clock(self) -> None:
+        """Make now t=0 (the runner calls this when the scenario's workloads are submitted)."""
+        self._t0 = self._clock()
+
+    # ---- inputs --------------------------------------------------------------------------------
+
+    def set_nodes(self, nodes: Iterable[SimNode]) -> None:
+        with self._lock:
+            self._nodes = {n.name: n for n in nodes}
+            gpus: dict[tuple[str, int], _GPU] = {}
+            for node in self._nodes.values():
+                for index in range(node.gpus):
+                    old = self._gpus.get((node.name, index))
+                    gpus[(node.name, index)] = (
+                        old
+                        if old is not None and old.model == node.model
+                        else _GPU(node.name, index, node.model)
+                    )
+            self._gpus = gpus
+            self._order = [gpus[k] for k in sorted(gpus)]
+            self._attribute()
+
+    def set_pods(self, pods: Iterable[PodInfo]) -> None:
+        with self._lock:
+            self._pods = tuple(pods)
+            self._attribute()
+
+    def _attribute(self) -> None:
+        held = self._allocator.update({n.name: n.gpus for n in self._nodes.values()}, self._pods)
+        for key, gpu in self._gpus.items():
+            holder = held.get(key)
+            if holder != gpu.holder or not gpu.labels:
+                gpu.holder = holder
+                gpu.labels = gpu_labels(
+                    index=gpu.index,
+                    uuid=gpu.uuid,
+                    pci_bus_id=gpu.pci_bus_id,
+                    model_name=gpu.model.model_name,
+                    hostname=gpu.node,
+                    driver_version=self.options.driver_version,
+                    holder=holder,
+                    pod_labels=self.options.pod_labels,
+                )
+                gpu.prefixes = tuple(f"{self._exposed_name(m.name)}{{{gpu.labels}}} " for m in self._metrics)
+
+    # ---- queries -------------------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> tuple[SimNode, ...]:
+        with self._lock:
+            return tuple(self._nodes.values())
+
+    def holders(self) -> dict[tuple[str, int], Holder]:
+        """(node, GPU index) -> the pod and container holding it."""
+        with self._lock:
+            return {k: g.holder for k, g in self._gpus.items() if g.holder is not None}
+
+    def uuid_of(self, node: str, index: int) -> str:
+        return self._gpus[(node, index)].uuid
+
+    def profile_of(self, holder: Holder | None, t: float) -> tuple[str, dict[str, float]]:
+        """The profile a GPU plays at t and the timeline values overriding it."""
+        if holder is None:
+            return FREE_GPU_PROFILE, {}
+        pod = holder.pod
+        play = self._workloads.get((pod.namespace, pod.labels.get(WORKLOAD_LABEL, "")))
+        if play is not None:
+            return play.profile_at(t), play.overrides_at(t)
+        named = pod.annotations.get(PROFILE_ANNOTATION, "")
+        return (named if named in profiles.PROFILES else self.options.default_profile), {}
+
+    def down(self, t: float | None = None) -> Fault | None:
+        """The exporter-down fault in effect now (or at t)."""
+        return faults.exporter_down(self._global_faults, self.elapsed() if t is None else t)
+
+    def gpu_values(self, node: str, index: int, t: float | None = None) -> dict[str, Reading] | None:
+        """Readings of one GPU at t (default now), faults applied; None while its series are gapped."""
+        gpu = self._gpus[(node, index)]
+        return self._values(gpu, self.elapsed() if t is None else t)
+
+    def _values(self, gpu: _GPU, t: float) -> dict[str, Reading] | None:
+        name, overrides = self.profile_of(gpu.holder, t)
+        values = profiles.sample(name, t, gpu.seed, gpu.model)
+        self._integrate(gpu, values, t)
+        values.update(_HEALTHY)
+        if overrides:
+            values.update(overrides)
+        node_faults = self._faults_by_node.get(gpu.node, ())
+        if not node_faults and not self._global_faults:
+            return dict(values)
+        applied = faults.apply(values, node_faults + self._global_faults, gpu.node, gpu.index, t)
+        if applied is None:
+            return None
+        # NaN/Inf from garbage faults, spelt as the text format wants (repr would give "nan").
+        return {k: format_value(v) if not math.isfinite(v) else v for k, v in applied.items()}
+
+    def _integrate(self, gpu: _GPU, values: dict[str, float], t: float) -> None:
+        """Advance the energy and NVLink counters; honour counter resets."""
+        if gpu.last_t is not None and t > gpu.last_t:
+            dt = t - gpu.last_t
+            gpu.energy_mj += float(values[Signal.POWER]) * dt * 1000.0
+            gpu.nvlink_total += (values[Signal.NVLINK_RX_BYTES] + values[Signal.NVLINK_TX_BYTES]) * dt / 1e6
+        if gpu.last_t is None or t > gpu.last_t:
+            gpu.last_t = t
+        reset = faults.last_counter_reset(
+            self._faults_by_node.get(gpu.node, ()) + self._global_faults,
+            gpu.node,
+            gpu.index,
+            catalog.ENERGY,
+            t,
+        )
+        if reset > gpu.energy_reset_at:
+            gpu.energy_reset_at = reset
+            gpu.energy_mj = 0.0
+            gpu.nvlink_total = 0.0
+        values[catalog.ENERGY] = int(gpu.energy_mj)
+        values[catalog.NVLINK_BANDWIDTH_TOTAL] = int(gpu.nvlink_total)
+
+    # ---- exposition ----------------------------------------------------------------------------
+
+    def _exposed_name(self, name: str) -> str:
+        if name == catalog.CLOCK_EVENTS_NEW:
+            return self.options.clock_events_metric
+        return name
+
+    def render(self, shard: Shard | None = None, t: float | None = None) -> str:
+        """The /metrics text of one shard's nodes (default all) at t (default now)."""
+        t = self.elapsed() if t is None else t
+        with self._lock:
+            gpus = [g for g in self._order if shard is None or g.node_hash % shard[1] == shard[0]]
+        rows: list[tuple[tuple[str, ...], dict[str, Reading]]] = []
+        for gpu in gpus:
+            values = self._values(gpu, t)
+            if values is not None:
+                rows.append((gpu.prefixes, values))
+        out: list[str] = []
+        for position, metric in enumerate(self._metrics):
+            name = metric.name
+            # str(int) and repr(float) are already the text format; NaN/Inf arrive as strings.
+            lines = [
+                f"{prefixes[position]}{v}\n"
+                for prefixes, values in rows
+                if (v := values.get(name)) is not None
+            ]
+            if lines:
+                out.append(self._headers[name])
+                out.extend(lines)
+        return "".join(out)
+
+    def render_cached(self, shard: Shard | None = None, max_age: float = 0.5) -> str:
+        """``render`` shared by the scrapes of one shard that arrive within ``max_age`` seconds."""
+        with self._lock:
+            cache = self._shards.setdefault(shard, _ShardCache())
+        with cache.lock:
+            now = self.elapsed()
+            if cache.frame is None or now - cache.frame.t >= max_age or now < cache.frame.t:
+                cache.frame = _Frame(now, self.render(shard, now))
+            return cache.frame.text
+
+    def shard_of(self, node: str, count: int) -> int:
+        """Which of ``count`` shards serves ``node``."""
+        return seed_for(node) % count
+
+
+#: Fault fields of a healthy GPU; fault injections change them.
+_HEALTHY: Final[dict[str, float]] = {
+    catalog.PCIE_REPLAY: 0,
+    Signal.XID: 0,
+    catalog.ECC_SBE_VOLATILE: 0,
+    Signal.ECC_DBE_VOLATILE: 0,
+    Signal.RETIRED_PAGES_PENDING: 0,
+    catalog.REMAPPED_ROWS_CORRECTABLE: 0,
+    Signal.REMAPPED_ROWS_UNCORRECTABLE: 0,
+    Signal.ROW_REMAP_FAILURE: 0,
+}

@@ -1,0 +1,108 @@
+"""`gpu-efficiency sim run` over the shipped scenarios, and its failure paths.
+
+Each shipped scenario runs with the operator as a separate process holding the chart's RBAC (the
+operator_identity fixture's ServiceAccount kubeconfig); scenarios with needsOperator: false run
+without it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from gpu_efficiency.sim.runner import RunOptions, run_scenario
+from gpu_efficiency.sim.scenario import load_scenario
+from tests.e2e.harness import Cluster, OperatorIdentity
+
+pytestmark = pytest.mark.e2e
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+SHIPPED = sorted(p.name for p in SCENARIOS.glob("*.yaml"))
+
+
+def sim_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": cluster.kubeconfig, "GPUEFF_PROMETHEUS_URL": cluster.prometheus_url}
+    targets = cluster.prometheus_targets_dir()
+    if targets is not None:
+        env["GPUEFF_PROMETHEUS_TARGETS_DIR"] = str(targets)
+    return subprocess.run(
+        [sys.executable, "-m", "gpu_efficiency.cli", "sim", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_scenario_passes(
+    name: str, cluster: Cluster, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    scenario = load_scenario(SCENARIOS / name).scenario
+    operator_cmd, operator_env = "", {}
+    if scenario.needs_operator:
+        identity: OperatorIdentity = request.getfixturevalue("operator_identity")
+        operator_cmd = (
+            f"{sys.executable} -m gpu_efficiency.cli run --prometheus-url {cluster.prometheus_url} "
+            f"--namespace {identity.namespace} --metrics-port 0 --health-port 0"
+        )
+        operator_env = {"KUBECONFIG": identity.kubeconfig}
+    lines: list[str] = []
+    result = run_scenario(
+        SCENARIOS / name,
+        RunOptions(
+            kubeconfig=cluster.kubeconfig,
+            prometheus_url=cluster.prometheus_url,
+            targets_dir=cluster.prometheus_targets_dir(),
+            operator=scenario.needs_operator,
+            operator_cmd=operator_cmd,
+            operator_env=operator_env,
+            namespace_prefix=f"e2e-{uuid.uuid4().hex[:4]}-",
+            log_dir=tmp_path,
+            output=lines.append,
+        ),
+    )
+    report = "\n".join(lines)
+    if not result.passed and result.operator_log and result.operator_log.exists():
+        report += (
+            "\n----- operator log (tail) -----\n" + result.operator_log.read_text(errors="replace")[-4000:]
+        )
+    assert result.passed, report
+    assert len(result.outcomes) == len(scenario.expectations)
+
+
+def test_a_false_expectation_fails_the_run_with_what_was_observed(
+    cluster: Cluster, k8s: client.ApiClient
+) -> None:
+    proc = sim_cli(cluster, "run", str(SCENARIOS / "bad" / "false-expectation.yaml"), "--no-operator")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL  [" in proc.stdout
+    assert "a healthy node gets tainted (impossible): taints: none" in proc.stdout
+    assert "FAILED: 0/1 expectations passed" in proc.stdout
+    names = [n.metadata.name for n in client.CoreV1Api(k8s).list_node().items]
+    assert "false-gpu-0" not in names, "the run cleans up its node"
+    targets = cluster.prometheus_targets_dir()
+    if targets is not None:
+        assert not list(targets.glob("sim-false-expectation-*.json")), "the run unregisters its target"
+
+
+def test_a_malformed_scenario_exits_2_naming_the_file_and_each_problem(
+    cluster: Cluster, k8s: client.ApiClient
+) -> None:
+    proc = sim_cli(cluster, "run", str(SCENARIOS / "bad" / "malformed.yaml"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "malformed.yaml: invalid scenario" in proc.stderr
+    for problem in (
+        "workloads[0].profile (line 11)",
+        "faults[0].at (line 14)",
+        "expectations[0].colour (line 20)",
+    ):
+        assert problem in proc.stderr
+    names = [n.metadata.name for n in client.CoreV1Api(k8s).list_node().items]
+    assert "bad-gpu-0" not in names, "nothing is created from an invalid file"

@@ -1,0 +1,77 @@
+"""The `gpu-efficiency sim` commands that need no cluster, and the runner's offline parts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpu_efficiency.sim.cli import main
+from gpu_efficiency.sim.profiles import PROFILES
+from gpu_efficiency.sim.runner import RunOptions, ScenarioRun, _find_crds
+from gpu_efficiency.sim.scenario import load_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "e2e" / "scenarios"
+
+
+def test_validate_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(SCENARIOS / "idle-reclaim.yaml")]) == 0
+    assert "idle-reclaim.yaml: OK (1 node(s), 2 workload(s)" in capsys.readouterr().out
+    assert (
+        main(["validate", str(SCENARIOS / "idle-reclaim.yaml"), str(SCENARIOS / "bad" / "malformed.yaml")])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "malformed.yaml: invalid scenario" in err
+    assert "unknown profile 'idel'" in err
+
+
+def test_run_rejects_a_malformed_file_with_exit_code_2_before_touching_a_cluster(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["run", str(SCENARIOS / "bad" / "malformed.yaml"), "--kubeconfig", "/nonexistent/kubeconfig"])
+    assert code == 2
+    assert "workloads[0].profile (line 11)" in capsys.readouterr().err
+
+
+def test_run_and_validate_on_a_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "/nonexistent/scenario.yaml"]) == 2
+    assert "/nonexistent/scenario.yaml: invalid scenario:\n  cannot read" in capsys.readouterr().err
+
+
+def test_schema_is_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema"]) == 0
+    assert "expectations" in json.loads(capsys.readouterr().out)["properties"]
+    out = tmp_path / "schema.json"
+    assert main(["schema", "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["title"] == "gpu-efficiency simulator scenario"
+
+
+def test_profiles_models_and_sample(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profiles"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in PROFILES)
+    assert main(["models"]) == 0
+    assert "NVIDIA-H100-80GB-HBM3" in capsys.readouterr().out
+    assert main(["sample", "fake-load", "--seconds", "3", "--metrics", "DCGM_FI_DEV_GPU_UTIL"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "t,DEV_GPU_UTIL"
+    assert len(lines) == 5
+    assert all(int(line.split(",")[1]) >= 99 for line in lines[1:])
+
+
+def test_promql_templates_expand_to_this_runs_names() -> None:
+    run = ScenarioRun(
+        load_scenario(SCENARIOS / "simulator-smoke.yaml"), RunOptions(namespace_prefix="t1-", run_id="abc123")
+    )
+    query = 'x{namespace="${ns:sim-smoke}", simulator="${target}", r="${run}", s="${scenario}", k="${nope}"}'
+    assert run.expand(query) == (
+        'x{namespace="t1-sim-smoke", simulator="sim-simulator-smoke-abc123", r="abc123", '
+        's="simulator-smoke", k="${nope}"}'
+    )
+
+
+def test_the_crd_is_found_in_the_repository() -> None:
+    docs = _find_crds(RunOptions(), SCENARIOS / "idle-reclaim.yaml")
+    assert [d["metadata"]["name"] for d in docs] == ["gpuefficiencypolicies.gpuefficiency.io"]
