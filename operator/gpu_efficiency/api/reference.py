@@ -50,7 +50,15 @@ def _rows(schema: dict[str, Any], prefix: str) -> list[str]:
 
 def render_reference() -> str:
     schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    lines = [START, "", "| field | type | default | meaning |", "|---|---|---|---|", *_rows(schema, "spec"), "", END]
+    lines = [
+        START,
+        "",
+        "| field | type | default | meaning |",
+        "|---|---|---|---|",
+        *_rows(schema, "spec"),
+        "",
+        END,
+    ]
     return "\n".join(lines)
 
 

@@ -73,10 +73,18 @@ def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
 
 
 def in_scope_nodes(snapshot: Snapshot) -> list[NodeView]:
-    """GPU nodes the policy's node selector matches, by name."""
+    """GPU nodes the policy's node selector matches and no senior policy quarantines, by name."""
     matches = compile_selector(snapshot.policy.selection.node_selector)
+    seniors = [
+        compile_selector(s.selection.node_selector) for s in snapshot.senior_policies if s.faults_enabled
+    ]
     return sorted(
-        (n for n in snapshot.nodes if n.gpu_capacity > 0 and matches(n.labels)), key=lambda n: n.name
+        (
+            n
+            for n in snapshot.nodes
+            if n.gpu_capacity > 0 and matches(n.labels) and not any(senior(n.labels) for senior in seniors)
+        ),
+        key=lambda n: n.name,
     )
 
 

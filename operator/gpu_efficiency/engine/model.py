@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, Selection
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 
 
@@ -141,6 +141,15 @@ class NamespaceView:
 
 
 @dataclass(frozen=True, slots=True)
+class SeniorPolicy:
+    """A policy that takes precedence (created earlier, then by name): what it covers, this one skips."""
+
+    name: str
+    selection: Selection
+    faults_enabled: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """One cycle's input: everything the engine may know, and the time it may assume."""
 
@@ -156,6 +165,7 @@ class Snapshot:
     metrics_available: bool  # False when the source failed outright (Prometheus down)
     metrics_error: str = ""
     protected_namespaces: frozenset[str] = frozenset()  # operator's own + ALWAYS_PROTECTED + spec
+    senior_policies: tuple[SeniorPolicy, ...] = ()  # overlapping policies judge each pod/node once
 
 
 class Verdict(StrEnum):

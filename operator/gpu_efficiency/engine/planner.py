@@ -163,13 +163,19 @@ def _unknown(pod: PodView, reason: str, uuids: tuple[str, ...] = ()) -> PodVerdi
 
 def _judge(pod: PodView, key: PodKey, ctx: _Context) -> PodRecord:
     """The pod's verdict: Unknown if a GPU lacks data, Idle if all are idle (sharing rule), else diagnosis."""
+    params = ctx.params
+    if pod.start_time is None or ctx.now - pod.start_time < params.min_pod_age_s:
+        # Warm-up (minPodAge, default the window): the window's samples are per GPU and may still be
+        # the previous tenant's, so a young pod gets no verdict and no idle clock yet.
+        return PodRecord(
+            pod, _unknown(pod, f"warming up: the pod has run less than {params.min_pod_age_s:.0f}s")
+        )
     samples = ctx.pod_gpus.get(key)
     if not samples:
         return PodRecord(
             pod,
             _unknown(pod, "no DCGM samples are attributed to this pod (check the exporter's pod labels)"),
         )
-    params = ctx.params
     bounds = [ctx.bounds(s) for s in samples]
     activities = tuple([ctx.activity(s, b) for s, b in zip(samples, bounds, strict=True)])
     uuids = tuple([a.uuid for a in activities])
@@ -383,6 +389,14 @@ def _metrics_unavailable(snapshot: Snapshot, params: CycleParams, in_scope: list
     return Plan(actions=(*fault_actions, *events), verdicts=verdicts, status=status, notes=tuple(notes))
 
 
+def _claimed_by(pod: PodView, seniors: list[tuple[str, Scope]]) -> str:
+    """Overlapping policies: the oldest (then by name) judges the pod, so annotations never flap."""
+    for name, senior in seniors:
+        if not senior.exclusion(pod):
+            return f"judged by policy {name}, which takes precedence (created earlier)"
+    return ""
+
+
 def evaluate(snapshot: Snapshot, focus: PodKey | None = None) -> Evaluation:
     """The cycle's plan, and for ``focus`` the record that explains its verdict."""
     params = cycle_params(snapshot.policy)
@@ -390,6 +404,13 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None) -> Evaluation:
     scope: Scope = build_scope(
         snapshot.policy.selection, snapshot.protected_namespaces, snapshot.namespaces, snapshot.nodes
     )
+    seniors = [
+        (
+            senior.name,
+            build_scope(senior.selection, snapshot.protected_namespaces, snapshot.namespaces, snapshot.nodes),
+        )
+        for senior in snapshot.senior_policies
+    ]
     in_scope: list[PodView] = []
     cleanups: list[Action] = []
     focus_exclusion = ""
@@ -398,7 +419,7 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None) -> Evaluation:
             if focus == (pod.namespace, pod.name):
                 focus_exclusion = scope.exclusion(pod)
             continue
-        why = scope.exclusion(pod)
+        why = scope.exclusion(pod) or _claimed_by(pod, seniors)
         if not why:
             in_scope.append(pod)
             continue

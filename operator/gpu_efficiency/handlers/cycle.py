@@ -22,7 +22,7 @@ from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.engine.model import EvictPod, GPUSample, Plan, PolicyEvent, Snapshot, Window
+from gpu_efficiency.engine.model import EvictPod, GPUSample, Plan, PolicyEvent, SeniorPolicy, Snapshot, Window
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.sources.base import FaultHints, FetchRequest, SampleSource, SourceUnavailable
 from gpu_efficiency.sources.cluster import ClusterReader, ClusterState
@@ -121,6 +121,7 @@ class CycleRunner:
         generation: int,
         spec_raw: Mapping[str, Any],
         status_raw: Mapping[str, Any],
+        seniors: tuple[SeniorPolicy, ...] = (),
     ) -> CycleReport:
         started = time.monotonic()
         previous = self.previous_status(name, status_raw)
@@ -130,7 +131,7 @@ class CycleRunner:
             return self._invalid(name, uid, generation, previous, format_validation_error(exc), started)
         if not self.leader.is_leader():
             return CycleReport(policy=name, ran=False, reason="not the leader")
-        report = self._evaluate(name, uid, generation, spec, previous)
+        report = self._evaluate(name, uid, generation, spec, previous, seniors)
         report.seconds = time.monotonic() - started
         metrics.CYCLE_SECONDS.labels(name).observe(report.seconds)
         return report
@@ -180,7 +181,12 @@ class CycleRunner:
         )
 
     def observe(
-        self, name: str, generation: int, spec: GPUEfficiencyPolicySpec, previous: GPUEfficiencyPolicyStatus
+        self,
+        name: str,
+        generation: int,
+        spec: GPUEfficiencyPolicySpec,
+        previous: GPUEfficiencyPolicyStatus,
+        seniors: tuple[SeniorPolicy, ...] = (),
     ) -> tuple[Snapshot, ClusterState, int]:
         """Read the cluster, then metrics, into a snapshot (no writes): shared with report/explain."""
         now = self.clock()
@@ -217,6 +223,7 @@ class CycleRunner:
             metrics_error=error,
             protected_namespaces=self.config.all_protected_namespaces
             | frozenset(spec.selection.excluded_namespaces),
+            senior_policies=seniors,
         )
         return snapshot, cluster, queries
 
@@ -227,8 +234,9 @@ class CycleRunner:
         generation: int,
         spec: GPUEfficiencyPolicySpec,
         previous: GPUEfficiencyPolicyStatus,
+        seniors: tuple[SeniorPolicy, ...],
     ) -> CycleReport:
-        snapshot, cluster, queries = self.observe(name, generation, spec, previous)
+        snapshot, cluster, queries = self.observe(name, generation, spec, previous, seniors)
         plan = plan_cycle(snapshot)
         writes_before = self.applier.writes
         outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)

@@ -1,4 +1,8 @@
-"""Kopf handlers: thin. One daemon per policy runs its evaluation loop at the policy's own interval."""
+"""Kopf handlers, kept thin: watch policies into a registry; a scheduler thread runs the cycles.
+
+No finalizers and no Kopf bookkeeping on policies: deleting a policy never waits for the operator,
+and removes nothing users need (pod annotations stay until a policy judges the pod again).
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,12 @@ from typing import Any
 import kopf
 
 from gpu_efficiency import metrics
-from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.handlers.cycle import CycleRunner
 from gpu_efficiency.handlers.deps import build_runner
-from gpu_efficiency.handlers.leader import LeaderElector
+from gpu_efficiency.handlers.scheduler import PolicyRegistry, Scheduler
 
 log = logging.getLogger(__name__)
-DEFAULT_INTERVAL = 60.0
 
 #: Set by the CLI before kopf.run; read once by the startup handler.
 CONFIG: OperatorConfig | None = None
@@ -26,12 +27,14 @@ CONFIG: OperatorConfig | None = None
 def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = CONFIG or OperatorConfig()
     settings.posting.level = logging.WARNING  # our own events say what happened; Kopf's only errors
-    settings.persistence.finalizer = f"{GROUP}/operator"
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
     runner = build_runner(config)
+    registry = PolicyRegistry()
+    scheduler = Scheduler(runner, registry)
     runner.leader.start()
-    memo.runner = runner
+    scheduler.start()
+    memo.runner, memo.registry, memo.scheduler = runner, registry, scheduler
     metrics.serve(config.metrics_port)
     log.info(
         "started: prometheus=%s dry_run=%s leader_election=%s identity=%s",
@@ -42,57 +45,15 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     )
 
 
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def track(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Keep the registry current; a new or edited policy is evaluated at once."""
+    memo.registry.observe(event.get("type"), body)
+
+
 @kopf.on.cleanup()
 def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    runner: CycleRunner | None = getattr(memo, "runner", None)
-    if runner is not None:
-        runner.leader.stop()
-
-
-def _interval(spec: Any) -> float:
-    try:
-        return max(1.0, parse_duration(str(spec.get("interval", "60s"))))
-    except ValueError:
-        return DEFAULT_INTERVAL
-
-
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
-def evaluate(
-    stopped: kopf.DaemonStopped, name: str, uid: str, body: kopf.Body, memo: kopf.Memo, **_: Any
-) -> None:
-    """Run cycles until the policy is deleted; the live body means spec edits apply next cycle."""
-    runner: CycleRunner = memo.runner
-    while not stopped:
-        spec, status, meta = (
-            dict(body.get("spec") or {}),
-            dict(body.get("status") or {}),
-            body.get("metadata") or {},
-        )
-        try:
-            report = runner.run(
-                name=name,
-                uid=uid,
-                generation=int(meta.get("generation") or 0),
-                spec_raw=spec,
-                status_raw=status,
-            )
-            if report.ran:
-                log.info(
-                    "policy %s: cycle %.2fs, %d actions, %d writes, %d queries",
-                    name,
-                    report.seconds,
-                    len(report.plan.actions) if report.plan else 0,
-                    report.writes,
-                    report.queries,
-                )
-        except Exception:
-            metrics.CYCLES.labels(name, "error").inc()
-            log.exception("policy %s: cycle failed; retrying next interval", name)
-        stopped.wait(_interval(spec))
-    runner.forget(name)
-
-
-def leader_of(memo: kopf.Memo) -> LeaderElector | None:
-    runner: CycleRunner | None = getattr(memo, "runner", None)
-    leader = runner.leader if runner else None
-    return leader if isinstance(leader, LeaderElector) else None
+    scheduler: Scheduler | None = getattr(memo, "scheduler", None)
+    if scheduler is not None:
+        scheduler.stop()
+        memo.runner.leader.stop()

@@ -1,0 +1,156 @@
+"""Run every policy's cycle at its own interval, in precedence order, on one worker thread.
+
+Kopf only feeds the registry (watch events: no finalizers, no annotations on policies), so a policy
+can be deleted even while the operator is down, and its deletion stops its cycles at once. One
+worker keeps cycles of overlapping policies from interleaving their writes.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpu_efficiency import metrics
+from gpu_efficiency.api.durations import parse_duration
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.engine.model import SeniorPolicy
+from gpu_efficiency.handlers.cycle import CycleRunner
+
+log = logging.getLogger(__name__)
+DEFAULT_INTERVAL = 60.0
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    name: str
+    uid: str
+    created: str  # RFC3339 creationTimestamp: older policies take precedence
+    generation: int
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+
+    @property
+    def precedence(self) -> tuple[str, str]:
+        return (self.created, self.name)
+
+    def interval(self) -> float:
+        try:
+            return max(1.0, parse_duration(str(self.spec.get("interval", "60s"))))
+        except ValueError:
+            return DEFAULT_INTERVAL
+
+    def senior(self) -> SeniorPolicy | None:
+        try:
+            spec = GPUEfficiencyPolicySpec.model_validate(dict(self.spec))
+        except ValidationError:
+            return None  # an invalid policy acts on nothing, so it claims nothing
+        return SeniorPolicy(self.name, spec.selection, spec.faults.enabled)
+
+
+class PolicyRegistry:
+    """The policies the watch has seen, newest version of each."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, PolicyEntry] = {}
+        self._lock = threading.Lock()
+        self.changed = threading.Event()
+
+    def observe(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        name = meta.get("name", "")
+        with self._lock:
+            if event_type == "DELETED" or meta.get("deletionTimestamp"):
+                self._entries.pop(name, None)
+            else:
+                self._entries[name] = PolicyEntry(
+                    name=name,
+                    uid=meta.get("uid", ""),
+                    created=meta.get("creationTimestamp", ""),
+                    generation=int(meta.get("generation") or 0),
+                    spec=copy.deepcopy(dict(body.get("spec") or {})),
+                    status=copy.deepcopy(dict(body.get("status") or {})),
+                )
+        self.changed.set()
+
+    def entries(self) -> list[PolicyEntry]:
+        with self._lock:
+            return sorted(self._entries.values(), key=lambda e: e.precedence)
+
+
+class Scheduler:
+    def __init__(self, runner: CycleRunner, registry: PolicyRegistry, tick: float = 0.5) -> None:
+        self.runner, self.registry, self.tick = runner, registry, tick
+        self._due: dict[str, float] = {}
+        self._generation: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="policy-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.registry.changed.set()
+        if self._thread:
+            self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.run_due(time.monotonic())
+            self.registry.changed.wait(self.tick)
+            self.registry.changed.clear()
+
+    def run_due(self, now: float) -> list[str]:
+        """Run the cycles that are due (a new or edited policy at once); return their names."""
+        entries = self.registry.entries()
+        live = {e.name for e in entries}
+        for gone in set(self._due) - live:
+            self._due.pop(gone, None)
+            self._generation.pop(gone, None)
+            self.runner.forget(gone)
+        ran = []
+        seniors: list[SeniorPolicy] = []
+        for entry in entries:
+            edited = self._generation.get(entry.name) != entry.generation
+            if edited or now >= self._due.get(entry.name, 0.0):
+                self._run(entry, tuple(seniors))
+                ran.append(entry.name)
+                self._generation[entry.name] = entry.generation
+                self._due[entry.name] = time.monotonic() + entry.interval()
+            senior = entry.senior()
+            if senior is not None:
+                seniors.append(senior)
+        return ran
+
+    def _run(self, entry: PolicyEntry, seniors: tuple[SeniorPolicy, ...]) -> None:
+        try:
+            report = self.runner.run(
+                name=entry.name,
+                uid=entry.uid,
+                generation=entry.generation,
+                spec_raw=entry.spec,
+                status_raw=entry.status,
+                seniors=seniors,
+            )
+        except Exception:
+            metrics.CYCLES.labels(entry.name, "error").inc()
+            log.exception("policy %s: cycle failed; retrying next interval", entry.name)
+            return
+        if report.ran:
+            log.info(
+                "policy %s: cycle %.2fs, %d verdicts, %d actions, %d writes, %d queries",
+                entry.name,
+                report.seconds,
+                len(report.plan.verdicts) if report.plan else 0,
+                len(report.plan.actions) if report.plan else 0,
+                report.writes,
+                report.queries,
+            )
