@@ -40,6 +40,7 @@ class LeaderElector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.transitions = 0
+        self._warned_missing = False
 
     def is_leader(self) -> bool:
         return time.monotonic() < self._valid_until
@@ -115,6 +116,13 @@ class LeaderElector:
         except ApiException as exc:
             if exc.status == 409:
                 return False
+            if exc.status == 404 and not self._warned_missing:
+                self._warned_missing = True
+                log.error(
+                    "leader election: namespace %r does not exist, so this replica never acts; "
+                    "create it, pass --namespace, or run a single replica with --no-leader-election",
+                    self.namespace,
+                )
             raise
         self._won("", started)
         return True

@@ -11,7 +11,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,8 +85,14 @@ class PolicyRegistry:
 
 
 class Scheduler:
-    def __init__(self, runner: CycleRunner, registry: PolicyRegistry, tick: float = 0.5) -> None:
-        self.runner, self.registry, self.tick = runner, registry, tick
+    def __init__(
+        self,
+        runner: CycleRunner,
+        registry: PolicyRegistry,
+        tick: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.runner, self.registry, self.tick, self.clock = runner, registry, tick, clock
         self._due: dict[str, float] = {}
         self._generation: dict[str, int] = {}
         self._stop = threading.Event()
@@ -104,12 +110,13 @@ class Scheduler:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.run_due(time.monotonic())
+            self.run_due()
             self.registry.changed.wait(self.tick)
             self.registry.changed.clear()
 
-    def run_due(self, now: float) -> list[str]:
+    def run_due(self) -> list[str]:
         """Run the cycles that are due (a new or edited policy at once); return their names."""
+        now = self.clock()
         entries = self.registry.entries()
         live = {e.name for e in entries}
         for gone in set(self._due) - live:
@@ -124,7 +131,7 @@ class Scheduler:
                 self._run(entry, tuple(seniors))
                 ran.append(entry.name)
                 self._generation[entry.name] = entry.generation
-                self._due[entry.name] = time.monotonic() + entry.interval()
+                self._due[entry.name] = self.clock() + entry.interval()  # paced from the cycle's end
             senior = entry.senior()
             if senior is not None:
                 seniors.append(senior)
