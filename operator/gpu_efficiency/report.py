@@ -12,7 +12,7 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from kubernetes import client
@@ -25,6 +25,7 @@ from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import config_from_args
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, Snapshot, Verdict
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
+from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.waste import price_for
 from gpu_efficiency.handlers.cycle import CycleRunner, format_validation_error
 from gpu_efficiency.handlers.deps import build_runner, load_api_client
@@ -54,8 +55,11 @@ def load_policy(
             name = (doc.get("metadata") or {}).get("name", Path(args.policy_file).stem)
             return name, GPUEfficiencyPolicySpec.model_validate(doc.get("spec") or {})
         if args.policy:
-            obj: dict[str, Any] = client.CustomObjectsApi(api_client).get_cluster_custom_object(
-                GROUP, VERSION, PLURAL, args.policy
+            obj = cast(
+                dict[str, Any],
+                client.CustomObjectsApi(api_client).get_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, args.policy
+                ),
             )
             return args.policy, GPUEfficiencyPolicySpec.model_validate(obj.get("spec") or {})
     except ValidationError as exc:
@@ -116,6 +120,7 @@ def _mean(values: list[float]) -> float | None:
 
 
 def build_report(snapshot: Snapshot, plan: Plan) -> dict[str, Any]:
+    prices = cycle_params(snapshot.policy).prices  # normalised keys, as price_for expects
     pods = {(p.namespace, p.name): p for p in snapshot.pods}
     nodes = {n.name: n for n in snapshot.nodes}
     rows: dict[str, NamespaceRow] = defaultdict(lambda: NamespaceRow(""))
@@ -134,7 +139,7 @@ def build_report(snapshot: Snapshot, plan: Plan) -> dict[str, Any]:
             row.idle_gpus += gpus
             node = nodes.get(pod.node) if pod else None
             product = node.labels.get(names.GPU_PRODUCT_LABEL, "") if node else ""
-            row.waste_per_day += gpus * 24.0 * price_for(product, snapshot.policy.price_per_gpu_hour, product)
+            row.waste_per_day += gpus * 24.0 * price_for(product, prices, product)
     actions: list[dict[str, str]] = []
     for action in plan.actions:
         if isinstance(action, EvictPod):

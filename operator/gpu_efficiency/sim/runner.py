@@ -71,6 +71,8 @@ class RunOptions:
     poll_interval: float = 1.0
     run_id: str | None = None
     output: Callable[[str], None] = _stdout
+    before_teardown: Callable[[], None] | None = None
+    """Called once the expectations are decided, while the simulator and operator still run."""
 
 
 @dataclass
@@ -173,6 +175,8 @@ class ScenarioRun:
             self._api = api_client(self.options.kubeconfig)
             self._setup()
             self._observe()
+            if self.options.before_teardown is not None:
+                self.options.before_teardown()
         except SetupError as e:
             self.result.error = str(e)
             self.say(f"ERROR setup: {e}")

@@ -1,0 +1,110 @@
+"""`gpu-efficiency report` and `explain` on the local cluster against a known scenario, including
+their output when Prometheus or the cluster cannot be reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from kubernetes import client
+
+from gpu_efficiency.sim.runner import RunOptions, run_scenario
+from tests.e2e.harness import Cluster
+
+HERE = Path(__file__).parent / "report"
+POLICY = HERE / "policy.yaml"
+DEAD_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
+
+
+def cli(cluster: Cluster, *args: str, kubeconfig: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": kubeconfig or cluster.kubeconfig}
+    return subprocess.run(
+        [sys.executable, "-m", "gpu_efficiency.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_report_and_explain(cluster: Cluster, k8s: client.ApiClient, tmp_path: Path) -> None:
+    prefix = f"r{uuid.uuid4().hex[:4]}-"
+    namespace = prefix + "sim-report"
+    out: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def take_reports() -> None:
+        pods = client.CoreV1Api(k8s).list_namespaced_pod(namespace).items
+        notebook = next(p.metadata.name for p in pods if p.metadata.name.startswith("notebook-"))
+        common = ("--policy-file", str(POLICY), "--prometheus-url", cluster.prometheus_url)
+        out["json"] = cli(cluster, "report", *common, "-o", "json")
+        out["table"] = cli(cluster, "report", *common)
+        out["explain"] = cli(cluster, "explain", f"{namespace}/{notebook}", *common)
+        out["explain_json"] = cli(cluster, "explain", f"{namespace}/{notebook}", *common, "-o", "json")
+        down = ("--policy-file", str(POLICY), "--prometheus-url", DEAD_URL)
+        out["prom_down"] = cli(cluster, "report", *down)
+        out["explain_down"] = cli(cluster, "explain", f"{namespace}/{notebook}", *down)
+        out["missing_pod"] = cli(cluster, "explain", f"{namespace}/no-such-pod", *common)
+
+    lines: list[str] = []
+    result = run_scenario(
+        HERE / "report-scenario.yaml",
+        RunOptions(
+            kubeconfig=cluster.kubeconfig,
+            prometheus_url=cluster.prometheus_url,
+            targets_dir=cluster.prometheus_targets_dir(),
+            operator=False,
+            namespace_prefix=prefix,
+            log_dir=tmp_path,
+            output=lines.append,
+            before_teardown=take_reports,
+        ),
+    )
+    assert result.passed, "\n".join(lines)
+
+    report = json.loads(out["json"].stdout)
+    assert out["json"].returncode == 0, out["json"].stderr
+    assert report["metricsAvailable"] is True
+    rows = {r["namespace"]: r for r in report["namespaces"]}
+    row = rows[namespace]
+    assert (row["pods"], row["gpus"]) == (2, 3)
+    assert row["idleGpuHoursPerDay"] == 24.0  # the notebook's one GPU
+    assert row["estimatedWastePerDay"] == 96.0  # 24 h x 4.0 per H100-hour
+    verdicts = {
+        p["pod"].split("/")[1].rsplit("-", 2)[0]: p for p in report["pods"] if p["pod"].startswith(namespace)
+    }
+    assert verdicts["notebook"]["verdict"] == "Idle"
+    assert verdicts["trainer"]["verdict"] == "Efficient"
+    assert verdicts["trainer"]["activitySignal"] == "SM_ACTIVE"
+    # The report judges as Enforce would: the idle notebook shows as a would-be action or a note.
+    assert "NAMESPACE" in out["table"].stdout and namespace in out["table"].stdout
+
+    explain = out["explain"].stdout
+    assert out["explain"].returncode == 0, out["explain"].stderr
+    for needle in ("Idle", "DCGM_FI_PROF_SM_ACTIVE", "activityBelow", "window"):
+        assert needle in explain, f"{needle!r} missing from explain:\n{explain}"
+    assert json.loads(out["explain_json"].stdout)["verdict"] == "Idle"
+
+    assert out["prom_down"].returncode == 4
+    assert "METRICS UNAVAILABLE" in out["prom_down"].stdout
+    assert "127.0.0.1:9" in out["prom_down"].stdout
+    assert out["explain_down"].returncode == 4
+    assert "METRICS UNAVAILABLE" in out["explain_down"].stdout
+    assert out["missing_pod"].returncode == 2
+    assert "not a running pod holding GPUs" in out["missing_pod"].stderr
+
+
+def test_report_when_the_cluster_is_unreachable(cluster: Cluster, tmp_path: Path) -> None:
+    dead = tmp_path / "kubeconfig"
+    dead.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: x}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "current-context: x\n"
+    )
+    proc = cli(cluster, "report", "--prometheus-url", cluster.prometheus_url, kubeconfig=str(dead))
+    assert proc.returncode == 3, proc.stderr
+    assert "cannot reach the Kubernetes API" in proc.stderr
+    assert "Traceback" not in proc.stderr
