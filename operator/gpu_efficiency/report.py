@@ -24,8 +24,8 @@ from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolic
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import config_from_args
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, Snapshot, Verdict
-from gpu_efficiency.engine.planner import explain_pod, plan_cycle
 from gpu_efficiency.engine.params import cycle_params
+from gpu_efficiency.engine.planner import explain_pod, plan_cycle
 from gpu_efficiency.engine.waste import price_for
 from gpu_efficiency.handlers.cycle import CycleRunner, format_validation_error
 from gpu_efficiency.handlers.deps import build_runner, load_api_client

@@ -57,6 +57,18 @@ class LabelSelectorRequirement(Model):
     values: list[str] = Field(default_factory=list)
     """Values for In and NotIn; empty for Exists and DoesNotExist."""
 
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> LabelSelectorRequirement:
+        """Kubernetes' own rule for selectors, which OpenAPI cannot express (reported in status)."""
+        needs_values = self.operator in ("In", "NotIn")
+        if needs_values and not self.values:
+            raise ValueError(f"matchExpressions: operator {self.operator} on key {self.key!r} needs values")
+        if not needs_values and self.values:
+            raise ValueError(
+                f"matchExpressions: operator {self.operator} on key {self.key!r} takes no values"
+            )
+        return self
+
 
 class LabelSelector(Model):
     """A Kubernetes label selector; an empty selector matches everything."""

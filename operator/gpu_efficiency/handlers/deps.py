@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
+import orjson
 from kubernetes import client
 from kubernetes import config as kube_config
 
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.events import EventRecorder
 from gpu_efficiency.actuators.status import StatusWriter
+from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.handlers.cycle import CycleRunner
 from gpu_efficiency.handlers.leader import AlwaysLeader, LeaderElector
+from gpu_efficiency.sources.agent import AgentSource, pod_endpoints, static_endpoints
 from gpu_efficiency.sources.base import SampleSource
 from gpu_efficiency.sources.cluster import ClusterReader
+from gpu_efficiency.sources.combined import CombinedSource
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
 
 
@@ -31,16 +36,36 @@ def load_api_client() -> client.ApiClient:
 
 
 class SourceCache:
-    """One Prometheus source per distinct URL (policies may override the operator's default)."""
+    """One Prometheus source per distinct URL (policies may override the operator's default), and
+    the node agents (found by --agent-urls or by their pods' label in the operator's namespace)."""
 
-    def __init__(self, config: OperatorConfig) -> None:
+    def __init__(self, config: OperatorConfig, api_client: client.ApiClient) -> None:
         self.config = config
         self._sources: dict[tuple[str, float], PrometheusSource] = {}
         self._lock = threading.Lock()
+        core = client.CoreV1Api(api_client)
+
+        def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
+            response: Any = core.list_namespaced_pod(
+                namespace, label_selector=selector, _preload_content=False
+            )
+            items: list[dict[str, Any]] = orjson.loads(response.data).get("items") or []
+            return items
+
+        discover = (
+            static_endpoints(config.agent_urls)
+            if config.agent_urls
+            else pod_endpoints(list_pods, config.namespace)
+        )
+        self.agents = AgentSource(discover)
 
     def __call__(self, spec: GPUEfficiencyPolicySpec) -> SampleSource:
-        from gpu_efficiency.api.durations import parse_duration
+        prometheus = self._prometheus(spec)
+        if not spec.metrics.node_agent:
+            return prometheus
+        return CombinedSource(prometheus, self.agents, parse_duration(spec.metrics.prometheus.max_staleness))
 
+    def _prometheus(self, spec: GPUEfficiencyPolicySpec) -> PrometheusSource:
         url = spec.metrics.prometheus.url or self.config.prometheus_url
         timeout = parse_duration(spec.metrics.prometheus.query_timeout)
         with self._lock:
@@ -79,6 +104,6 @@ def build_runner(config: OperatorConfig, api_client: client.ApiClient | None = N
         reader=ClusterReader(api_client),
         applier=Applier(api_client, recorder, dry_run=config.dry_run),
         status_writer=StatusWriter(api_client, refresh_seconds=config.status_refresh_seconds),
-        source_for=SourceCache(config),
+        source_for=SourceCache(config, api_client),
         leader=leader,
     )

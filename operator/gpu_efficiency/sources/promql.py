@@ -37,24 +37,27 @@ _ACTIVITY = ("max", "avg", "count", "ts")
 _FAULT_COUNTER = ("min", "max", "last", "resets", "count", "ts")
 
 #: What each window aggregates. Fields a window does not list stay NaN in Stats ("not measured").
+#: A signal the diagnosis reads needs avg, max, count and ts: the engine trusts no signal without
+#: coverage, freshness and values in range (activity.insufficiency). PCIe TX and memory temperature
+#: are shown by explain only.
 QUERY_PLAN: Mapping[Window, Mapping[Signal, tuple[str, ...]]] = {
     Window.ACTIVITY: {
         Signal.SM_ACTIVE: _ACTIVITY,
         Signal.GR_ENGINE_ACTIVE: _ACTIVITY,
         Signal.GPU_UTIL: (*_ACTIVITY, "stddev"),
-        Signal.SM_OCCUPANCY: ("avg", "count"),
-        Signal.TENSOR_ACTIVE: ("avg", "count"),
-        Signal.DRAM_ACTIVE: ("avg", "count"),
-        Signal.PCIE_RX_BYTES: ("avg", "max", "count"),
+        Signal.SM_OCCUPANCY: ("avg", "max", "count", "ts"),
+        Signal.TENSOR_ACTIVE: ("avg", "max", "count", "ts"),
+        Signal.DRAM_ACTIVE: ("avg", "max", "count", "ts"),
+        Signal.PCIE_RX_BYTES: ("avg", "max", "count", "ts"),
         Signal.PCIE_TX_BYTES: ("avg", "count"),
-        Signal.NVLINK_RX_BYTES: ("avg", "count"),
-        Signal.NVLINK_TX_BYTES: ("avg", "count"),
-        Signal.FB_USED: ("avg", "max", "min", "last", "count"),
-        Signal.FB_FREE: ("last", "count"),
-        Signal.POWER: ("avg", "stddev", "count"),
-        Signal.GPU_TEMP: ("max", "avg", "count"),
+        Signal.NVLINK_RX_BYTES: ("avg", "max", "count", "ts"),
+        Signal.NVLINK_TX_BYTES: ("avg", "max", "count", "ts"),
+        Signal.FB_USED: ("avg", "max", "min", "last", "count", "ts"),
+        Signal.FB_FREE: ("avg", "max", "last", "count", "ts"),
+        Signal.POWER: ("avg", "max", "stddev", "count", "ts"),
+        Signal.GPU_TEMP: ("max", "avg", "count", "ts"),
         Signal.MEMORY_TEMP: ("max", "count"),
-        Signal.CLOCK_EVENTS: ("last", "max", "min", "count"),
+        Signal.CLOCK_EVENTS: ("avg", "last", "max", "min", "count", "ts"),
     },
     Window.FAULT: {
         Signal.ECC_DBE_VOLATILE: _FAULT_COUNTER,

@@ -28,6 +28,24 @@ def test_defaults_are_safe() -> None:
         ({"interval": "ten seconds"}, "pattern"),
         ({"idle": {"activityBelow": 2}}, "less than or equal to 1"),
         ({"unknownField": 1}, "Extra inputs are not permitted"),
+        (
+            {
+                "selection": {
+                    "podSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": []}]}
+                }
+            },
+            "operator In on key 'a' needs values",
+        ),
+        (
+            {
+                "selection": {
+                    "nodeSelector": {
+                        "matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]
+                    }
+                }
+            },
+            "takes no values",
+        ),
     ],
 )
 def test_invalid_specs_are_rejected(spec: dict[str, object], message: str) -> None:

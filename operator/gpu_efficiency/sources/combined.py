@@ -1,0 +1,50 @@
+"""Prometheus and the node agents together: one sample per GPU, from whichever is better.
+
+Either source alone suffices: agents keep the operator informed when Prometheus is down, and
+Prometheus covers nodes without an agent. Only when both fail is the cycle blind (Unknown).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from gpu_efficiency.sources.agent import merge_samples
+from gpu_efficiency.sources.base import FetchRequest, FetchResult, SampleSource, SourceUnavailable
+
+
+@dataclass
+class CombinedSource:
+    prometheus: SampleSource
+    agents: SampleSource
+    max_staleness: float
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        started = time.monotonic()
+        prom, prom_error = _try(self.prometheus, request)
+        agents, agents_error = _try(self.agents, request)
+        if prom is None and agents is None:
+            raise SourceUnavailable(f"Prometheus: {prom_error}; node agents: {agents_error}")
+        errors = [f"Prometheus: {prom_error}"] * bool(prom_error) + [f"node agents: {agents_error}"] * bool(
+            agents_error
+        )
+        answered = [r for r in (prom, agents) if r is not None]
+        gpus = merge_samples(
+            prom.gpus if prom else (),
+            agents.gpus if agents else (),
+            now=request.now,
+            max_staleness=self.max_staleness,
+        )
+        return FetchResult(
+            gpus=tuple(gpus),
+            queries=sum(r.queries for r in answered),
+            seconds=time.monotonic() - started,
+            warnings=(*errors, *(w for r in answered for w in r.warnings)),
+        )
+
+
+def _try(source: SampleSource, request: FetchRequest) -> tuple[FetchResult | None, str]:
+    try:
+        return source.fetch(request), ""
+    except SourceUnavailable as exc:
+        return None, str(exc)

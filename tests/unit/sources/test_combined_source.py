@@ -1,0 +1,56 @@
+"""Prometheus and agents together: either alone suffices; both down is blind; the better sample wins."""
+
+import pytest
+
+from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
+from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable, StaticSource
+from gpu_efficiency.sources.combined import CombinedSource
+
+NOW = 1_700_000_000.0
+REQUEST = FetchRequest(now=NOW, windows={Window.ACTIVITY: 60.0}, scrape_interval=1.0)
+
+
+def sample(uuid: str, signal: Signal, source: str) -> GPUSample:
+    stats = Stats(avg=0.5, max=0.6, min=0.4, last=0.5, count=60, last_timestamp=NOW - 1)
+    return GPUSample(
+        node="n",
+        uuid=uuid,
+        index="0",
+        model="H100",
+        pods=(),
+        stats={Window.ACTIVITY: {signal: stats}},
+        source=source,
+        expected_samples={Window.ACTIVITY: 60.0},
+    )
+
+
+def test_agent_sample_with_sm_active_beats_prometheus_gr_engine() -> None:
+    prom = StaticSource(
+        [
+            sample("GPU-1", Signal.GR_ENGINE_ACTIVE, "prometheus"),
+            sample("GPU-2", Signal.SM_ACTIVE, "prometheus"),
+        ]
+    )
+    agents = StaticSource([sample("GPU-1", Signal.SM_ACTIVE, "agent")])
+    result = CombinedSource(prom, agents, max_staleness=120).fetch(REQUEST)
+    assert {g.uuid: g.source for g in result.gpus} == {"GPU-1": "agent", "GPU-2": "prometheus"}
+
+
+@pytest.mark.parametrize("down", ["prometheus", "agents"])
+def test_either_source_alone_suffices(down: str) -> None:
+    prom = StaticSource(
+        [sample("GPU-1", Signal.SM_ACTIVE, "prometheus")], error="refused" if down == "prometheus" else None
+    )
+    agents = StaticSource(
+        [sample("GPU-2", Signal.SM_ACTIVE, "agent")], error="refused" if down == "agents" else None
+    )
+    result = CombinedSource(prom, agents, max_staleness=120).fetch(REQUEST)
+    assert [g.uuid for g in result.gpus] == (["GPU-2"] if down == "prometheus" else ["GPU-1"])
+    assert any("refused" in w for w in result.warnings)
+
+
+def test_both_down_is_unavailable() -> None:
+    with pytest.raises(SourceUnavailable, match="Prometheus: down; node agents: gone"):
+        CombinedSource(StaticSource(error="down"), StaticSource(error="gone"), max_staleness=120).fetch(
+            REQUEST
+        )
