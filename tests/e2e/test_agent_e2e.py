@@ -31,9 +31,9 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def notebook(k8s: client.ApiClient, namespace: str, gpu_nodes: GPUNodes) -> Iterator[tuple[str, str]]:  # noqa: F811
+def notebook(k8s: client.ApiClient, namespace: str, gpu_nodes: GPUNodes) -> tuple[str, str]:  # noqa: F811
     """A bare GPU pod pinned to the first fake node: (namespace, name)."""
-    key, value = gpu_nodes.label
+    key, _ = gpu_nodes.label
     core = client.CoreV1Api(k8s)
     core.create_namespaced_pod(
         namespace,
@@ -58,7 +58,7 @@ def notebook(k8s: client.ApiClient, namespace: str, gpu_nodes: GPUNodes) -> Iter
         60,
         what="the notebook Running",
     )
-    yield namespace, "notebook"
+    return namespace, "notebook"
 
 
 @pytest.fixture

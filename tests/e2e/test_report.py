@@ -80,7 +80,8 @@ def test_report_and_explain(cluster: Cluster, k8s: client.ApiClient, tmp_path: P
     assert verdicts["trainer"]["verdict"] == "Efficient"
     assert verdicts["trainer"]["activitySignal"] == "SM_ACTIVE"
     # The report judges as Enforce would: the idle notebook shows as a would-be action or a note.
-    assert "NAMESPACE" in out["table"].stdout and namespace in out["table"].stdout
+    assert "NAMESPACE" in out["table"].stdout
+    assert namespace in out["table"].stdout
 
     explain = out["explain"].stdout
     assert out["explain"].returncode == 0, out["explain"].stderr
