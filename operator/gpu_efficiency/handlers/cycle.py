@@ -20,8 +20,9 @@ from gpu_efficiency.actuators.status import StatusWriter
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
-from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
+from gpu_efficiency.engine.conditions import set_condition
 from gpu_efficiency.engine.model import EvictPod, GPUSample, Plan, PolicyEvent, SeniorPolicy, Snapshot, Window
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.sources.base import FaultHints, FetchRequest, SampleSource, SourceUnavailable
@@ -151,10 +152,10 @@ class CycleRunner:
             c.type == names.COND_VALID and c.status == "False" and c.message == message
             for c in previous.conditions
         )
-        conditions = _set(
+        conditions = set_condition(
             previous.conditions, names.COND_VALID, "False", "InvalidSpec", message, now, generation
         )
-        conditions = _set(
+        conditions = set_condition(
             conditions,
             names.COND_READY,
             "False",
@@ -274,43 +275,6 @@ def fold_outcomes(
             "recent_evictions": recent,
         }
     )
-
-
-def _set(
-    conditions: list[Condition],
-    type_: str,
-    status: str,
-    reason: str,
-    message: str,
-    now: float,
-    generation: int,
-) -> list[Condition]:
-    out, found = [], False
-    for cond in conditions:
-        if cond.type == type_:
-            found = True
-            transition = cond.last_transition_time if cond.status == status else rfc3339(now)
-            cond = Condition(
-                type=type_,
-                status=status,
-                reason=reason,
-                message=message,
-                last_transition_time=transition,
-                observed_generation=generation,
-            )
-        out.append(cond)
-    if not found:
-        out.append(
-            Condition(
-                type=type_,
-                status=status,
-                reason=reason,
-                message=message,
-                last_transition_time=rfc3339(now),
-                observed_generation=generation,
-            )
-        )
-    return out
 
 
 def _record_metrics(
