@@ -59,9 +59,21 @@ class Applier:
     ) -> list[Outcome]:
         policy = policy_ref(policy_name, policy_uid)
         outcomes = []
+        taint_failed: set[str] = set()
         for action in actions:
             if self.dry_run:
                 outcomes.append(Outcome(action, Result.SKIPPED, "dry run"))
+                continue
+            if (
+                isinstance(action, AnnotateNode)
+                and action.node in taint_failed
+                and names.NODE_FAULTS in action.annotations
+            ):
+                # The record says the taint is set: written without it, the next cycle would take the
+                # missing taint for an admin's removal. Kept as it was, the taint is retried.
+                outcomes.append(
+                    Outcome(action, Result.SKIPPED, "the taint failed: fault record kept, retried next cycle")
+                )
                 continue
             try:
                 outcome = self._apply_one(action, policy)
@@ -74,6 +86,8 @@ class Applier:
                 self.writes += 1
             if outcome.result is Result.FAILED:
                 log.warning("%s failed: %s", action, outcome.message)
+                if isinstance(action, TaintNode):
+                    taint_failed.add(action.node)
             outcomes.append(outcome)
         return outcomes
 

@@ -15,16 +15,30 @@ no action at all.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from gpu_efficiency.api.durations import parse_duration
-from gpu_efficiency.api.names import COND_BREAKER, EV_BREAKER, EV_TAINTED, FAULT_TAINT_KEY
+from gpu_efficiency.api.names import (
+    COND_BREAKER,
+    EV_BREAKER,
+    EV_TAINTED,
+    FAULT_RECOVERED,
+    FAULT_TAINT_KEY,
+    GPU_HEALTHY,
+    NODE_FAULTS,
+)
 from gpu_efficiency.api.policy import EccFault, FaultRules, Mode, Recovery, ThermalFault, XidFault
 from gpu_efficiency.engine.conditions import find_condition
 from gpu_efficiency.engine.faults_breaker import BreakerDecision, breaker_message, decide_taints, taint_budget
 from gpu_efficiency.engine.faults_data import DataRules, data_rules
 from gpu_efficiency.engine.faults_ecc import judge_ecc
-from gpu_efficiency.engine.faults_kinds import KINDS, FaultKind, GpuJudgement, merge_judgements
+from gpu_efficiency.engine.faults_kinds import (
+    FAULT_REASON_PREFIX,
+    KINDS,
+    FaultKind,
+    GpuJudgement,
+    merge_judgements,
+)
 from gpu_efficiency.engine.faults_node import FaultContext, KindRules, NodeDecision, decide_node, describe
 from gpu_efficiency.engine.faults_record import kind_order
 from gpu_efficiency.engine.faults_thermal import judge_thermal
@@ -86,6 +100,37 @@ def in_scope_nodes(snapshot: Snapshot) -> list[NodeView]:
         ),
         key=lambda n: n.name,
     )
+
+
+#: Windows that carry fault evidence; a GPU with none of them can show no fault.
+FAULT_WINDOWS = (Window.FAULT, Window.THERMAL_HOLD, Window.THERMAL_RECOVERY)
+
+
+def _quiet(node: NodeView) -> bool:
+    """Nothing of ours on the node: no fault record, recovery request, fault taint or fault condition.
+
+    On such a node only a GPU judged FAULT changes anything (``decide_node``: no entry to age,
+    recover or release, no condition to clear, no record to write), and a GPU without fault windows
+    is never judged FAULT (all its judgements are UNKNOWN). So its GPUs without fault windows need
+    no judging, and when none has any, its decision is empty. Sources that fetch fault windows only
+    for GPUs that may be faulted (the Prometheus source's hints) leave most GPUs without them.
+    """
+    annotations = node.annotations
+    if NODE_FAULTS in annotations or FAULT_RECOVERED in annotations:
+        return False
+    if any(t.key == FAULT_TAINT_KEY for t in node.taints):
+        return False
+    return not any(
+        c.type == GPU_HEALTHY and c.status == "False" and c.reason.startswith(FAULT_REASON_PREFIX)
+        for c in node.conditions
+    )
+
+
+def _worth_judging(gpus: Iterable[GPUSample], quiet: set[str]) -> Iterator[GPUSample]:
+    """The GPUs whose judgement can matter (see ``_quiet``)."""
+    for gpu in gpus:
+        if gpu.node not in quiet or any(w in gpu.stats for w in FAULT_WINDOWS):
+            yield gpu
 
 
 def judge_gpus(
@@ -169,8 +214,18 @@ def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
     rules = data_rules(spec, snapshot.now)
     ctx = fault_context(snapshot, rules)
     nodes = in_scope_nodes(snapshot)
-    judgements = judge_gpus(snapshot.gpus, {n.name for n in nodes}, rules, spec.faults) if ctx.data_ok else {}
-    decisions = [decide_node(node, judgements.get(node.name, {}), ctx) for node in nodes]
+    quiet = {n.name for n in nodes if _quiet(n)}
+    judged = (
+        judge_gpus(_worth_judging(snapshot.gpus, quiet), {n.name for n in nodes}, rules, spec.faults)
+        if ctx.data_ok
+        else {}
+    )
+    decisions = [
+        NodeDecision(node=node.name, present={}, held={})
+        if node.name in quiet and node.name not in judged
+        else decide_node(node, judged.get(node.name, {}), ctx)
+        for node in nodes
+    ]
     by_node = {d.node: d for d in decisions}
 
     breaker_spec = spec.faults.circuit_breaker
@@ -180,6 +235,18 @@ def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
         tainted_now,
         taint_budget(len(nodes), breaker_spec),
     )
+    # Nodes granted a taint are decided again knowing it, so their record says our taint is set in
+    # the write that goes with the taint: an admin who removes it before the next cycle is then
+    # respected, not mistaken for a taint never set (the applier keeps the old record if the taint
+    # write fails, so a failed taint is retried rather than taken for the admin's).
+    views = {n.name: n for n in nodes}
+    decisions = [
+        decide_node(views[d.node], judged.get(d.node, {}), ctx, granted=True)
+        if d.wants and d.node in breaker.granted
+        else d
+        for d in decisions
+    ]
+    by_node = {d.node: d for d in decisions}
     previous = find_condition(snapshot.status.conditions, COND_BREAKER)
     was_open = previous is not None and previous.status == "True"
     message = breaker_message(breaker, len(nodes), breaker_spec) if breaker.open else ""

@@ -138,10 +138,15 @@ class _NodeCycle:
     """Mutable working state of one node for one cycle (kept private; the result is a NodeDecision)."""
 
     def __init__(
-        self, node: NodeView, judgements: Mapping[FaultKind, Sequence[GpuJudgement]], ctx: FaultContext
+        self,
+        node: NodeView,
+        judgements: Mapping[FaultKind, Sequence[GpuJudgement]],
+        ctx: FaultContext,
+        granted: bool = False,
     ):
         self.node = node
         self.ctx = ctx
+        self.granted = granted
         self.now_text = format_rfc3339(ctx.now)
         self.judgements = judgements
         self.by_uuid = {kind: {j.uuid: j for j in js} for kind, js in judgements.items()}
@@ -338,6 +343,8 @@ class _NodeCycle:
             rules = self.ctx.kinds[fault_kind]
             if rules.enabled and self.out.present.get(kind) != rules.effect:
                 self.out.wants[kind] = rules.effect
+                if self.granted:  # recorded now: a removal before the next cycle is the admin's
+                    self.faults[kind] = replace(entry, tainted=True)
 
     def condition(self) -> None:
         held = {k: e for k, e in self.faults.items() if e.held}
@@ -401,7 +408,15 @@ def _fault_condition(held: Mapping[str, FaultEntry], ctx: FaultContext) -> tuple
 
 
 def decide_node(
-    node: NodeView, judgements: Mapping[FaultKind, Sequence[GpuJudgement]], ctx: FaultContext
+    node: NodeView,
+    judgements: Mapping[FaultKind, Sequence[GpuJudgement]],
+    ctx: FaultContext,
+    *,
+    granted: bool = False,
 ) -> NodeDecision:
-    """The node's fault state after this cycle, and the writes and events it needs (taints excepted)."""
-    return _NodeCycle(node, judgements, ctx).run()
+    """The node's fault state after this cycle, and the writes and events it needs (taints excepted).
+
+    ``granted``: the circuit breaker lets this node's taint wishes through, so the record marks
+    those faults tainted in the same write (see ``evaluate_faults``).
+    """
+    return _NodeCycle(node, judgements, ctx, granted).run()

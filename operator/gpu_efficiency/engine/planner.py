@@ -291,8 +291,12 @@ def _status(
     warned: int,
     idle_gpu_models: Sequence[tuple[str, str]],
     faults: FaultOutcome | None,
+    unattributed: str = "",
 ) -> tuple[GPUEfficiencyPolicyStatus, list[PolicyEvent]]:
-    """The new status and the policy events its condition flips call for."""
+    """The new status and the policy events its condition flips call for.
+
+    ``unattributed`` (see ``_unattributed``) makes MetricsAvailable False although the source answered.
+    """
     previous = snapshot.status
     now, generation = snapshot.now, snapshot.generation
     tally = {Verdict.IDLE: 0, Verdict.UNDERUTILIZED: 0, Verdict.EFFICIENT: 0, Verdict.UNKNOWN: 0}
@@ -306,7 +310,23 @@ def _status(
     )
     events: list[PolicyEvent] = []
     conditions = list(previous.conditions)
-    if snapshot.metrics_available:
+    if snapshot.metrics_available and unattributed:
+        if condition_flipped(conditions, names.COND_METRICS, "False"):
+            events.append(
+                PolicyEvent(
+                    names.EV_METRICS_UNAVAILABLE,
+                    f"{unattributed}: the pods stay Unknown and are never evicted",
+                    "Warning",
+                )
+            )
+        conditions = set_condition(
+            conditions, names.COND_METRICS, "False", "NoPodSamples", unattributed, now, generation
+        )
+        conditions = set_condition(
+            conditions, names.COND_READY, "True", "Evaluated",
+            f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated", now, generation,
+        )  # fmt: skip
+    elif snapshot.metrics_available:
         conditions = set_condition(
             conditions, names.COND_METRICS, "True", "MetricsRead",
             f"samples for {len(snapshot.gpus)} GPUs", now, generation,
@@ -387,6 +407,27 @@ def _metrics_unavailable(snapshot: Snapshot, params: CycleParams, in_scope: list
         notes.append("taints dropped: no new taint while metrics are unavailable")
     status, events = _status(snapshot, params, verdicts, 0, warned, [], faults)
     return Plan(actions=(*fault_actions, *events), verdicts=verdicts, status=status, notes=tuple(notes))
+
+
+def _unattributed(
+    in_scope: Sequence[PodView], pod_gpus: Mapping[PodKey, list[GPUSample]], gpus: int, ctx: _Context
+) -> str:
+    """Why no pod can be judged although GPUs have samples ('' when some can): the exporter's
+    series carry no pod labels (or not those of the pods in scope), so every warmed-up pod is
+    Unknown. A missing-metrics condition, like Prometheus down, rather than a silent Unknown."""
+    if not gpus:
+        return ""
+    grown = [
+        pod
+        for pod in in_scope
+        if pod.start_time is not None and ctx.now - pod.start_time >= ctx.params.min_pod_age_s
+    ]
+    if not grown or any((pod.namespace, pod.name) in pod_gpus for pod in grown):
+        return ""
+    return (
+        f"{gpus} GPUs have samples but none is attributed to the {len(grown)} pod(s) in scope "
+        "(check the exporter's pod labels: pod/namespace, exported_pod/exported_namespace or pod_name/pod_namespace)"
+    )
 
 
 def _claimed_by(pod: PodView, seniors: list[tuple[str, Scope]]) -> str:
@@ -484,8 +525,9 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None) -> Evaluation:
     selection = select_evictions(candidates, params, now, len(recent))
     notes.extend(selection.notes)
     status, policy_events = _status(
-        snapshot, params, verdicts, len(evaluated_gpus), warned, list(idle_gpus.values()), faults
-    )
+        snapshot, params, verdicts, len(evaluated_gpus), warned, list(idle_gpus.values()), faults,
+        _unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx),
+    )  # fmt: skip
     actions.extend(policy_events)
     actions.extend(
         EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} by policy {policy_name}")

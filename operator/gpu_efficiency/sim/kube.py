@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -90,7 +91,12 @@ class PodWatcher:
         self._stop.set()
         response = self._response
         if response is not None:
+            # Shut the socket down first: close() alone waits for the read blocked on the stream
+            # (the buffered reader's lock), i.e. for the next pod event or the watch timeout.
+            sock = getattr(getattr(response, "connection", None), "sock", None)
             try:
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
                 response.close()
             except Exception:  # closing a broken stream may fail in many ways
                 log.debug("closing the pod watch failed", exc_info=True)

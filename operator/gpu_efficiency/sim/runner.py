@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -113,6 +114,24 @@ def run_scenario(path: Path | str, options: RunOptions | None = None) -> Scenari
     return ScenarioRun(loaded, options or RunOptions()).run()
 
 
+def events_since(events: list[dict[str, Any]], since: float | None) -> list[dict[str, Any]]:
+    """Events created at or after ``since`` (API server time). Nodes and policies keep their names
+    from run to run, and their events (in ``default``) outlive the objects by an hour: an earlier
+    run's NodeTainted must not pass this run's expectation."""
+    if since is None:
+        return events
+    out = []
+    for event in events:
+        text = (event.get("metadata") or {}).get("creationTimestamp")
+        try:
+            created = datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            created = since  # unknown: kept
+        if created >= since:
+            out.append(event)
+    return out
+
+
 def _json(response: Any) -> Any:
     return orjson.loads(response.data)
 
@@ -165,6 +184,8 @@ class ScenarioRun:
         self._created_policies: list[str] = []
         self._created_nodes: list[str] = []
         self._created_namespaces: list[str] = []
+        # API server time of this run's first node: events created before it are not this run's
+        self._since: float | None = None
 
     # ---- the whole run -------------------------------------------------------------------------
 
@@ -222,8 +243,11 @@ class ScenarioRun:
         for spec in self.scenario.nodes:
             for name in spec.names:
                 body = manifests.node(name, spec, self.name, self.run_id, isolate=self.scenario.isolate_nodes)
-                self._create(partial(core.create_node, body), f"node {name}")
+                created = self._create(partial(core.create_node, body), f"node {name}")
                 self._created_nodes.append(name)
+                stamp = getattr(getattr(created, "metadata", None), "creation_timestamp", None)
+                if stamp is not None and self._since is None:
+                    self._since = stamp.timestamp()
                 core.patch_node_status(name, {"status": body["status"]})
         self._wait_nodes_ready(core)
         self._start_simulator()
@@ -498,7 +522,7 @@ class ScenarioRun:
                     field_selector=f"involvedObject.kind={kind}", _preload_content=False
                 )
             )["items"]
-        return events
+        return events_since(events, self._since)
 
     def _query(self, query: str) -> list[tuple[dict[str, str], float]] | str:
         try:

@@ -11,7 +11,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +25,16 @@ from urllib3.util.retry import Retry
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
 from gpu_efficiency.sources.base import FetchRequest, FetchResult, SourceUnavailable
 from gpu_efficiency.sources.labels import GPUKey, key_of, node_of, pod_of
-from gpu_efficiency.sources.promql import AGG_LABEL, Query, cycle_queries
+from gpu_efficiency.sources.promql import (
+    AGG_LABEL,
+    AGGREGATIONS,
+    CANDIDATE_LABEL,
+    FILTERED_WINDOWS,
+    Query,
+    candidates_query,
+    cycle_queries,
+    restricted_query,
+)
 
 log = logging.getLogger(__name__)
 NAN = math.nan
@@ -68,6 +77,60 @@ def decode_vector(body: bytes) -> list[tuple[dict[str, str], float]]:
     return out
 
 
+#: Window responses are decoded this many bytes of JSON at a time (see ``iter_vector``).
+CHUNK_BYTES = 1 << 20
+_VECTOR_HEAD = b'{"status":"success","data":{"resultType":"vector","result":['
+_SERIES_BOUNDARY = b'},{"metric":'  # cannot occur inside a JSON string: its quote is not escaped
+_VALUE_KEY = b'"value":['
+
+
+def iter_vector(chunks: Iterable[bytes], chunk_bytes: int = CHUNK_BYTES) -> Iterator[list[Any]]:
+    """The result items (``{"metric": ..., "value": [t, "v"]}``) of an instant-query response read
+    from ``chunks`` (the HTTP stream), about a MB of JSON at a time.
+
+    A window response at 8,000 GPUs is ~70 MB of JSON and ~500 MB as Python objects; cut at series
+    boundaries, only one chunk's objects exist at a time, and the body is never held whole.
+    Anything but a plain success vector is read whole and goes through ``decode_vector`` (same
+    errors, same result).
+    """
+    stream = iter(chunks)
+    buf = bytearray()
+    for chunk in stream:
+        buf += chunk
+        if len(buf) >= len(_VECTOR_HEAD) + 1:
+            break
+    if not buf.startswith(_VECTOR_HEAD):
+        yield _whole(buf, stream)
+        return
+    start = len(_VECTOR_HEAD)
+    for chunk in stream:
+        buf += chunk
+        if len(buf) - start < chunk_bytes:
+            continue
+        cut = buf.rfind(_SERIES_BOUNDARY, start)
+        if cut > start:
+            yield orjson.loads(b"[" + buf[start : cut + 1] + b"]")
+            del buf[: cut + 2]
+            start = 0
+    # The last series ends at the first "]}" after its "value":[ (a [time, "number"] pair); the
+    # result array and the data object close right after it (warnings may follow).
+    if buf[start : start + 1] == b"]":
+        return
+    value = buf.find(_VALUE_KEY, buf.rfind(_SERIES_BOUNDARY, start) + 1 if start < len(buf) else start)
+    end = buf.find(b"]}", value) + 2 if value >= 0 else -1
+    if value < 0 or end < 2 or buf[end : end + 2] != b"]}":
+        raise SourceUnavailable("Prometheus returned a truncated or malformed vector")
+    try:
+        yield orjson.loads(b"[" + buf[start:end] + b"]")
+    except orjson.JSONDecodeError as exc:
+        raise SourceUnavailable(f"Prometheus returned invalid JSON: {exc}") from exc
+
+
+def _whole(head: bytearray, rest: Iterator[bytes]) -> list[Any]:
+    body = bytes(head) + b"".join(rest)
+    return [{"metric": labels, "value": (0, value)} for labels, value in decode_vector(body)]
+
+
 class PrometheusSource:
     """A SampleSource issuing a constant number of PromQL queries per cycle."""
 
@@ -102,8 +165,9 @@ class PrometheusSource:
         user, _, password = Path(self.config.basic_auth_file).read_text().strip().partition(":")
         return (user, password)
 
-    def query(self, text: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
-        """Run one instant query; SourceUnavailable on any transport, auth or PromQL error."""
+    def _request(self, text: str, at: float | None, stream: bool) -> requests.Response:
+        """POST one instant query; SourceUnavailable on transport, auth or HTTP errors (PromQL
+        errors are found when the body is decoded)."""
         params: dict[str, Any] = {"query": text}
         if at is not None:
             params["time"] = f"{at:.3f}"
@@ -114,15 +178,44 @@ class PrometheusSource:
                 headers=self._headers(),
                 auth=self._auth(),
                 timeout=self.config.timeout,
+                stream=stream,
             )
         except (requests.RequestException, OSError) as exc:
             raise SourceUnavailable(f"Prometheus at {self.config.url} unreachable: {exc}") from exc
         self.queries_total += 1
         if response.status_code in (401, 403):
+            response.close()
             raise SourceUnavailable(f"Prometheus refused the credentials (HTTP {response.status_code})")
         if response.status_code >= 500 or response.status_code == 404:
-            raise SourceUnavailable(f"Prometheus answered HTTP {response.status_code}: {response.text[:200]}")
-        return decode_vector(response.content)
+            text = response.text[:200]
+            response.close()
+            raise SourceUnavailable(f"Prometheus answered HTTP {response.status_code}: {text}")
+        return response
+
+    def _body(self, text: str, at: float | None = None) -> bytes:
+        body: bytes = self._request(text, at, stream=False).content
+        return body
+
+    def query(self, text: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
+        """Run one instant query; SourceUnavailable on any transport, auth or PromQL error."""
+        return decode_vector(self._body(text, at))
+
+    def window_values(self, query: Query, at: float | None = None) -> WindowValues:
+        """Run a window query, folding its series as they stream in (see ``iter_vector``)."""
+        response = self._request(query.text, at, stream=True)
+        try:
+            return fold_window(iter_vector(response.iter_content(1 << 20)))
+        except (requests.RequestException, OSError) as exc:
+            raise SourceUnavailable(f"reading from Prometheus at {self.config.url} failed: {exc}") from exc
+        finally:
+            response.close()
+
+    def _run(self, query: Query, at: float) -> Any:
+        """What the fetch needs from one query: identities, candidates or a window's values."""
+        if query.window is not None:
+            return self.window_values(query, at)
+        series = self.query(query.text, at)
+        return _candidates(series) if query.candidates else _identities(series)
 
     def check(self) -> bool:
         """Is Prometheus reachable and healthy? For startup logs and readiness."""
@@ -130,11 +223,50 @@ class PrometheusSource:
 
     def fetch(self, request: FetchRequest) -> FetchResult:
         started = time.monotonic()
-        queries = cycle_queries(request.windows, self.config.matchers, request.hints)
-        with ThreadPoolExecutor(max_workers=len(queries)) as pool, gc_paused():
-            results = list(pool.map(lambda q: (q, self.query(q.text, at=request.now)), queries))
-            gpus = assemble(results, request)
-        return FetchResult(gpus=gpus, queries=len(queries), seconds=time.monotonic() - started)
+        matchers, hints = self.config.matchers, request.hints
+        if hints is None:
+            queries = list(cycle_queries(request.windows, matchers))
+        else:  # filtered windows come second, for the GPUs the candidates query names
+            queries = [
+                q for q in cycle_queries(request.windows, matchers, hints) if q.window not in FILTERED_WINDOWS
+            ]
+            candidates = candidates_query(request.windows, hints, matchers)
+            if candidates is not None:
+                queries.append(candidates)
+        identity: dict[GPUKey, _Identity] = {}
+        windows: dict[Window, WindowValues] = {}
+        sent = 0
+        with ThreadPoolExecutor(max_workers=len(queries) + len(FILTERED_WINDOWS)) as pool, gc_paused():
+            pending = {pool.submit(self._run, q, request.now): q for q in queries}
+            sent += len(pending)
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    query = pending.pop(future)
+                    result = future.result()
+                    if query.window is not None:
+                        windows[query.window] = result
+                    elif not query.candidates:
+                        identity = result
+                    elif hints is not None:  # second round: filtered windows over their candidates
+                        for window, uuids in result.items():
+                            second = restricted_query(window, request.windows[window], hints, uuids, matchers)
+                            pending[pool.submit(self._run, second, request.now)] = second
+                            sent += 1
+            gpus = samples(identity, windows, request)
+        return FetchResult(gpus=gpus, queries=sent, seconds=time.monotonic() - started)
+
+
+def _candidates(series: Iterable[tuple[Mapping[str, str], float]]) -> dict[Window, set[str]]:
+    """The candidates query's answer: per filtered window, the UUIDs of the GPUs to fetch."""
+    windows = {w.value: w for w in FILTERED_WINDOWS}
+    out: dict[Window, set[str]] = {}
+    for labels, _ in series:
+        window = windows.get(labels.get(CANDIDATE_LABEL, ""))
+        uuid = labels.get("UUID")
+        if window is not None and uuid:
+            out.setdefault(window, set()).add(uuid)
+    return out
 
 
 @contextmanager
@@ -190,38 +322,74 @@ def _stats(aggs: Mapping[str, float]) -> Stats:
     )
 
 
-def assemble(
-    results: Iterable[tuple[Query, list[tuple[dict[str, str], float]]]], request: FetchRequest
-) -> tuple[GPUSample, ...]:
-    """Join the identity query with the window aggregates into one GPUSample per GPU."""
-    identity: dict[GPUKey, _Identity] = {}
-    # (uuid, instance) -> window -> "SIGNAL:agg" -> value; flat to keep the hot loop cheap
-    values: dict[tuple[str, str], dict[Window, dict[str, float]]] = {}
-    for query, series in results:
-        if query.window is None:
-            identity = _identities(series)
-            continue
-        window = query.window
-        for labels, value in series:
+#: One window's aggregates: (UUID, GPU_I_ID) -> signal -> values in ``_FIELDS`` order (NaN: not returned).
+WindowValues = dict[tuple[str, str], dict[Signal, list[float]]]
+_FIELDS = ("avg", "max", "min", "last", "count", "ts", "stddev", "changes", "resets")
+_TAGS: dict[str, tuple[Signal, int]] = {
+    f"{s.name}:{agg}": (s, _FIELDS.index(agg)) for s in Signal for agg in AGGREGATIONS
+}
+
+
+def fold_window(chunks: Iterable[Iterable[Mapping[str, Any]]]) -> WindowValues:
+    """A window query's series (each tagged ``SIGNAL:agg`` for one GPU key) as ``WindowValues``."""
+    out: WindowValues = {}
+    tags, fields = _TAGS, len(_FIELDS)
+    last_key: tuple[str, str] | None = None
+    per_gpu: dict[Signal, list[float]] = {}
+    for items in chunks:
+        for item in items:
+            labels = item.get("metric") or {}
             uuid = labels.get("UUID")
-            tag = labels.get(AGG_LABEL)
-            if not uuid or not tag:
+            found = tags.get(labels.get(AGG_LABEL, ""))
+            if not uuid or found is None:
                 continue
             key = (uuid, labels.get("GPU_I_ID", ""))
-            per_gpu = values.get(key)
-            if per_gpu is None:
-                per_gpu = values[key] = {}
-            bucket = per_gpu.get(window)
-            if bucket is None:
-                bucket = per_gpu[window] = {}
-            bucket[tag] = value
+            if key != last_key:  # consecutive series often share a GPU: skip the lookup then
+                found_gpu = out.get(key)
+                if found_gpu is None:
+                    found_gpu = out[key] = {}
+                per_gpu, last_key = found_gpu, key
+            signal, index = found
+            row = per_gpu.get(signal)
+            if row is None:
+                row = per_gpu[signal] = [NAN] * fields
+            try:
+                row[index] = float(item["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError):
+                row[index] = NAN
+    return out
+
+
+def _row_stats(row: list[float]) -> Stats:
+    avg, max_, min_, last, count, ts, stddev, changes, resets = row
+    return Stats(
+        avg=avg,
+        max=max_,
+        min=min_,
+        last=last,
+        count=int(count) if math.isfinite(count) else 0,
+        last_timestamp=ts,
+        stddev=stddev,
+        changes=int(changes) if math.isfinite(changes) else 0,
+        resets=int(resets) if math.isfinite(resets) else 0,
+    )
+
+
+def samples(
+    identity: Mapping[GPUKey, _Identity], windows: Mapping[Window, WindowValues], request: FetchRequest
+) -> tuple[GPUSample, ...]:
+    """Join identities with the window aggregates (consumed): one GPUSample per GPU, sorted."""
     expected = {
         w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0
     }
     gpus = []
     for gpu_key, ident in identity.items():
-        raw = values.get((gpu_key.uuid, gpu_key.instance_id), {})
-        stats = {window: _window_stats(tags) for window, tags in raw.items()}
+        key = (gpu_key.uuid, gpu_key.instance_id)
+        stats: dict[Window, dict[Signal, Stats]] = {}
+        for window, values in windows.items():
+            rows = values.pop(key, None)  # freed as it goes: rows and Stats are not both held
+            if rows is not None:
+                stats[window] = {signal: _row_stats(row) for signal, row in rows.items()}
         gpus.append(
             GPUSample(
                 node=ident.node,
@@ -237,6 +405,20 @@ def assemble(
         )
     gpus.sort(key=lambda g: (g.node, g.index, g.uuid))
     return tuple(gpus)
+
+
+def assemble(
+    results: Iterable[tuple[Query, list[tuple[dict[str, str], float]]]], request: FetchRequest
+) -> tuple[GPUSample, ...]:
+    """Join the identity query with the window aggregates into one GPUSample per GPU."""
+    identity: dict[GPUKey, _Identity] = {}
+    windows: dict[Window, WindowValues] = {}
+    for query, series in results:
+        if query.window is None:
+            identity = _identities(series)
+        else:
+            windows[query.window] = fold_window([[{"metric": m, "value": (0, v)} for m, v in series]])
+    return samples(identity, windows, request)
 
 
 def _window_stats(tags: Mapping[str, float]) -> dict[Signal, Stats]:

@@ -8,7 +8,7 @@ constant: 1 identity + 1 per window.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_efficiency.engine.model import Signal, Window
@@ -116,8 +116,9 @@ IDENTITY_METRICS = (Signal.GPU_UTIL, Signal.GR_ENGINE_ACTIVE, Signal.SM_ACTIVE, 
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    window: Window | None  # None: the identity query
+    window: Window | None  # None: the identity (or candidates) query
     text: str
+    candidates: bool = False  # names the GPUs whose fault windows to fetch (see ``candidates_query``)
 
 
 def _selector(signal: Signal, matchers: str) -> str:
@@ -138,10 +139,23 @@ def _term(signal: Signal, agg: str, seconds: float, matchers: str) -> str:
     return f'label_replace(max by ({by}) ({inner}), "{AGG_LABEL}", "{signal.name}:{agg}", "", "")'
 
 
+def union(terms: Sequence[str]) -> str:
+    """``a or b or c ...`` as a balanced tree of parenthesised pairs.
+
+    Prometheus evaluates ``or`` left to right, re-hashing the growing left side at every step, so a
+    flat chain of T terms over N GPUs costs O(T^2 N); the balanced tree gives the same union (the
+    terms' label sets are disjoint) in O(T log T N): at 67 terms and 800 GPUs, 2.4 s -> 1.0 s.
+    """
+    if len(terms) <= 2:
+        return " or ".join(terms)
+    middle = len(terms) // 2
+    return f"({union(terms[:middle])}) or ({union(terms[middle:])})"
+
+
 def window_query(window: Window, seconds: float, matchers: str = "", only: str | None = None) -> Query:
     """One query returning every aggregation of every signal this window needs (for ``only`` GPUs)."""
     terms = [_term(sig, agg, seconds, matchers) for sig, aggs in QUERY_PLAN[window].items() for agg in aggs]
-    text = " or ".join(terms)
+    text = union(terms)
     if only is not None:
         text = f"({text}) and on ({', '.join(GPU_KEY_LABELS)}) ({only})"
     return Query(window=window, text=text)
@@ -171,7 +185,7 @@ def fault_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
         _by_key(f"max_over_time({_selector(sig, matchers)}[{window}])") + " > 0" for sig in FAULT_SIGNALS
     ]
     held = _held_nodes(hints.held_nodes, matchers)
-    return " or ".join(parts + ([held] if held else []))
+    return union(parts + ([held] if held else []))
 
 
 def thermal_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
@@ -189,7 +203,7 @@ def thermal_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
         _by_key(f"last_over_time({clock}[{window}]) % {mod}") + f" >= {bit}" for mod, bit in THERMAL_BITS
     ]
     held = _held_nodes(hints.held_nodes, matchers)
-    return " or ".join(parts + ([held] if held else []))
+    return union(parts + ([held] if held else []))
 
 
 def identity_query(matchers: str = "") -> Query:
@@ -197,6 +211,25 @@ def identity_query(matchers: str = "") -> Query:
     names = "|".join(sig.value for sig in IDENTITY_METRICS)
     sel = '{__name__=~"' + names + '"' + (f",{matchers}" if matchers else "") + "}"
     return Query(window=None, text=f"group by ({', '.join(IDENTITY_LABELS)}) ({sel})")
+
+
+#: Windows fetched only for the GPUs their filter names when the source has hints.
+FILTERED_WINDOWS = (Window.FAULT, Window.THERMAL_HOLD, Window.THERMAL_RECOVERY)
+#: Label of the candidates query's series: the window the GPU must be fetched for.
+CANDIDATE_LABEL = "gpueff_window"
+#: Beyond this many candidate GPUs a window is fetched with its filter over every GPU instead.
+MAX_LISTED_GPUS = 500
+
+
+def window_filter(window: Window, seconds: float, hints: FaultHints, matchers: str) -> str | None:
+    """The GPUs a filtered window must cover (None: the window has no GPU to fetch)."""
+    if window is Window.FAULT:
+        return fault_filter(seconds, hints, matchers)
+    if window is Window.THERMAL_HOLD:
+        return thermal_filter(seconds, hints, matchers)
+    if window is Window.THERMAL_RECOVERY:
+        return _held_nodes(hints.held_nodes, matchers)
+    return None
 
 
 def cycle_queries(
@@ -212,13 +245,55 @@ def cycle_queries(
         if seconds <= 0:
             continue
         only: str | None = None
-        if hints is not None and window is Window.FAULT:
-            only = fault_filter(seconds, hints, matchers)
-        elif hints is not None and window is Window.THERMAL_HOLD:
-            only = thermal_filter(seconds, hints, matchers)
-        elif hints is not None and window is Window.THERMAL_RECOVERY:
-            only = _held_nodes(hints.held_nodes, matchers)
+        if hints is not None and window in FILTERED_WINDOWS:
+            only = window_filter(window, seconds, hints, matchers)
             if only is None:
                 continue
         queries.append(window_query(window, seconds, matchers, only))
     return queries
+
+
+def candidates_query(windows: Mapping[Window, float], hints: FaultHints, matchers: str = "") -> Query | None:
+    """One query naming, per filtered window, the GPUs its filter selects (usually none).
+
+    Prometheus evaluates both sides of ``window and on (...) filter``, so a filtered window query
+    costs as much as an unfiltered one even when the filter is empty (at 8,000 GPUs, seconds).
+    Asking for the candidates first and then for each window over only their ``UUID``s
+    (``restricted_query``) gives the same series for a fraction of the work.
+    """
+    parts = []
+    for window, seconds in windows.items():
+        if seconds <= 0 or window not in FILTERED_WINDOWS:
+            continue
+        only = window_filter(window, seconds, hints, matchers)
+        if only is not None:
+            keys = ", ".join(GPU_KEY_LABELS)
+            parts.append(
+                f'label_replace(group by ({keys}) ({only}), "{CANDIDATE_LABEL}", "{window.value}", "", "")'
+            )
+    return Query(window=None, text=union(parts), candidates=True) if parts else None
+
+
+def restricted_query(
+    window: Window, seconds: float, hints: FaultHints, uuids: Iterable[str], matchers: str = ""
+) -> Query:
+    """``cycle_queries``' query of a filtered window, evaluated over these GPUs only (same result
+    when ``uuids`` holds every GPU the filter selects); over every GPU when there are too many."""
+    listed = sorted(set(uuids))
+    if len(listed) <= MAX_LISTED_GPUS:
+        pattern = "|".join(_regex_literal(u) for u in listed)
+        matchers = (f"{matchers}," if matchers else "") + f'UUID=~"{pattern}"'
+    return window_query(window, seconds, matchers, window_filter(window, seconds, hints, matchers))
+
+
+def _regex_literal(text: str) -> str:
+    """``text`` as a literal inside a RE2 regex inside a PromQL double-quoted string."""
+    out = []
+    for char in text:
+        if char.isalnum() or char in "-_:/":
+            out.append(char)
+        elif char == '"':
+            out.append('\\"')
+        else:
+            out.append("\\\\" + char)
+    return "".join(out)

@@ -9,6 +9,7 @@ rejected by the engine as unusable, and the diagnosis silently falls back to a w
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 
@@ -43,8 +44,8 @@ def _aggregate(values: list[float], agg: str) -> float:
         "min": min,
         "last": lambda v: v[-1],
         "stddev": statistics.pstdev,
-        "changes": lambda v: float(sum(a != b for a, b in zip(v, v[1:], strict=False))),
-        "resets": lambda v: float(sum(b < a for a, b in zip(v, v[1:], strict=False))),
+        "changes": lambda v: float(sum(a != b for a, b in itertools.pairwise(v))),
+        "resets": lambda v: float(sum(b < a for a, b in itertools.pairwise(v))),
     }[agg](values)
 
 
@@ -104,4 +105,5 @@ def test_every_signal_the_diagnosis_reads_is_fetched_with_coverage_and_freshness
         aggs = QUERY_PLAN[Window.ACTIVITY][signal]
         if "count" in aggs and signal.name not in ("PCIE_TX_BYTES", "MEMORY_TEMP"):  # not diagnosed
             assert math.isfinite(st.last_timestamp), f"{signal.name}: no ts in the plan"
-            assert math.isfinite(st.avg) and math.isfinite(st.max), f"{signal.name}: no avg/max in the plan"
+            assert math.isfinite(st.avg), f"{signal.name}: no avg in the plan"
+            assert math.isfinite(st.max), f"{signal.name}: no max in the plan"

@@ -1,0 +1,221 @@
+"""Run the operator (``gpu-efficiency run ...``) as a real process, with a trace for the scale benchmark.
+
+    python bench/scale/probe.py TRACE.jsonl run --prometheus-url ... --namespace ...
+
+The operator code runs unchanged; this launcher only wraps a few functions before handing over to
+``gpu_efficiency.cli.main`` and appends one JSON line per event to TRACE:
+
+- ``api``: every Kubernetes API call made through the ``kubernetes`` client (method, path, status
+  code, seconds to the response headers). Kopf's own aiohttp watch of the policies is not counted.
+- ``prom``: every PromQL instant query (which query, seconds until Prometheus answered and for
+  reading and decoding the answer, response bytes, series).
+- ``cycle``: one per evaluation cycle: wall time, process CPU time, time per phase (observe =
+  node read, then the pod read alongside the Prometheus fetch; plan, apply, status), verdicts,
+  actions, writes, queries, RSS and peak RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+_LOCK = threading.Lock()
+_PHASES: dict[str, dict[str, float] | None] = {"current": None}  # one cycle at a time, any thread
+
+
+def _emit(out: Any, record: dict[str, Any]) -> None:
+    line = json.dumps(record, separators=(",", ":")) + "\n"
+    with _LOCK:
+        out.write(line)
+        out.flush()
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _query_kind(text: str) -> str:
+    if text.startswith("group by"):
+        return "identity"
+    if "FB_USED:" in text:
+        return "activity"
+    if "ECC_DBE_VOLATILE:" in text:
+        return "fault"
+    if "GPU_TEMP:" in text:
+        return "thermal_recovery" if "[300s]" in text and "GPU_TEMP:min" in text else "thermal_hold"
+    return "other"
+
+
+def _timed_phase(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            phases = _PHASES["current"]
+            if phases is not None:
+                phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0
+
+    return wrapper
+
+
+def install(trace_path: str) -> None:
+    from kubernetes.client import rest
+
+    from gpu_efficiency.actuators.apply import Applier
+    from gpu_efficiency.actuators.status import StatusWriter
+    from gpu_efficiency.handlers import cycle
+    from gpu_efficiency.sources import prometheus
+    from gpu_efficiency.sources.cluster import ClusterReader
+
+    out = open(trace_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+
+    original_rest_request = rest.RESTClientObject.request
+
+    def request(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.time()
+        code = 0
+        try:
+            response = original_rest_request(self, method, url, *args, **kwargs)
+            code = int(getattr(response, "status", 0) or 0)
+            return response
+        except Exception as exc:
+            code = int(getattr(exc, "status", 0) or 0)
+            raise
+        finally:
+            path = url.split("://", 1)[-1]
+            path = path[path.find("/") :] if "/" in path else "/"
+            _emit(
+                out, {"k": "api", "t": t0, "s": round(time.time() - t0, 6), "m": method, "p": path, "c": code}
+            )
+
+    rest.RESTClientObject.request = request  # type: ignore[method-assign]
+
+    local = threading.local()
+    original_prom_request = prometheus.PrometheusSource._request
+    original_iter = prometheus.iter_vector
+    original_decode = prometheus.decode_vector
+    original_run_query = prometheus.PrometheusSource._run
+
+    def request_(self: Any, text: str, at: float | None, stream: bool) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return original_prom_request(self, text, at, stream)
+        finally:  # time to the response headers: Prometheus evaluates before it writes
+            local.server = time.perf_counter() - t0
+
+    def iter_vector(chunks: Any, *args: Any, **kwargs: Any) -> Any:
+        def counted() -> Any:
+            for chunk in chunks:
+                local.bytes += len(chunk)
+                yield chunk
+
+        for items in original_iter(counted(), *args, **kwargs):
+            local.series += len(items)
+            yield items
+
+    def decode(body: bytes) -> Any:
+        result = original_decode(body)
+        local.bytes += len(body)
+        local.series += len(result)
+        return result
+
+    def run_query(self: Any, query: Any, at: float) -> Any:
+        local.server, local.bytes, local.series = 0.0, 0, 0
+        t0 = time.time()
+        p0 = time.perf_counter()
+        ok = False
+        try:
+            result = original_run_query(self, query, at)
+            ok = True
+            return result
+        finally:
+            total = time.perf_counter() - p0
+            kind = "candidates" if query.candidates else (query.window.value if query.window else "identity")
+            _emit(
+                out,
+                {
+                    "k": "prom",
+                    "t": t0,
+                    "q": kind,
+                    "s": round(total, 6),
+                    "http": round(local.server, 6),
+                    "decode": round(total - local.server, 6),
+                    "bytes": local.bytes,
+                    "series": local.series,
+                    "ok": ok,
+                    "chars": len(query.text),
+                },
+            )
+
+    prometheus.PrometheusSource._request = request_  # type: ignore[method-assign]
+    prometheus.iter_vector = iter_vector
+    prometheus.decode_vector = decode
+    prometheus.PrometheusSource._run = run_query  # type: ignore[method-assign]
+
+    ClusterReader.read_nodes = _timed_phase("read_nodes", ClusterReader.read_nodes)  # type: ignore[method-assign]
+    ClusterReader.read_pods = _timed_phase("read_pods", ClusterReader.read_pods)  # type: ignore[method-assign]
+    prometheus.PrometheusSource.fetch = _timed_phase("fetch", prometheus.PrometheusSource.fetch)  # type: ignore[method-assign]
+    cycle.CycleRunner.observe = _timed_phase("observe", cycle.CycleRunner.observe)  # type: ignore[method-assign]
+    cycle.plan_cycle = _timed_phase("plan", cycle.plan_cycle)
+    Applier.apply = _timed_phase("apply", Applier.apply)  # type: ignore[method-assign]
+    StatusWriter.write = _timed_phase("status", StatusWriter.write)  # type: ignore[method-assign]
+
+    original_run = cycle.CycleRunner.run
+
+    def run(self: Any, **kwargs: Any) -> Any:
+        _PHASES["current"] = {}
+        t0, p0, c0 = time.time(), time.perf_counter(), os.times()
+        report = None
+        try:
+            report = original_run(self, **kwargs)
+            return report
+        finally:
+            c1 = os.times()
+            phases = _PHASES["current"] or {}
+            _PHASES["current"] = None
+            plan = getattr(report, "plan", None)
+            _emit(
+                out,
+                {
+                    "k": "cycle",
+                    "policy": kwargs.get("name", ""),
+                    "t0": t0,
+                    "t1": time.time(),
+                    "wall": round(time.perf_counter() - p0, 6),
+                    "cpu": round((c1.user - c0.user) + (c1.system - c0.system), 4),
+                    "phases": {k: round(v, 6) for k, v in phases.items()},
+                    "ran": bool(getattr(report, "ran", False)),
+                    "verdicts": len(plan.verdicts) if plan else 0,
+                    "actions": len(plan.actions) if plan else 0,
+                    "writes": int(getattr(report, "writes", 0)),
+                    "queries": int(getattr(report, "queries", 0)),
+                    "rss_kib": _status_kib("VmRSS"),
+                    "hwm_kib": _status_kib("VmHWM"),
+                },
+            )
+
+    cycle.CycleRunner.run = run  # type: ignore[method-assign]
+
+
+def main() -> int:
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    install(sys.argv[1])
+    from gpu_efficiency.cli import main as cli_main
+
+    return cli_main(sys.argv[2:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,980 @@
+"""Scale benchmark: the operator as a real process against 100 / 300 / 1,000 KWOK nodes x 8 GPUs.
+
+    python bench/scale/run.py [--nodes 100,300,1000] [--gpus-per-node 8] [--keep-cluster]
+    python bench/scale/run.py --nodes 10,30          # quick run (~10 min)
+
+What it does (see RESULTS.md for the figures and how to read them):
+
+1. Brings up a local cluster of its own (hack/localcluster/cluster.sh with GPUEFF_STATE_DIR
+   /tmp/gpueff-scale and the 3xxxx ports unless set; Prometheus scraping every 15 s). An existing
+   cluster in that state dir holding bench objects is purged first (--reuse keeps it).
+2. Installs the CRD and the chart's RBAC, and gives the operator a ServiceAccount token (so API
+   priority and fairness treats it like the real deployment, not like an exempt admin).
+3. Starts the DCGM simulator (8 targets, prerendered) and, per size, grows the cluster: KWOK nodes
+   (cluster.sh add-nodes), one single-GPU bare pod per GPU over 50 namespaces (bound to its node
+   directly, created by a bounded thread pool), profiles mostly compute-bound or underutilized with
+   some idle. Waits until every pod is Running, attributed by the simulator and older than the
+   window, with a full window of samples in Prometheus.
+4. Starts the operator (bench/scale/probe.py: `gpu-efficiency run` plus a trace of API calls,
+   PromQL queries and cycle phases) with one cluster-wide Observe policy (interval 30s, window 2m,
+   scrapeInterval 15s). Cycle 1 labels the new pods; the next --steady-cycles cycles are the steady
+   state. Then 5 % of the busy pods are flipped to the idle profile (annotation read by the
+   simulator) and every cycle is recorded until the operator counts them all Idle.
+5. Prints a table and writes bench/results/scale-<timestamp>.json.
+
+Figures per cycle: wall (the operator's own timing), process CPU seconds, phases, peak RSS
+(VmHWM), PromQL queries and their latency, API requests by verb (counted in the operator's
+kubernetes client), writes; 429s from the client and from the API server's metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+import zlib
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from kubernetes import client
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_SH = ROOT / "hack" / "localcluster" / "cluster.sh"
+CHART = ROOT / "charts" / "gpu-efficiency-operator"
+PROBE = Path(__file__).resolve().parent / "probe.py"
+
+SCALE_ENV = {
+    "GPUEFF_STATE_DIR": "/tmp/gpueff-scale",
+    "GPUEFF_ETCD_PORT": "32379",
+    "GPUEFF_ETCD_PEER_PORT": "32380",
+    "GPUEFF_APISERVER_PORT": "36443",
+    "GPUEFF_KCM_PORT": "37257",
+    "GPUEFF_SCHEDULER_PORT": "37259",
+    "GPUEFF_KWOK_PORT": "37247",
+    "GPUEFF_PROM_PORT": "39090",
+}
+SCRAPE_INTERVAL_S = 15
+OPERATOR_NAMESPACE = "gpu-efficiency-system"
+POLICY = "scale-bench"
+PART_OF = "app.kubernetes.io/part-of"
+BENCH = "gpueff-scale-bench"
+PROFILE_ANNOTATION = "sim.gpuefficiency.io/profile"
+NODE_PREFIX = "scale-"
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+#: Mostly compute-bound or underutilized, some idle: profiles whose 2-minute averages are steady at a
+#: 15 s scrape. Not input-starved, communication-bound or bursty-inference: the simulator serves
+#: instantaneous values of their 1.5-10 s phases (real DCGM averages profiling fields over its
+#: sampling interval), so a 15 s scrape aliases them and their window averages swing by 0.1-0.4
+#: from cycle to cycle, across diagnosis thresholds; the operator then rightly rewrites the
+#: annotations. No thermal or memory-pressure profile: those are faults and trends, not a steady state.
+PROFILE_MIX = (
+    ("compute-bound", 0.55),
+    ("memory-bound", 0.10),
+    ("no-tensor-cores", 0.10),
+    ("low-occupancy", 0.08),
+    ("fake-load", 0.07),
+    ("idle", 0.05),
+    ("idle-holding-memory", 0.05),
+)
+IDLE_PROFILES = frozenset({"idle", "idle-holding-memory"})
+
+
+def log(message: str) -> None:
+    print(f"[scale {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------ cluster --
+
+
+@dataclass
+class Cluster:
+    env: dict[str, str]
+    kubeconfig: str
+    prometheus_url: str
+    state_dir: Path
+    bin_dir: Path
+    api: client.ApiClient = field(init=False)
+
+    def __post_init__(self) -> None:
+        configuration = client.Configuration()
+        kube_config.load_kube_config(config_file=self.kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        configuration.connection_pool_maxsize = 32
+        self.api = client.ApiClient(configuration)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    def sh(self, *args: str, input_: str | None = None, check: bool = True) -> str:
+        proc = subprocess.run(args, input=input_, capture_output=True, text=True, env=self.env, timeout=900)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        return proc.stdout
+
+    def kubectl(self, *args: str, input_: str | None = None, check: bool = True) -> str:
+        return self.sh(
+            str(self.bin_dir / "kubectl"), "--kubeconfig", self.kubeconfig, *args, input_=input_, check=check
+        )
+
+    def prom(self, query: str) -> list[dict[str, Any]]:
+        url = f"{self.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+        with urllib.request.urlopen(url, timeout=30) as response:
+            result: list[dict[str, Any]] = orjson.loads(response.read())["data"]["result"]
+            return result
+
+    def prom_scalar(self, query: str) -> float:
+        result = self.prom(query)
+        return float(result[0]["value"][1]) if result else 0.0
+
+    def apiserver_metrics(self) -> str:
+        import ssl
+
+        pki = self.state_dir / "pki"
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        port = self.env["GPUEFF_APISERVER_PORT"]
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=30) as response:
+            text: str = response.read().decode()
+            return text
+
+
+def cluster_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for key, value in SCALE_ENV.items():
+        env.setdefault(key, value)
+    env["GPUEFF_PROM_SCRAPE_INTERVAL"] = f"{SCRAPE_INTERVAL_S}s"
+    if env["GPUEFF_STATE_DIR"].rstrip("/") == "/tmp/gpueff-localcluster":
+        raise SystemExit("refusing to use the default local cluster's state dir: set GPUEFF_STATE_DIR")
+    return env
+
+
+def cluster_up(env: dict[str, str], reuse: bool) -> Cluster:
+    state = Path(env["GPUEFF_STATE_DIR"])
+    if not reuse and (state / "etcd").exists():
+        log(f"purging the previous scale cluster in {state}")
+        subprocess.run(
+            [str(CLUSTER_SH), "down", "--purge"], env=env, capture_output=True, text=True, check=True
+        )
+    t0 = time.monotonic()
+    up = subprocess.run([str(CLUSTER_SH), "up", "--nodes", "0"], env=env, capture_output=True, text=True)
+    if up.returncode != 0:
+        raise SystemExit(f"cluster.sh up failed:\n{up.stderr[-4000:]}")
+    prom_yml = (state / "prometheus" / "prometheus.yml").read_text()
+    if f"scrape_interval: {SCRAPE_INTERVAL_S}s" not in prom_yml:
+        log("Prometheus runs with another scrape interval: restarting it with 15s")
+        for verb in ("prometheus-down", "prometheus-up"):
+            subprocess.run([str(CLUSTER_SH), verb], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([str(CLUSTER_SH), "env"], env=env, capture_output=True, text=True, check=True).stdout
+    values = dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines() if "=" in line)
+    log(f"cluster up in {time.monotonic() - t0:.0f}s ({state})")
+    return Cluster(
+        env=env,
+        kubeconfig=values["KUBECONFIG"],
+        prometheus_url=values["GPUEFF_PROMETHEUS_URL"],
+        state_dir=state,
+        bin_dir=Path(values["GPUEFF_LOCALCLUSTER_BIN"]),
+    )
+
+
+def install_crd_and_rbac(cluster: Cluster, workdir: Path) -> str:
+    """The CRD, the chart's RBAC and a kubeconfig with the operator ServiceAccount's token."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/gpuefficiencypolicies.gpuefficiency.io"
+    )
+    cluster.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
+    rendered = cluster.sh(
+        str(cluster.bin_dir / "helm"), "template", "scale", str(CHART), "--namespace", OPERATOR_NAMESPACE
+    )
+    docs = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in RBAC_KINDS]
+    cluster.kubectl("apply", "-n", OPERATOR_NAMESPACE, "-f", "-", input_=yaml.safe_dump_all(docs))
+    sa = next(
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "ServiceAccount" and "agent" not in d["metadata"]["name"]
+    )
+    token = cluster.core.create_namespaced_service_account_token(
+        sa,
+        OPERATOR_NAMESPACE,
+        client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=["https://kubernetes.default.svc"], expiration_seconds=86400
+            )
+        ),
+    ).status.token
+    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": sa}}],
+        "current-context": "operator",
+    }
+    path = workdir / "operator-kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    path.chmod(0o600)
+    return str(path)
+
+
+def create_namespaces(cluster: Cluster, count: int) -> list[str]:
+    names = [f"scale-ns-{i:02d}" for i in range(count)]
+    core = cluster.core
+    for name in names:
+        try:
+            core.create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={PART_OF: BENCH}))
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        body = orjson.loads(
+            core.list_service_account_for_all_namespaces(
+                field_selector="metadata.name=default", _preload_content=False
+            ).data
+        )
+        have = {(i.get("metadata") or {}).get("namespace") for i in body.get("items") or ()}
+        if all(n in have for n in names):
+            return names
+        time.sleep(0.5)
+    raise RuntimeError("default ServiceAccounts were not created in the bench namespaces")
+
+
+def apply_policy(cluster: Cluster, mode: str, interval: str, window: str, query_timeout: str) -> None:
+    policy = {
+        "apiVersion": "gpuefficiency.io/v1alpha1",
+        "kind": "GPUEfficiencyPolicy",
+        "metadata": {"name": POLICY},
+        "spec": {
+            "mode": mode,
+            "interval": interval,
+            "window": window,
+            # queryTimeout: at 8,000 GPUs Prometheus needs longer than the default 10s on a small
+            # shared machine (see RESULTS.md); the cycle would report MetricsAvailable=False.
+            "metrics": {
+                "prometheus": {"scrapeInterval": f"{SCRAPE_INTERVAL_S}s", "queryTimeout": query_timeout}
+            },
+            # Generous budgets: only matter in Enforce mode (bare pods are never evicted by default).
+            "eviction": {"maxPerCycle": 1000, "maxPerHour": 10000, "maxPerNamespacePerCycle": 1000},
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input_=yaml.safe_dump(policy))
+
+
+# --------------------------------------------------------------------------------------- workload --
+
+
+def node_names(cluster: Cluster) -> list[str]:
+    body = orjson.loads(cluster.core.list_node(_preload_content=False).data)
+    return [
+        n["metadata"]["name"]
+        for n in body.get("items") or ()
+        if n["metadata"]["name"].startswith(NODE_PREFIX)
+    ]
+
+
+MODELS = (("NVIDIA-H100-80GB-HBM3", "81559", "hopper"), ("NVIDIA-A100-SXM4-80GB", "81920", "ampere"))
+
+
+def node_body(name: str, index: int, gpus: int) -> dict[str, Any]:
+    """The fake GPU node cluster.sh add-nodes creates (hack/localcluster/README.md), models alternating."""
+    product, memory, family = MODELS[index % len(MODELS)]
+    digest = zlib.crc32(name.encode())
+    ip = f"10.{128 + digest % 128}.{digest // 128 % 256}.{digest // 32768 % 254 + 1}"
+    resources = {
+        "cpu": "64",
+        "memory": "512Gi",
+        "pods": "110",
+        "ephemeral-storage": "1Ti",
+        "nvidia.com/gpu": str(gpus),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "type": "kwok",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": str(gpus),
+                "nvidia.com/gpu.memory": memory,
+                "nvidia.com/gpu.family": family,
+                PART_OF: BENCH,
+            },
+        },
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "capacity": resources,
+            "allocatable": resources,
+        },
+    }
+
+
+def add_nodes(cluster: Cluster, total: int, gpus: int, workers: int, timeout: float = 300) -> None:
+    """Nodes scale-0..total-1 (the shape of `cluster.sh add-nodes`, created through the API in
+    parallel: the script waits for each node with its own kubectl call, minutes at 1,000 nodes)."""
+    have = set(node_names(cluster))
+    todo = [i for i in range(total) if f"{NODE_PREFIX}{i}" not in have]
+    core = cluster.core
+
+    def create(i: int) -> None:
+        try:
+            core.create_node(node_body(f"{NODE_PREFIX}{i}", i, gpus), _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(create, todo))
+    deadline = time.monotonic() + timeout
+    ready = 0
+    while time.monotonic() < deadline:
+        body = orjson.loads(core.list_node(_preload_content=False).data)
+        ready = sum(
+            1
+            for n in body.get("items") or ()
+            if n["metadata"]["name"].startswith(NODE_PREFIX)
+            and any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (n.get("status") or {}).get("conditions") or ()
+            )
+        )
+        if ready >= total:
+            return
+        time.sleep(1)
+    raise RuntimeError(f"only {ready}/{total} nodes Ready after {timeout:.0f}s")
+
+
+def pick_profile(name: str) -> str:
+    rng = random.Random(name)
+    return rng.choices([p for p, _ in PROFILE_MIX], [w for _, w in PROFILE_MIX])[0]
+
+
+def pod_body(name: str, namespace: str, node: str, profile: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {PART_OF: BENCH, "app": name.rsplit("-g", 1)[0]},
+            "annotations": {PROFILE_ANNOTATION: profile},
+        },
+        "spec": {
+            "nodeName": node,  # bound directly: the scheduler would take minutes for 8,000 pods
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
+
+
+def list_bench_pods(cluster: Cluster) -> list[dict[str, Any]]:
+    body = orjson.loads(
+        cluster.core.list_pod_for_all_namespaces(
+            label_selector=f"{PART_OF}={BENCH}", _preload_content=False
+        ).data
+    )
+    items: list[dict[str, Any]] = body.get("items") or []
+    return items
+
+
+def create_pods(
+    cluster: Cluster, nodes: int, gpus: int, namespaces: list[str], workers: int
+) -> dict[str, str]:
+    """One single-GPU pod per GPU of nodes scale-0..N-1; returns {namespace/name: profile} of all."""
+    existing = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in list_bench_pods(cluster)}
+    wanted: dict[str, tuple[str, str, str, str]] = {}
+    for i in range(nodes):
+        node = f"{NODE_PREFIX}{i}"
+        for k in range(gpus):
+            name = f"{node}-g{k}"
+            namespace = namespaces[(i * gpus + k) % len(namespaces)]
+            wanted[f"{namespace}/{name}"] = (namespace, name, node, pick_profile(name))
+    todo = [v for key, v in wanted.items() if key not in existing]
+    core = cluster.core
+
+    def create(item: tuple[str, str, str, str]) -> None:
+        namespace, name, node, profile = item
+        for attempt in range(5):
+            try:
+                core.create_namespaced_pod(
+                    namespace, pod_body(name, namespace, node, profile), _preload_content=False
+                )
+                return
+            except ApiException as exc:
+                if exc.status == 409:
+                    return
+                if exc.status in (429, 500, 503) and attempt < 4:
+                    time.sleep(0.5 * (attempt + 1))
+                    continue
+                raise
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(create, todo))
+    log(f"created {len(todo)} pods in {time.monotonic() - t0:.1f}s ({workers} threads)")
+    return {key: v[3] for key, v in wanted.items()}
+
+
+def wait_running(cluster: Cluster, expected: int, timeout: float = 600) -> float:
+    deadline = time.monotonic() + timeout
+    running = 0
+    while time.monotonic() < deadline:
+        body = orjson.loads(
+            cluster.core.list_pod_for_all_namespaces(
+                label_selector=f"{PART_OF}={BENCH}",
+                field_selector="status.phase=Running",
+                _preload_content=False,
+            ).data
+        )
+        running = len(body.get("items") or ())
+        if running >= expected:
+            return time.time()
+        time.sleep(2)
+    raise RuntimeError(f"only {running}/{expected} pods Running after {timeout:.0f}s")
+
+
+def wait_attributed(
+    cluster: Cluster, expected: int, sim: subprocess.Popen[bytes], timeout: float = 300
+) -> float:
+    """Until the simulator serves every pod's GPU and Prometheus has scraped it."""
+    deadline = time.monotonic() + timeout
+    seen = 0.0
+    while time.monotonic() < deadline:
+        if sim.poll() is not None:
+            raise RuntimeError(f"the simulator exited ({sim.returncode}); see simulator.log")
+        seen = cluster.prom_scalar(f'count(DCGM_FI_DEV_GPU_UTIL{{pod=~"{NODE_PREFIX}.*"}})')
+        if seen >= expected:
+            return time.time()
+        time.sleep(3)
+    raise RuntimeError(f"Prometheus has {seen:.0f}/{expected} attributed GPUs after {timeout:.0f}s")
+
+
+def flip_to_idle(cluster: Cluster, pods: list[str], workers: int) -> None:
+    core = cluster.core
+    body = {"metadata": {"annotations": {PROFILE_ANNOTATION: "idle"}}}
+
+    def patch(key: str) -> None:
+        namespace, name = key.split("/", 1)
+        core.patch_namespaced_pod(
+            name, namespace, body, _content_type="application/merge-patch+json", _preload_content=False
+        )
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(patch, pods))
+
+
+# --------------------------------------------------------------------------------------- processes --
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_simulator(cluster: Cluster, workdir: Path, targets: int) -> subprocess.Popen[bytes]:
+    env = {**cluster.env, "KUBECONFIG": cluster.kubeconfig, "PYTHONUNBUFFERED": "1"}
+    log_file = (workdir / "simulator.log").open("ab")
+    return subprocess.Popen(
+        [
+            sys.executable, "-m", "gpu_efficiency.cli", "sim", "serve",
+            "--targets", str(targets), "--port", "0", "--prerender", "5", "--register", "scale-bench",
+        ],
+        stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )  # fmt: skip
+
+
+def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 20) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+@dataclass
+class Operator:
+    proc: subprocess.Popen[bytes]
+    trace: Path
+    log_path: Path
+    metrics_port: int
+    offset: int = 0
+    cycles: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    queries: list[dict[str, Any]] = field(default_factory=list)
+
+    def poll(self) -> None:
+        if not self.trace.exists():
+            return
+        with self.trace.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        for line in data[:end].splitlines():
+            record = orjson.loads(line)
+            kind = record.get("k")
+            if kind == "cycle":
+                if record.get("ran"):
+                    self.cycles.append(record)
+            elif kind == "api":
+                self.calls.append(record)
+            elif kind == "prom":
+                self.queries.append(record)
+
+    def wait_cycles(self, count: int, timeout: float) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll()
+            if len(self.cycles) >= count:
+                return self.cycles
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the operator exited ({self.proc.returncode}); see {self.log_path}")
+            time.sleep(0.5)
+        raise RuntimeError(
+            f"only {len(self.cycles)}/{count} cycles after {timeout:.0f}s; see {self.log_path}"
+        )
+
+    def proc_status(self) -> dict[str, int]:
+        out = {}
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("VmHWM", "VmRSS"):
+                    out[key] = int(rest.split()[0])
+        return out
+
+    def cpu_seconds(self) -> float:
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def gauge(self, name: str, labels: dict[str, str]) -> float | None:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10
+            ) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if not line.startswith(name + "{"):
+                continue
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+
+def start_operator(cluster: Cluster, workdir: Path, kubeconfig: str, tag: str) -> Operator:
+    trace = workdir / f"trace-{tag}.jsonl"
+    log_path = workdir / f"operator-{tag}.log"
+    trace.unlink(missing_ok=True)
+    port = free_port()
+    env = {**cluster.env, "KUBECONFIG": kubeconfig, "PYTHONUNBUFFERED": "1"}
+    with log_path.open("ab") as log_file:
+        proc = subprocess.Popen(
+            [
+                sys.executable, str(PROBE), str(trace), "run",
+                "--prometheus-url", cluster.prometheus_url, "--namespace", OPERATOR_NAMESPACE,
+                "--no-leader-election", "--metrics-port", str(port), "--health-port", "0",
+            ],
+            stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    return Operator(proc=proc, trace=trace, log_path=log_path, metrics_port=port)
+
+
+# ---------------------------------------------------------------------------------------- analysis --
+
+_POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/?]+)")
+
+
+def classify(call: dict[str, Any]) -> str:
+    """'VERB resource' as the API server would count it."""
+    path, _, query = call["p"].partition("?")
+    parts = [p for p in path.split("/") if p]
+    # /api/v1/... or /apis/group/version/...
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]
+    resource = rest[0] if rest else "?"
+    named = len(rest) >= 2
+    if len(rest) >= 3:
+        resource = f"{resource}/{rest[2]}"
+    method = call["m"]
+    if method == "GET":
+        verb = "WATCH" if "watch=true" in query or "watch=True" in query else ("GET" if named else "LIST")
+    else:
+        verb = {"POST": "CREATE", "PUT": "UPDATE"}.get(method, method)
+    return f"{verb} {resource}"
+
+
+def in_cycle(records: list[dict[str, Any]], cycle: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in records if cycle["t0"] <= r["t"] <= cycle["t1"]]
+
+
+def cycle_summary(op: Operator, cycle: dict[str, Any], flipped: set[str] | None = None) -> dict[str, Any]:
+    calls = in_cycle(op.calls, cycle)
+    queries = in_cycle(op.queries, cycle)
+    verbs = Counter(classify(c) for c in calls)
+    patched = [
+        f"{m.group(1)}/{m.group(2)}" for c in calls if c["m"] == "PATCH" and (m := _POD_PATH.match(c["p"]))
+    ]
+    out: dict[str, Any] = {
+        "wall_s": cycle["wall"],
+        "cpu_s": cycle["cpu"],
+        "phases_s": cycle["phases"],
+        "verdicts": cycle["verdicts"],
+        "actions": cycle["actions"],
+        "writes": cycle["writes"],
+        "queries": cycle["queries"],
+        "promql": [{k: q[k] for k in ("q", "s", "http", "decode", "bytes", "series", "ok")} for q in queries],
+        "api_requests": dict(sorted(verbs.items())),
+        "api_writes": sum(n for v, n in verbs.items() if not v.startswith(("GET", "LIST", "WATCH"))),
+        "pod_patches": len(patched),
+        "pods_patched": len(set(patched)),
+        "events_created": verbs.get("CREATE events", 0),
+        "status_patches": verbs.get("PATCH gpuefficiencypolicies/status", 0),
+        "http_429": sum(1 for c in calls if c["c"] == 429),
+        "rss_mib": round(cycle["rss_kib"] / 1024, 1),
+        "peak_rss_mib": round(cycle["hwm_kib"] / 1024, 1),
+    }
+    if flipped is not None:
+        out["patched_outside_flipped"] = len(set(patched) - flipped)
+    return out
+
+
+def apiserver_counts(cluster: Cluster) -> dict[str, float]:
+    """Cluster-wide 429s and APF rejections (all clients), to diff around a size's run."""
+    totals = {"http_429": 0.0, "apf_rejected": 0.0}
+    try:
+        text = cluster.apiserver_metrics()
+    except OSError as exc:
+        log(f"apiserver /metrics unreadable: {exc}")
+        return totals
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{") and 'code="429"' in line:
+            totals["http_429"] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("apiserver_flowcontrol_rejected_requests_total{"):
+            totals["apf_rejected"] += float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+# -------------------------------------------------------------------------------------------- sizes --
+
+
+@dataclass
+class Options:
+    gpus: int
+    steady_cycles: int
+    flip_fraction: float
+    interval_s: int
+    window_s: int
+    workers: int
+
+
+def run_size(
+    cluster: Cluster, nodes: int, opts: Options, namespaces: list[str], kubeconfig: str, workdir: Path,
+    flipped_before: set[str], sim: subprocess.Popen[bytes],
+) -> dict[str, Any]:  # fmt: skip
+    started = time.monotonic()
+    timings: dict[str, float] = {}
+    log(f"=== {nodes} nodes x {opts.gpus} GPUs ===")
+    t = time.monotonic()
+    add_nodes(cluster, nodes, opts.gpus, opts.workers)
+    timings["add_nodes_s"] = time.monotonic() - t
+    t = time.monotonic()
+    profiles = create_pods(cluster, nodes, opts.gpus, namespaces, opts.workers)
+    for key in flipped_before:
+        profiles[key] = "idle"
+    expected = len(profiles)
+    running_at = wait_running(cluster, expected)
+    timings["create_pods_s"] = time.monotonic() - t
+    t = time.monotonic()
+    attributed_at = wait_attributed(cluster, expected, sim)
+    # Every pod older than the warm-up (minPodAge = window) and a full window of its own samples.
+    ready_at = max(running_at + opts.window_s + 5, attributed_at + opts.window_s + SCRAPE_INTERVAL_S + 5)
+    log(
+        f"{expected} pods Running and scraped; waiting {max(0.0, ready_at - time.time()):.0f}s for a full window"
+    )
+    time.sleep(max(0.0, ready_at - time.time()))
+    timings["wait_window_s"] = time.monotonic() - t
+
+    before_api = apiserver_counts(cluster)
+    t = time.monotonic()
+    op = start_operator(cluster, workdir, kubeconfig, f"{nodes}")
+    try:
+        cycle_timeout = 600.0
+        op.wait_cycles(1 + opts.steady_cycles, cycle_timeout + opts.steady_cycles * (opts.interval_s + 60))
+        first = cycle_summary(op, op.cycles[0])
+        steady_records = op.cycles[1 : 1 + opts.steady_cycles]
+        steady = [cycle_summary(op, c) for c in steady_records]
+        cpu_steady_proc = op.cpu_seconds()
+        status_after_steady = op.proc_status()
+        timings["steady_s"] = time.monotonic() - t
+
+        # ---- acting: flip a share of the busy pods to idle -----------------------------------
+        t = time.monotonic()
+        idle_before = op.gauge("gpu_efficiency_pods", {"policy": POLICY, "verdict": "Idle"}) or 0.0
+        busy = sorted(k for k, p in profiles.items() if p not in IDLE_PROFILES)
+        count = max(1, round(opts.flip_fraction * expected))
+        flipped = set(random.Random(nodes).sample(busy, min(count, len(busy))))
+        done_cycles = len(op.cycles)
+        flip_t0 = time.time()
+        flip_to_idle(cluster, sorted(flipped), opts.workers)
+        flip_t1 = time.time()
+        log(
+            f"flipped {len(flipped)} pods to idle in {flip_t1 - flip_t0:.1f}s; idle verdicts before: {idle_before:.0f}"
+        )
+        target = idle_before + len(flipped)
+        acting: list[dict[str, Any]] = []
+        deadline = time.monotonic() + opts.window_s + 4 * opts.interval_s + 240
+        idle_now = idle_before
+        while time.monotonic() < deadline:
+            op.wait_cycles(done_cycles + 1, deadline - time.monotonic())
+            record = op.cycles[done_cycles]
+            done_cycles += 1
+            idle_now = op.gauge("gpu_efficiency_pods", {"policy": POLICY, "verdict": "Idle"}) or 0.0
+            summary = cycle_summary(op, record, flipped)
+            summary["started_after_flip_s"] = round(record["t0"] - flip_t1, 1)
+            summary["idle_verdicts"] = idle_now
+            acting.append(summary)
+            log(
+                f"cycle after flip: {summary['wall_s']:.2f}s, idle {idle_now:.0f}/{target:.0f}, "
+                f"{summary['pod_patches']} pod patches, {summary['events_created']} events"
+            )
+            if idle_now >= target:
+                break
+        timings["acting_s"] = time.monotonic() - t
+        final_status = op.proc_status()
+        op.poll()
+    finally:
+        stop(op.proc)
+    after_api = apiserver_counts(cluster)
+    became_idle = [c for c in acting if c["events_created"] > 0 or c["pod_patches"] > 0]
+    acting_cycle = max(acting, key=lambda c: c["events_created"]) if acting else None
+    walls = [c["wall_s"] for c in steady]
+    result = {
+        "nodes": nodes,
+        "gpus": nodes * opts.gpus,
+        "pods": expected,
+        "first_cycle": first,
+        "steady_cycles": steady,
+        "steady": {
+            "wall_s_median": statistics.median(walls),
+            "wall_s_max": max(walls),
+            "cpu_s_median": statistics.median(c["cpu_s"] for c in steady),
+            "queries": sorted({c["queries"] for c in steady}),
+            "promql_s_max": max((q["s"] for c in steady for q in c["promql"]), default=0.0),
+            "api_requests_per_cycle": steady[-1]["api_requests"],
+            "api_writes_total": sum(c["api_writes"] for c in steady),
+            "engine_writes_total": sum(c["writes"] for c in steady),
+            "rss_mib": round(status_after_steady.get("VmRSS", 0) / 1024, 1),
+            "peak_rss_mib": round(status_after_steady.get("VmHWM", 0) / 1024, 1),
+            "process_cpu_s_total": round(cpu_steady_proc, 2),
+        },
+        "acting": {
+            "flipped": len(flipped),
+            "flip_seconds": round(flip_t1 - flip_t0, 2),
+            "idle_verdicts_before": idle_before,
+            "idle_verdicts_after": idle_now,
+            "all_detected": idle_now >= target,
+            "cycles": acting,
+            "acting_cycle": acting_cycle,
+            "pod_patches_total": sum(c["pod_patches"] for c in acting),
+            "events_total": sum(c["events_created"] for c in acting),
+            "cycles_with_writes": len(became_idle),
+            "patched_outside_flipped": sum(c["patched_outside_flipped"] for c in acting),
+            "http_429_operator": sum(c["http_429"] for c in acting),
+        },
+        "peak_rss_mib": round(final_status.get("VmHWM", 0) / 1024, 1),
+        "apiserver": {k: after_api[k] - before_api[k] for k in after_api},
+        "operator_429_total": sum(1 for c in op.calls if c["c"] == 429),
+        "timings_s": {k: round(v, 1) for k, v in timings.items()},
+        "size_seconds": round(time.monotonic() - started, 1),
+        "load_avg": os.getloadavg(),
+    }
+    flipped_before.update(flipped)
+    return result
+
+
+# ------------------------------------------------------------------------------------------ output --
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_kib = int(f.readline().split()[1])
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "load_avg_at_start": os.getloadavg(),
+    }
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    rows = [
+        ("nodes / GPUs / pods", lambda r: f"{r['nodes']} / {r['gpus']} / {r['pods']}"),
+        ("steady wall s (median, max)", lambda r: f"{r['steady']['wall_s_median']:.2f}, {r['steady']['wall_s_max']:.2f}"),
+        ("steady CPU s (median)", lambda r: f"{r['steady']['cpu_s_median']:.2f}"),
+        ("observe s: pods LIST | Prometheus", lambda r: "{:.2f}: {:.2f} | {:.2f}".format(
+            *(statistics.median(c["phases_s"].get(p, 0.0) for c in r["steady_cycles"])
+              for p in ("observe", "read_pods", "fetch")))),
+        ("plan s", lambda r: f"{statistics.median(c['phases_s'].get('plan', 0.0) for c in r['steady_cycles']):.2f}"),
+        ("PromQL queries per cycle", lambda r: ",".join(str(q) for q in r["steady"]["queries"])),
+        ("slowest PromQL query s (answer+read)", lambda r: f"{r['steady']['promql_s_max']:.2f}"),
+        ("API requests per steady cycle", lambda r: ", ".join(
+            f"{k} {v}" for k, v in r["steady"]["api_requests_per_cycle"].items())),
+        ("steady API writes (all cycles)", lambda r: str(r["steady"]["api_writes_total"])),
+        ("peak RSS MiB (steady / run)", lambda r: f"{r['steady']['peak_rss_mib']:.0f} / {r['peak_rss_mib']:.0f}"),
+        ("first cycle: wall s, writes", lambda r: f"{r['first_cycle']['wall_s']:.1f}, {r['first_cycle']['api_writes']}"),
+        ("flipped to idle", lambda r: str(r["acting"]["flipped"])),
+        ("acting cycle wall s", lambda r: f"{r['acting']['acting_cycle']['wall_s']:.2f}" if r["acting"]["acting_cycle"] else "-"),
+        ("acting: pod patches / events", lambda r: "{} / {}".format(
+            r["acting"]["acting_cycle"]["pod_patches"] if r["acting"]["acting_cycle"] else 0,
+            r["acting"]["acting_cycle"]["events_created"] if r["acting"]["acting_cycle"] else 0)),
+        ("after flip: patches/events (all)", lambda r: f"{r['acting']['pod_patches_total']} / {r['acting']['events_total']} in {len(r['acting']['cycles'])} cycles"),
+        ("all flipped pods Idle", lambda r: str(r["acting"]["all_detected"])),
+        ("429s (operator / apiserver)", lambda r: f"{r['operator_429_total']} / {r['apiserver']['http_429']:.0f}"),
+        ("size wall time s", lambda r: f"{r['size_seconds']:.0f}"),
+    ]  # fmt: skip
+    width = max(len(name) for name, _ in rows)
+    cols = [[fmt(r) for r in results] for _, fmt in rows]
+    colw = [max(len(c[i]) for c in cols) for i in range(len(results))]
+    lines = []
+    for (name, _), values in zip(rows, cols, strict=True):
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{v:>{w}}" for v, w in zip(values, colw, strict=True)))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", default="100,300,1000", help="comma list of cluster sizes (cumulative)")
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--namespaces", type=int, default=50)
+    parser.add_argument("--steady-cycles", type=int, default=3)
+    parser.add_argument("--flip-fraction", type=float, default=0.05)
+    parser.add_argument("--mode", choices=("Observe", "Enforce"), default="Observe")
+    parser.add_argument("--interval", default="30s")
+    parser.add_argument("--window", default="2m")
+    parser.add_argument("--query-timeout", default="60s", help="the policy's metrics.prometheus.queryTimeout")
+    parser.add_argument("--sim-targets", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=16, help="concurrent API calls when creating pods")
+    parser.add_argument("--reuse", action="store_true", help="keep an existing scale cluster's objects")
+    parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster up afterwards")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    # Stop cleanly (operator, simulator, cluster) on SIGTERM, and on SIGINT even when started in the
+    # background (where SIGINT is inherited as ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+    from gpu_efficiency.api.durations import parse_duration
+
+    sizes = [int(n) for n in args.nodes.split(",")]
+    if sizes != sorted(sizes):
+        raise SystemExit("--nodes must grow: sizes are reached by adding nodes and pods")
+    opts = Options(
+        gpus=args.gpus_per_node,
+        steady_cycles=args.steady_cycles,
+        flip_fraction=args.flip_fraction,
+        interval_s=int(parse_duration(args.interval)),
+        window_s=int(parse_duration(args.window)),
+        workers=args.workers,
+    )
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    args.out.mkdir(parents=True, exist_ok=True)
+    workdir = args.out / f"scale-{stamp}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    info = machine()
+    env = cluster_env()
+    cluster = cluster_up(env, args.reuse)
+    sim = None
+    results: list[dict[str, Any]] = []
+    try:
+        kubeconfig = install_crd_and_rbac(cluster, workdir)
+        namespaces = create_namespaces(cluster, args.namespaces)
+        apply_policy(cluster, args.mode, args.interval, args.window, args.query_timeout)
+        sim = start_simulator(cluster, workdir, args.sim_targets)
+        flipped: set[str] = set()
+        for nodes in sizes:
+            results.append(run_size(cluster, nodes, opts, namespaces, kubeconfig, workdir, flipped, sim))
+            print(table(results[-1:]), flush=True)
+    finally:
+        stop(sim)
+        if not args.keep_cluster:
+            subprocess.run([str(CLUSTER_SH), "down", "--purge"], env=env, capture_output=True, text=True)
+            log("scale cluster torn down (purged)")
+    doc = {
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "timestamp": stamp,
+        "machine": info,
+        "policy": {
+            "mode": args.mode,
+            "interval": args.interval,
+            "window": args.window,
+            "scrapeInterval": f"{SCRAPE_INTERVAL_S}s",
+        },
+        "profile_mix": dict(PROFILE_MIX),
+        "results": results,
+        "total_seconds": round(time.monotonic() - started, 1),
+        "workdir": str(workdir),
+    }
+    path = args.out / f"scale-{stamp}.json"
+    path.write_text(json.dumps(doc, indent=2))
+    print()
+    print(table(results))
+    print(f"\ntotal {doc['total_seconds']:.0f}s; JSON: {path}; traces and logs: {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Streamed decoding of large responses, and the two-round fetch of filtered fault windows."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+
+from gpu_efficiency.engine.model import Signal, Window
+from gpu_efficiency.sources.base import FaultHints, FetchRequest, SourceUnavailable
+from gpu_efficiency.sources.prometheus import (
+    PrometheusConfig,
+    PrometheusSource,
+    decode_vector,
+    fold_window,
+    iter_vector,
+)
+from gpu_efficiency.sources.promql import (
+    AGG_LABEL,
+    CANDIDATE_LABEL,
+    MAX_LISTED_GPUS,
+    candidates_query,
+    cycle_queries,
+    restricted_query,
+    union,
+)
+
+WINDOWS = {Window.ACTIVITY: 600.0, Window.FAULT: 120.0, Window.THERMAL_HOLD: 120.0}
+HINTS = FaultHints(gpu_temperature_above=90, memory_temperature_above=95)
+
+
+def _body(series: list[tuple[dict[str, str], str]], trailer: str = "") -> bytes:
+    result = [{"metric": m, "value": [1700000000.0, v]} for m, v in series]
+    doc = json.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": result}}, separators=(",", ":")
+    )
+    return (doc[:-1] + trailer + "}").encode()
+
+
+def _pieces(body: bytes, size: int) -> Iterator[bytes]:
+    for i in range(0, len(body), size):
+        yield body[i : i + size]
+
+
+SERIES = [
+    ({"UUID": f"GPU-{i}", AGG_LABEL: "SM_ACTIVE:max", "odd": 'x},{"metric":{"y\\'}, f"0.{i}")
+    for i in range(300)
+] + [({"UUID": "GPU-x", AGG_LABEL: "SM_ACTIVE:avg"}, "NaN")]
+
+
+@pytest.mark.parametrize("piece", [1, 7, 64, 4096])
+@pytest.mark.parametrize("chunk_bytes", [1, 50, 1000, 1 << 20])
+@pytest.mark.parametrize("trailer", ["", ',"warnings":["a ]} b","},{\\"metric\\":"]'])
+def test_streamed_vector_equals_whole_decode(piece: int, chunk_bytes: int, trailer: str) -> None:
+    body = _body(SERIES, trailer)
+    streamed = [
+        (item["metric"], float(item["value"][1]))
+        for items in iter_vector(_pieces(body, piece), chunk_bytes)
+        for item in items
+    ]
+    whole = decode_vector(body)
+    assert [m for m, _ in streamed] == [m for m, _ in whole]
+    assert [repr(v) for _, v in streamed] == [repr(v) for _, v in whole]
+
+
+def test_streamed_empty_error_and_garbage() -> None:
+    assert [i for items in iter_vector(_pieces(_body([]), 3), 1) for i in items] == []
+    error = json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode()
+    with pytest.raises(SourceUnavailable, match="parse error"):
+        list(iter_vector(_pieces(error, 5), 1))
+    with pytest.raises(SourceUnavailable, match="invalid JSON"):
+        list(iter_vector([b"<html>"], 1))
+    truncated = _body(SERIES)[:-40]
+    with pytest.raises(SourceUnavailable):
+        list(iter_vector(_pieces(truncated, 100), 100))
+
+
+def test_fold_window_keeps_nan_and_groups_by_gpu() -> None:
+    values = fold_window(iter_vector([_body(SERIES)], 1000))
+    assert values[("GPU-3", "")][Signal.SM_ACTIVE][1] == pytest.approx(0.3)  # "max" is field 1
+    assert str(values[("GPU-x", "")][Signal.SM_ACTIVE][0]) == "nan"
+
+
+def test_union_is_balanced_and_complete() -> None:
+    terms = [f"t{i}" for i in range(7)]
+    text = union(terms)
+    assert all(t in text for t in terms)
+    assert text.count(" or ") == 6
+    assert union(["a"]) == "a"
+    assert union(["a", "b"]) == "a or b"
+
+
+def test_restricted_query_lists_uuids_in_every_selector() -> None:
+    unrestricted = {q.window: q.text for q in cycle_queries(WINDOWS, hints=HINTS)}[Window.FAULT]
+    text = restricted_query(Window.FAULT, 120.0, HINTS, ["GPU-b", "GPU-a.1"]).text
+    assert text.count('UUID=~"GPU-a\\\\.1|GPU-b"') == unrestricted.count("DCGM_FI_")
+    assert "and on (UUID, GPU_I_ID)" in text  # the filter still applies, over the listed GPUs
+    many = restricted_query(Window.FAULT, 120.0, HINTS, [f"GPU-{i}" for i in range(MAX_LISTED_GPUS + 1)])
+    assert many.text == unrestricted  # too many to list: the filter over every GPU
+
+
+def test_candidates_query_covers_filtered_windows_only() -> None:
+    query = candidates_query({**WINDOWS, Window.THERMAL_RECOVERY: 300.0}, HINTS)
+    assert query is not None
+    assert query.candidates
+    assert query.window is None
+    assert f'"{CANDIDATE_LABEL}", "fault"' in query.text
+    assert f'"{CANDIDATE_LABEL}", "thermal-hold"' in query.text
+    assert "thermal-recovery" not in query.text  # no held node: nothing can recover
+    held = candidates_query({Window.THERMAL_RECOVERY: 300.0}, FaultHints(held_nodes=frozenset({"n1"})))
+    assert held is not None
+    assert '"thermal-recovery"' in held.text
+    assert candidates_query({Window.ACTIVITY: 600.0}, HINTS) is None
+
+
+class _Prometheus(BaseHTTPRequestHandler):
+    """Names GPU-2 as a fault-window candidate and answers the restricted fault window for it."""
+
+    def do_POST(self) -> None:
+        query = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())["query"][0]
+        self.server.queries.append(query)  # type: ignore[attr-defined]
+        if query.startswith("group by (UUID"):
+            series = [
+                ({"UUID": u, "gpu": str(i), "Hostname": "n1"}, "1") for i, u in enumerate(["GPU-1", "GPU-2"])
+            ]
+        elif CANDIDATE_LABEL in query:
+            series = [({"UUID": "GPU-2", CANDIDATE_LABEL: "fault"}, "1")]
+        elif "ECC_DBE_VOLATILE" in query:
+            series = [({"UUID": "GPU-2", AGG_LABEL: "ECC_DBE_VOLATILE:max"}, "3")]
+        elif "SM_ACTIVE" in query:
+            series = [({"UUID": u, AGG_LABEL: "SM_ACTIVE:max"}, "0.5") for u in ("GPU-1", "GPU-2")]
+        else:
+            series = []
+        body = _body(series)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def prometheus() -> Iterator[Any]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
+    server.queries = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+
+
+def test_fetch_with_hints_asks_candidates_then_their_windows(prometheus: Any) -> None:
+    source = PrometheusSource(PrometheusConfig(url=f"http://127.0.0.1:{prometheus.server_address[1]}"))
+    result = source.fetch(FetchRequest(now=1700000000.0, windows=WINDOWS, scrape_interval=15.0, hints=HINTS))
+    sent: list[str] = prometheus.queries
+    assert result.queries == len(sent) == 4  # identity, activity, candidates, the fault window of GPU-2
+    fault = [q for q in sent if "ECC_DBE_VOLATILE:max" in q]
+    assert len(fault) == 1
+    assert 'UUID=~"GPU-2"' in fault[0]
+    by_uuid = {g.uuid: g for g in result.gpus}
+    dbe = by_uuid["GPU-2"].get(Window.FAULT, Signal.ECC_DBE_VOLATILE)
+    assert dbe is not None
+    assert dbe.max == 3
+    assert Window.FAULT not in by_uuid["GPU-1"].stats  # not a candidate: never fetched
+    sm = by_uuid["GPU-1"].get(Window.ACTIVITY, Signal.SM_ACTIVE)
+    assert sm is not None
+    assert sm.max == 0.5
