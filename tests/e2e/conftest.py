@@ -74,7 +74,7 @@ def start_operator(
 
     yield start
     for op in started:
-        op.kill()
+        op.stop()  # SIGTERM: the operator releases its Lease, so the next test's operator leads at once
     failed = request.node.rep_call.failed if hasattr(request.node, "rep_call") else False
     if failed:
         for op in started:

@@ -243,7 +243,13 @@ class OperatorProcess:
             self.proc.wait(timeout=30)
 
     def stop(self) -> None:
-        self.kill(signal.SIGTERM)
+        """Graceful stop (Kopf cleanup releases the Lease); SIGKILL if it does not end in 20 s."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
 
     def alive(self) -> bool:
         return bool(self.proc and self.proc.poll() is None)
