@@ -45,10 +45,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-importproto: venv
-	$(VPY) -m grpc_tools.protoc -I operator --python_out=operator operator/gpu_efficiency/agent/proto/podresources.proto
-
-lint: venv
+importlint: venv
 	$(VENV)/bin/lint-imports
 
 unit: venv
