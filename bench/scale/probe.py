@@ -94,9 +94,17 @@ def install(trace_path: str) -> None:
         finally:
             path = url.split("://", 1)[-1]
             path = path[path.find("/") :] if "/" in path else "/"
-            _emit(
-                out, {"k": "api", "t": t0, "s": round(time.time() - t0, 6), "m": method, "p": path, "c": code}
-            )
+            record: dict[str, Any] = {"k": "api", "t": t0, "s": round(time.time() - t0, 6)}
+            record.update(m=method, p=path, c=code)
+            try:  # which annotations a patch sets or removes; an event's reason
+                body = kwargs.get("body") or (args[1] if len(args) > 1 else None) or {}
+                if method == "PATCH":
+                    record["keys"] = sorted((body.get("metadata") or {}).get("annotations") or {})
+                elif method == "POST" and path.endswith("/events"):
+                    record["reason"] = body.get("reason", "")
+            except Exception:  # the trace must never break the operator
+                record["keys"] = ["?"]
+            _emit(out, record)
 
     rest.RESTClientObject.request = request  # type: ignore[method-assign]
 

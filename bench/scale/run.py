@@ -77,6 +77,7 @@ POLICY = "scale-bench"
 PART_OF = "app.kubernetes.io/part-of"
 BENCH = "gpueff-scale-bench"
 PROFILE_ANNOTATION = "sim.gpuefficiency.io/profile"
+IDLE_SINCE = "gpuefficiency.io/idle-since"
 NODE_PREFIX = "scale-"
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
@@ -676,6 +677,13 @@ def cycle_summary(op: Operator, cycle: dict[str, Any], flipped: set[str] | None 
         "rss_mib": round(cycle["rss_kib"] / 1024, 1),
         "peak_rss_mib": round(cycle["hwm_kib"] / 1024, 1),
     }
+    idle_patches = [
+        c for c in calls if c["m"] == "PATCH" and _POD_PATH.match(c["p"]) and IDLE_SINCE in c.get("keys", ())
+    ]
+    out["pods_patched_to_idle"] = len(idle_patches)  # the idle clock starts: the pod turned Idle
+    out["events_by_reason"] = dict(
+        Counter(c.get("reason", "?") for c in calls if classify(c) == "CREATE events")
+    )
     if flipped is not None:
         out["patched_outside_flipped"] = len(set(patched) - flipped)
     return out
@@ -789,7 +797,7 @@ def run_size(
         stop(op.proc)
     after_api = apiserver_counts(cluster)
     became_idle = [c for c in acting if c["events_created"] > 0 or c["pod_patches"] > 0]
-    acting_cycle = max(acting, key=lambda c: c["events_created"]) if acting else None
+    acting_cycle = max(acting, key=lambda c: c["pods_patched_to_idle"]) if acting else None
     walls = [c["wall_s"] for c in steady]
     result = {
         "nodes": nodes,
@@ -818,6 +826,13 @@ def run_size(
             "all_detected": idle_now >= target,
             "cycles": acting,
             "acting_cycle": acting_cycle,
+            "turned_idle": sum(c["pods_patched_to_idle"] for c in acting),
+            "idle_events": sum(c["events_by_reason"].get("GPUIdle", 0) for c in acting),
+            "acting_cycles": [
+                {k: c[k] for k in ("wall_s", "pods_patched_to_idle", "pod_patches", "events_by_reason")}
+                for c in acting
+                if c["pods_patched_to_idle"]
+            ],
             "pod_patches_total": sum(c["pod_patches"] for c in acting),
             "events_total": sum(c["events_created"] for c in acting),
             "cycles_with_writes": len(became_idle),
@@ -875,9 +890,8 @@ def table(results: list[dict[str, Any]]) -> str:
         ("first cycle: wall s, writes", lambda r: f"{r['first_cycle']['wall_s']:.1f}, {r['first_cycle']['api_writes']}"),
         ("flipped to idle", lambda r: str(r["acting"]["flipped"])),
         ("acting cycle wall s", lambda r: f"{r['acting']['acting_cycle']['wall_s']:.2f}" if r["acting"]["acting_cycle"] else "-"),
-        ("acting: pod patches / events", lambda r: "{} / {}".format(
-            r["acting"]["acting_cycle"]["pod_patches"] if r["acting"]["acting_cycle"] else 0,
-            r["acting"]["acting_cycle"]["events_created"] if r["acting"]["acting_cycle"] else 0)),
+        ("turned Idle: patches / GPUIdle events", lambda r: "{} / {} in {} cycle(s)".format(
+            r["acting"]["turned_idle"], r["acting"]["idle_events"], len(r["acting"]["acting_cycles"]))),
         ("after flip: patches/events (all)", lambda r: f"{r['acting']['pod_patches_total']} / {r['acting']['events_total']} in {len(r['acting']['cycles'])} cycles"),
         ("all flipped pods Idle", lambda r: str(r["acting"]["all_detected"])),
         ("429s (operator / apiserver)", lambda r: f"{r['operator_429_total']} / {r['apiserver']['http_429']:.0f}"),
