@@ -91,10 +91,10 @@ class Applier:
             outcomes.append(outcome)
         return outcomes
 
-    def _event(self, ref: ObjectRef, reason: str, message: str, type_: str) -> Outcome | None:
+    def _follow_up_event(self, ref: ObjectRef, reason: str, message: str, type_: str) -> None:
+        """An event that follows another action's outcome (it has no outcome of its own to count)."""
         self.recorder.record(ref, reason, message, type_)
         self.writes += 1
-        return None
 
     def _apply_one(self, action: Action, policy: ObjectRef) -> Outcome:
         handler = _HANDLERS[type(action)]
@@ -109,8 +109,8 @@ class Applier:
         outcome = evict_pod(self.core, action)
         pod = pod_ref(action.namespace, action.name, action.uid)
         if outcome.result is Result.DONE:
-            self._event(pod, names.EV_EVICTED, action.reason, "Warning")
-            self._event(
+            self._follow_up_event(pod, names.EV_EVICTED, action.reason, "Warning")
+            self._follow_up_event(
                 policy,
                 names.EV_EVICTED,
                 f"evicted {action.namespace}/{action.name}: {action.reason}",
@@ -125,21 +125,22 @@ class Applier:
             )
             message = f"eviction refused, will retry next cycle: {outcome.message}"
             if first.result is Result.DONE:
-                self._event(pod, names.EV_EVICTION_BLOCKED, message, "Warning")
+                self.writes += 1
+                self._follow_up_event(pod, names.EV_EVICTION_BLOCKED, message, "Warning")
         return outcome
 
     def _pod_event(self, action: PodEvent, policy: ObjectRef) -> Outcome:
-        self._event(
+        self.recorder.record(
             pod_ref(action.namespace, action.name, action.uid), action.reason, action.message, action.type
         )
         return Outcome(action, Result.DONE)
 
     def _node_event(self, action: NodeEvent, policy: ObjectRef) -> Outcome:
-        self._event(node_ref(action.node), action.reason, action.message, action.type)
+        self.recorder.record(node_ref(action.node), action.reason, action.message, action.type)
         return Outcome(action, Result.DONE)
 
     def _policy_event(self, action: PolicyEvent, policy: ObjectRef) -> Outcome:
-        self._event(policy, action.reason, action.message, action.type)
+        self.recorder.record(policy, action.reason, action.message, action.type)
         return Outcome(action, Result.DONE)
 
     def _taint(self, action: TaintNode, policy: ObjectRef) -> Outcome:
