@@ -8,12 +8,12 @@ export GPUEFF_STATE_DIR ?= /tmp/gpueff-localcluster
 KUBECONFIG_LOCAL := $(GPUEFF_STATE_DIR)/kubeconfig
 CRD_FILE := crds/gpuefficiency.io_gpuefficiencypolicies.yaml
 
-.PHONY: help venv deps proto docs crds lint typecheck importlint unit e2e test demo cluster-up cluster-down build-cluster bench clean
+.PHONY: help venv deps proto docs crds lint typecheck importlint unit e2e test demo cluster-up cluster-down build-cluster bench bench-faults clean
 
 help:
 	@echo "make demo          run the demo on the local cluster (builds it the first time)"
 	@echo "make test          lint, type-check, unit tests, then e2e tests on the local cluster"
-	@echo "make unit | e2e | lint | crds | cluster-up | cluster-down | bench"
+	@echo "make unit | e2e | lint | crds | cluster-up | cluster-down | bench | bench-faults"
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -70,6 +70,10 @@ demo: deps build-cluster
 
 bench: venv
 	$(VPY) bench/engine_bench.py
+
+# Fault-to-taint latency on a cluster of its own (its state dir and ports; torn down afterwards).
+bench-faults: deps build-cluster
+	GPUEFF_STATE_DIR=/tmp/gpueff-faultbench $(VPY) bench/fault_latency.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

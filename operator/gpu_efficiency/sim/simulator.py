@@ -133,12 +133,10 @@ class Simulator:
         self._t0 = clock()
         self._lock = threading.RLock()
         self._workloads = {(w.namespace, w.name): w for w in workloads}
-        self._faults = tuple(sorted(faults, key=lambda f: f.at))
-        self._global_faults = tuple(f for f in self._faults if f.node is None)
+        self._faults: tuple[Fault, ...] = ()
+        self._global_faults: tuple[Fault, ...] = ()
         self._faults_by_node: dict[str, tuple[Fault, ...]] = {}
-        for f in self._faults:
-            if f.node is not None:
-                self._faults_by_node[f.node] = (*self._faults_by_node.get(f.node, ()), f)
+        self._index_faults(faults)
         self._allocator = GPUAllocator()
         self._pods: tuple[PodInfo, ...] = ()
         self._nodes: dict[str, SimNode] = {}
@@ -180,6 +178,26 @@ class Simulator:
             self._gpus = gpus
             self._order = [gpus[k] for k in sorted(gpus)]
             self._attribute()
+
+    def add_faults(self, injections: Iterable[Fault]) -> None:
+        """Inject faults while running (a benchmark choosing its injection times as it goes).
+
+        Times are on the simulator clock: ``Fault(kind, at=sim.elapsed(), ...)`` takes effect with
+        the next render. Faults already given stay; counters add up as if all had been given at once.
+        """
+        with self._lock:
+            self._index_faults((*self._faults, *injections))
+
+    def _index_faults(self, injections: Iterable[Fault]) -> None:
+        """Replace the fault tables as a whole: renders read them without the lock."""
+        ordered = tuple(sorted(injections, key=lambda f: f.at))
+        by_node: dict[str, tuple[Fault, ...]] = {}
+        for f in ordered:
+            if f.node is not None:
+                by_node[f.node] = (*by_node.get(f.node, ()), f)
+        self._faults = ordered
+        self._faults_by_node = by_node
+        self._global_faults = tuple(f for f in ordered if f.node is None)
 
     def set_pods(self, pods: Iterable[PodInfo]) -> None:
         with self._lock:

@@ -114,3 +114,32 @@ def test_exporter_down_window() -> None:
     assert sim.down(10.0) is not None
     assert sim.down(14.0) is not None
     assert sim.down(15.0) is None
+
+
+def test_faults_added_while_running_take_effect_from_their_time_and_keep_the_others() -> None:
+    scheduled = (Fault(FaultKind.ECC, at=5.0, node="node-0", gpu=0, value=2),)
+    sim, clock = simulator(nodes=2, gpus=2, faults=scheduled)
+    dbe = str(Signal.ECC_DBE_VOLATILE)
+    clock.at(30.0, sim)
+    sim.add_faults([Fault(FaultKind.ECC, at=sim.elapsed(), node="node-0", gpu=0, value=1)])
+    sim.add_faults([Fault(FaultKind.ECC, at=20.0, node="node-1", gpu=1)])  # in the past: counted since 20
+    assert [sim.gpu_values("node-0", 0, t)[dbe] for t in (4.0, 6.0, 29.9, 30.0)] == [0, 2, 2, 3]  # type: ignore[index]
+    assert [sim.gpu_values("node-1", 1, t)[dbe] for t in (19.9, 20.0)] == [0, 1]  # type: ignore[index]
+    assert sim.gpu_values("node-1", 0, 30.0)[dbe] == 0  # type: ignore[index]
+    line = next(
+        x
+        for x in sim.render().splitlines()
+        if x.startswith(dbe + "{") and 'Hostname="node-0"' in x and 'gpu="0"' in x
+    )
+    assert line.endswith(" 3"), "the next render serves the injected value"
+
+
+def test_exporter_down_added_while_running() -> None:
+    sim, clock = simulator()
+    clock.at(10.0, sim)
+    assert sim.down() is None
+    fault = Fault(FaultKind.EXPORTER_DOWN, at=sim.elapsed(), duration=5.0, value="503")
+    sim.add_faults([fault])
+    assert sim.down() is fault
+    clock.at(15.0, sim)
+    assert sim.down() is None
