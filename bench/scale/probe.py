@@ -76,6 +76,7 @@ def install(trace_path: str) -> None:
     from gpu_efficiency.handlers import cycle
     from gpu_efficiency.sources import prometheus
     from gpu_efficiency.sources.cluster import ClusterReader
+    from gpu_efficiency.sources.cluster_cache import CachedClusterReader
 
     out = open(trace_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
 
@@ -172,6 +173,9 @@ def install(trace_path: str) -> None:
 
     ClusterReader.read_nodes = _timed_phase("read_nodes", ClusterReader.read_nodes)  # type: ignore[method-assign]
     ClusterReader.read_pods = _timed_phase("read_pods", ClusterReader.read_pods)  # type: ignore[method-assign]
+    # The watch cache (the default): its reads, LIST fallbacks included (they call list_*, not read_*).
+    CachedClusterReader.read_nodes = _timed_phase("read_nodes", CachedClusterReader.read_nodes)  # type: ignore[method-assign]
+    CachedClusterReader.read_pods = _timed_phase("read_pods", CachedClusterReader.read_pods)  # type: ignore[method-assign]
     prometheus.PrometheusSource.fetch = _timed_phase("fetch", prometheus.PrometheusSource.fetch)  # type: ignore[method-assign]
     cycle.CycleRunner.observe = _timed_phase("observe", cycle.CycleRunner.observe)  # type: ignore[method-assign]
     cycle.plan_cycle = _timed_phase("plan", cycle.plan_cycle)

@@ -38,6 +38,7 @@ class OperatorConfig:
     health_port: int = 8081
     status_refresh_seconds: float = 300.0
     agent_urls: tuple[str, ...] = ()
+    watch_cache: bool = True  # run: read pods, nodes and namespaces from watches (report/explain LIST)
     log_level: str = "INFO"
     log_format: str = "text"
 
@@ -89,6 +90,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     a("--health-port", type=int, default=int(_env("HEALTH_PORT", "8081")), help="0 disables /healthz")
     a("--status-refresh-seconds", type=float, default=float(_env("STATUS_REFRESH_SECONDS", "300")))
     a("--agent-urls", default=_env("AGENT_URLS"), help="comma list of node-agent base URLs")
+    a(
+        "--watch-cache",
+        dest="watch_cache",
+        action="store_true",
+        default=_bool(_env("WATCH_CACHE", "1")),
+        help="keep pods, nodes and namespaces in a watch-based cache instead of listing them every "
+        "cycle (default; `run` only)",
+    )
+    a("--no-watch-cache", dest="watch_cache", action="store_false", help="list them every cycle")
     a("--log-level", default=_env("LOG_LEVEL", "INFO"))
     a("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT", "text"))
 
@@ -118,6 +128,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         health_port=args.health_port,
         status_refresh_seconds=args.status_refresh_seconds,
         agent_urls=_split(args.agent_urls),
+        watch_cache=args.watch_cache,
         log_level=args.log_level,
         log_format=args.log_format,
         **kwargs,

@@ -70,6 +70,42 @@ API_WRITES = Counter(
 )
 LEADER = Gauge("gpu_efficiency_leader", "1 while this replica holds the leader lease.", registry=REGISTRY)
 
+# The watch-based cache of pods, nodes and namespaces (sources/watch.py), labelled by resource.
+CACHE_EVENTS = Counter(
+    "gpu_efficiency_cache_events",
+    "Watch events applied to the cluster cache by resource and type (ADDED, MODIFIED, DELETED, BOOKMARK).",
+    ["resource", "type"],
+    registry=REGISTRY,
+)
+CACHE_RELISTS = Counter(
+    "gpu_efficiency_cache_relists",
+    "Full LISTs that filled the cluster cache by resource and reason (start, expired, silent, error).",
+    ["resource", "reason"],
+    registry=REGISTRY,
+)
+CACHE_WATCH_RESTARTS = Counter(
+    "gpu_efficiency_cache_watch_restarts",
+    "Watches of the cluster cache started again by resource and reason (ended: the server's timeout; "
+    "expired: 410; silent: no bookmark for too long; error: retried with backoff).",
+    ["resource", "reason"],
+    registry=REGISTRY,
+)
+CACHE_SYNCED = Gauge(
+    "gpu_efficiency_cache_synced",
+    "1 while cycles read this resource from the cache (synced, watch healthy), 0 while they LIST it.",
+    ["resource"],
+    registry=REGISTRY,
+)
+CACHE_OBJECTS = Gauge(
+    "gpu_efficiency_cache_objects", "Objects held in the cluster cache.", ["resource"], registry=REGISTRY
+)
+CACHE_FALLBACKS = Counter(
+    "gpu_efficiency_cache_fallback_lists",
+    "Cycle reads that LISTed a resource because its cache was not usable.",
+    ["resource"],
+    registry=REGISTRY,
+)
+
 
 def serve(port: int) -> None:
     if port:

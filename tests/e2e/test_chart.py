@@ -39,11 +39,11 @@ OPERATOR_METRICS = (
 )
 #: The operator's ClusterRole, exactly: a change here is a privilege change and must be deliberate.
 EXPECTED_OPERATOR_RULES = {
-    ("", "pods"): {"list", "patch"},
+    ("", "pods"): {"list", "watch", "patch"},
     ("", "pods/eviction"): {"create"},
-    ("", "nodes"): {"get", "list", "patch"},
+    ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "nodes/status"): {"patch"},
-    ("", "namespaces"): {"list"},
+    ("", "namespaces"): {"list", "watch"},
     ("", "events"): {"create"},
     ("gpuefficiency.io", "gpuefficiencypolicies"): {"list", "watch"},
     ("gpuefficiency.io", "gpuefficiencypolicies/status"): {"patch"},
@@ -469,10 +469,13 @@ def test_helm_install_and_least_privilege(
     allowed = [
         ("patch", "pods", "-A"),
         ("list", "pods", "-A"),
+        ("watch", "pods", "-A"),
         ("create", "pods", "--subresource=eviction", "-A"),
         ("patch", "nodes"),
         ("patch", "nodes", "--subresource=status"),
         ("list", "namespaces"),
+        ("watch", "namespaces"),
+        ("watch", "nodes"),
         ("create", "events", "-n", "default"),
         ("list", "gpuefficiencypolicies.gpuefficiency.io"),
         ("patch", "gpuefficiencypolicies.gpuefficiency.io", "--subresource=status"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -127,6 +127,7 @@ class Applier:
             if first.result is Result.DONE:
                 self.writes += 1
                 self._follow_up_event(pod, names.EV_EVICTION_BLOCKED, message, "Warning")
+                return replace(outcome, obj=first.obj)  # the annotated pod, for read-your-writes
         return outcome
 
     def _pod_event(self, action: PodEvent, policy: ObjectRef) -> Outcome:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.actuators.outcomes import Outcome, Result
@@ -104,6 +105,19 @@ def without_kind(taints: list[TaintDict], kind: str) -> list[TaintDict] | None:
     return out if changed else None
 
 
+_SERIALIZER = client.ApiClient()
+
+
+def as_json(written: Any) -> Mapping[str, Any] | None:
+    """What a write returned (a client model), as the API's JSON for the watch cache's views."""
+    if written is None or isinstance(written, Mapping):
+        return written
+    if isinstance(written, client.V1Node):
+        doc: Mapping[str, Any] = _SERIALIZER.sanitize_for_serialization(written)  # type: ignore[no-untyped-call]
+        return doc
+    return None
+
+
 def _error(action: Action, exc: ApiException) -> Outcome:
     if exc.status == 404:
         return Outcome(action, Result.SKIPPED, "node not found")
@@ -134,12 +148,12 @@ def _read_modify_write(
             return Outcome(action, Result.SKIPPED, f"dry run: would {what}")
         patch.setdefault("metadata", {})["resourceVersion"] = node.metadata.resource_version
         try:
-            write(node_name, patch)
+            written = write(node_name, patch)
         except ApiException as exc:
             if exc.status == 409:
                 continue
             return _error(action, exc)
-        return Outcome(action, Result.DONE, what)
+        return Outcome(action, Result.DONE, what, obj=as_json(written))
     return Outcome(action, Result.FAILED, f"{what}: conflict after {max_attempts} attempts")
 
 
@@ -262,7 +276,7 @@ def annotate_node(core: NodeApi, action: AnnotateNode, *, dry_run: bool = False)
     if dry_run:
         return Outcome(action, Result.SKIPPED, f"dry run: would {what}")
     try:
-        core.patch_node(action.node, {"metadata": {"annotations": changes}})
+        written = core.patch_node(action.node, {"metadata": {"annotations": changes}})
     except ApiException as exc:
         return _error(action, exc)
-    return Outcome(action, Result.DONE, what)
+    return Outcome(action, Result.DONE, what, obj=as_json(written))

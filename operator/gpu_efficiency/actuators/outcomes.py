@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from gpu_efficiency.engine.model import Action
 
@@ -21,3 +23,6 @@ class Outcome:
     action: Action
     result: Result
     message: str = ""
+    #: The object as the API server returned it after this outcome's write (pod or node JSON),
+    #: fed back to the watch cache so the next cycle reads its own write.
+    obj: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)

@@ -24,10 +24,23 @@ from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.conditions import set_condition
-from gpu_efficiency.engine.model import EvictPod, GPUSample, Plan, PolicyEvent, SeniorPolicy, Snapshot, Window
+from gpu_efficiency.engine.model import (
+    AnnotateNode,
+    AnnotatePod,
+    EvictPod,
+    GPUSample,
+    Plan,
+    PolicyEvent,
+    SeniorPolicy,
+    SetNodeCondition,
+    Snapshot,
+    TaintNode,
+    UntaintNode,
+    Window,
+)
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.sources.base import FaultHints, FetchRequest, SampleSource, SourceUnavailable
-from gpu_efficiency.sources.cluster import ClusterReader, ClusterState
+from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
 from gpu_efficiency.sources.prometheus import gc_paused
 
 log = logging.getLogger(__name__)
@@ -89,7 +102,7 @@ class CycleRunner:
     """Everything a cycle needs, built once at start-up (the handlers' typed memo)."""
 
     config: OperatorConfig
-    reader: ClusterReader
+    reader: ClusterSource
     applier: Applier
     status_writer: StatusWriter
     source_for: Callable[[GPUEfficiencyPolicySpec], SampleSource]
@@ -251,6 +264,7 @@ class CycleRunner:
             plan = plan_cycle(snapshot)
         writes_before = self.applier.writes
         outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)
+        feed_writes(self.reader, outcomes)
         status = fold_outcomes(plan.status, outcomes, snapshot.now)
         if self.status_writer.write(name, status):
             self.applier.writes += 1
@@ -267,6 +281,22 @@ class CycleRunner:
             api_reads=cluster.requests,
             writes=writes,
         )
+
+
+_NODE_WRITES = (TaintNode, UntaintNode, SetNodeCondition, AnnotateNode)
+
+
+def feed_writes(reader: ClusterSource, outcomes: list[Outcome]) -> None:
+    """Hand the reader what our writes returned (read-your-writes for the watch cache), so the next
+    cycle never re-plans a write, or an eviction, whose watch event has not arrived yet."""
+    for o in outcomes:
+        if o.obj is not None:
+            if isinstance(o.action, (AnnotatePod, EvictPod)):
+                reader.pod_written(o.obj)
+            elif isinstance(o.action, _NODE_WRITES):
+                reader.node_written(o.obj)
+        if isinstance(o.action, EvictPod) and o.result is Result.DONE:
+            reader.pod_evicted(o.action.uid)
 
 
 def fold_outcomes(

@@ -19,7 +19,8 @@ from gpu_efficiency.handlers.cycle import CycleRunner
 from gpu_efficiency.handlers.leader import AlwaysLeader, LeaderElector
 from gpu_efficiency.sources.agent import AgentSource, pod_endpoints, static_endpoints
 from gpu_efficiency.sources.base import SampleSource
-from gpu_efficiency.sources.cluster import ClusterReader
+from gpu_efficiency.sources.cluster import ClusterReader, ClusterSource
+from gpu_efficiency.sources.cluster_cache import CachedClusterReader, ClusterCache
 from gpu_efficiency.sources.combined import CombinedSource
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
 
@@ -85,7 +86,19 @@ class SourceCache:
             return source
 
 
-def build_runner(config: OperatorConfig, api_client: client.ApiClient | None = None) -> CycleRunner:
+def build_reader(config: OperatorConfig, api_client: client.ApiClient, *, watch: bool) -> ClusterSource:
+    """The watch cache for the long-running operator (unless turned off); a plain LIST per read for
+    one-shot commands, which would pay a full LIST to fill a cache they read once."""
+    reader = ClusterReader(api_client)
+    if watch and config.watch_cache:
+        return CachedClusterReader(ClusterCache(api_client), fallback=reader)
+    return reader
+
+
+def build_runner(
+    config: OperatorConfig, api_client: client.ApiClient | None = None, *, watch: bool = False
+) -> CycleRunner:
+    """Everything a cycle needs; ``watch``: the long-running operator (start ``runner.reader``)."""
     api_client = api_client or load_api_client()
     recorder = EventRecorder(api_client, instance=config.identity)
     leader: LeaderElector | AlwaysLeader
@@ -101,7 +114,7 @@ def build_runner(config: OperatorConfig, api_client: client.ApiClient | None = N
         leader = AlwaysLeader()
     return CycleRunner(
         config=config,
-        reader=ClusterReader(api_client),
+        reader=build_reader(config, api_client, watch=watch),
         applier=Applier(api_client, recorder, dry_run=config.dry_run),
         status_writer=StatusWriter(api_client, refresh_seconds=config.status_refresh_seconds),
         source_for=SourceCache(config, api_client),

@@ -29,19 +29,21 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # our own events say what happened; Kopf's only errors
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
-    runner = build_runner(config)
+    runner = build_runner(config, watch=True)
     registry = PolicyRegistry()
     scheduler = Scheduler(runner, registry)
+    runner.reader.start()  # every replica, leader or not: a failover starts with a warm cache
     runner.leader.start()
     scheduler.start()
     memo.runner, memo.registry, memo.scheduler = runner, registry, scheduler
     metrics.serve(config.metrics_port)
     log.info(
-        "started: prometheus=%s dry_run=%s leader_election=%s identity=%s",
+        "started: prometheus=%s dry_run=%s leader_election=%s identity=%s watch_cache=%s",
         config.prometheus_url,
         config.dry_run,
         config.leader_election,
         config.identity,
+        config.watch_cache,
     )
 
 
@@ -57,3 +59,4 @@ def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if scheduler is not None:
         scheduler.stop()
         memo.runner.leader.stop()
+        memo.runner.reader.stop()

@@ -153,11 +153,12 @@ class Scheduler:
             return
         if report.ran:
             log.info(
-                "policy %s: cycle %.2fs, %d verdicts, %d actions, %d writes, %d queries",
+                "policy %s: cycle %.2fs, %d verdicts, %d actions, %d writes, %d queries, %d API reads",
                 entry.name,
                 report.seconds,
                 len(report.plan.verdicts) if report.plan else 0,
                 len(report.plan.actions) if report.plan else 0,
                 report.writes,
                 report.queries,
+                report.api_reads,
             )

@@ -13,7 +13,7 @@ import calendar
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from kubernetes import client
@@ -22,6 +22,8 @@ from gpu_efficiency.api.names import GPU_RESOURCE
 from gpu_efficiency.engine.model import NamespaceView, NodeCondition, NodeView, PodView, Taint
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+#: Only pods bound to a node (a pending pod holds no GPU).
+POD_FIELD_SELECTOR = "spec.nodeName!="
 T = TypeVar("T")
 
 
@@ -108,6 +110,25 @@ class ClusterState:
     requests: int  # API calls made to read it
 
 
+class ClusterSource(Protocol):
+    """What a cycle reads the cluster through: ``ClusterReader`` (LIST) or the watch cache."""
+
+    def read(self) -> ClusterState: ...
+    def read_nodes(self) -> ClusterState: ...
+    def read_pods(self, state: ClusterState) -> ClusterState: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+    def pod_written(self, obj: Mapping[str, Any]) -> None:
+        """A pod as our own PATCH returned it (read-your-writes)."""
+
+    def node_written(self, obj: Mapping[str, Any]) -> None:
+        """A node as our own PATCH returned it (read-your-writes)."""
+
+    def pod_evicted(self, uid: str) -> None:
+        """Our eviction of this pod succeeded: it is being deleted."""
+
+
 class ClusterReader:
     """Lists what one cycle needs. Pages through large lists with ``limit``/``continue``, turning
     each page into views before the next is read (a page of 500 raw pods is ~15 MB of Python objects;
@@ -130,26 +151,52 @@ class ClusterReader:
             if not token:
                 return out, calls
 
+    def list_nodes(self) -> tuple[tuple[NodeView, ...], int]:
+        nodes, calls = self._list(self.core.list_node, node_view)
+        return tuple(nodes), calls
+
+    def list_namespaces(self) -> tuple[tuple[NamespaceView, ...], int]:
+        namespaces, calls = self._list(self.core.list_namespace, namespace_view)
+        return tuple(namespaces), calls
+
+    def list_pods(self) -> tuple[tuple[PodView, ...], int]:
+        """Pods on nodes that request GPUs (the only ones a policy can judge)."""
+        pods, calls = self._list(
+            self.core.list_pod_for_all_namespaces, pod_view, field_selector=POD_FIELD_SELECTOR
+        )
+        return tuple(v for v in pods if v.gpu_request > 0), calls
+
     def read(self) -> ClusterState:
         return self.read_pods(self.read_nodes())
 
     def read_nodes(self) -> ClusterState:
         """Nodes and namespaces only (``pods`` empty): what the metrics fetch needs to start."""
-        nodes, c1 = self._list(self.core.list_node, node_view)
-        namespaces, c2 = self._list(self.core.list_namespace, namespace_view)
-        return ClusterState(pods=(), nodes=tuple(nodes), namespaces=tuple(namespaces), requests=c1 + c2)
+        nodes, c1 = self.list_nodes()
+        namespaces, c2 = self.list_namespaces()
+        return ClusterState(pods=(), nodes=nodes, namespaces=namespaces, requests=c1 + c2)
 
     def read_pods(self, state: ClusterState) -> ClusterState:
         """``state`` with the GPU pods added."""
-        pods, calls = self._list(
-            self.core.list_pod_for_all_namespaces, pod_view, field_selector="spec.nodeName!="
-        )
+        pods, calls = self.list_pods()
         return ClusterState(
-            pods=tuple(v for v in pods if v.gpu_request > 0),
-            nodes=state.nodes,
-            namespaces=state.namespaces,
-            requests=state.requests + calls,
+            pods=pods, nodes=state.nodes, namespaces=state.namespaces, requests=state.requests + calls
         )
+
+    # A LIST each cycle reads everything fresh: nothing to start, and our writes are read back.
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def pod_written(self, obj: Mapping[str, Any]) -> None:
+        """The next LIST reads it back."""
+
+    def node_written(self, obj: Mapping[str, Any]) -> None:
+        """The next LIST reads it back."""
+
+    def pod_evicted(self, uid: str) -> None:
+        """The next LIST shows it deleting, or gone."""
 
 
 def namespace_view(obj: Mapping[str, Any]) -> NamespaceView:

@@ -1,0 +1,110 @@
+"""Our writes come back to the reader (read-your-writes for the watch cache), and the operator's
+long-running path uses the cache while one-shot commands and --no-watch-cache LIST."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import orjson
+from kubernetes import client
+from tests.unit.actuators.test_nodes import FakeCore, make_node
+
+from gpu_efficiency.actuators import nodes
+from gpu_efficiency.actuators.outcomes import Outcome, Result
+from gpu_efficiency.actuators.pods import annotate_pod
+from gpu_efficiency.config import OperatorConfig, add_run_arguments, config_from_args
+from gpu_efficiency.engine.model import AnnotateNode, AnnotatePod, EvictPod, PodEvent, TaintNode
+from gpu_efficiency.handlers.cycle import feed_writes
+from gpu_efficiency.handlers.deps import build_reader
+from gpu_efficiency.sources.cluster import ClusterReader, node_view
+from gpu_efficiency.sources.cluster_cache import CachedClusterReader
+
+
+class RecordingReader(ClusterReader):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any]] = []
+
+    def pod_written(self, obj: Any) -> None:
+        self.seen.append(("pod", obj["metadata"]["name"]))
+
+    def node_written(self, obj: Any) -> None:
+        self.seen.append(("node", obj["metadata"]["name"]))
+
+    def pod_evicted(self, uid: str) -> None:
+        self.seen.append(("evicted", uid))
+
+
+def test_feed_writes_hands_back_what_each_write_returned() -> None:
+    reader = RecordingReader()
+    evict = EvictPod("ns", "idle", "u-idle", "idle for 1h")
+    outcomes = [
+        Outcome(AnnotatePod("ns", "p", "u-p", {"k": "v"}), Result.DONE, obj={"metadata": {"name": "p"}}),
+        Outcome(AnnotatePod("ns", "gone", "u-g", {"k": "v"}), Result.SKIPPED),
+        Outcome(TaintNode("n1", "ecc", "NoSchedule"), Result.DONE, obj={"metadata": {"name": "n1"}}),
+        Outcome(evict, Result.DONE),
+        Outcome(EvictPod("ns", "pdb", "u-pdb", "idle"), Result.BLOCKED, obj={"metadata": {"name": "pdb"}}),
+        Outcome(PodEvent("ns", "p", "u-p", "GPUIdle", "idle"), Result.DONE),
+    ]
+    feed_writes(reader, outcomes)
+    assert reader.seen == [("pod", "p"), ("node", "n1"), ("evicted", "u-idle"), ("pod", "pdb")]
+
+
+class _PodCore:
+    def __init__(self, returned: dict[str, Any]) -> None:
+        self.returned = returned
+        self.kwargs: dict[str, Any] = {}
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
+        self.kwargs = kwargs
+
+        class Response:
+            data = orjson.dumps(self.returned)
+
+        return Response()
+
+
+def test_annotate_pod_returns_the_patched_pod_as_json() -> None:
+    returned = {"metadata": {"name": "p", "uid": "u", "resourceVersion": "9", "annotations": {"k": "v"}}}
+    core = _PodCore(returned)
+    outcome = annotate_pod(core, AnnotatePod("ns", "p", "u", {"k": "v"}))  # type: ignore[arg-type]
+    assert outcome.result is Result.DONE
+    assert outcome.obj == returned
+    assert core.kwargs["_preload_content"] is False
+    assert outcome == Outcome(outcome.action, Result.DONE)  # the object is not part of equality
+
+
+def test_node_writes_return_the_node_as_api_json() -> None:
+    core = FakeCore(make_node("n1"))
+    outcome = nodes.apply_taint(core, TaintNode("n1", "ecc", "NoSchedule"))
+    assert outcome.result is Result.DONE
+    assert outcome.obj is not None
+    view = node_view(outcome.obj)
+    assert [(t.key, t.value, t.effect) for t in view.taints] == [
+        ("gpuefficiency.io/gpu-fault", "ecc", "NoSchedule")
+    ]
+    assert outcome.obj["metadata"]["resourceVersion"] == "2"
+    annotated = nodes.annotate_node(core, AnnotateNode("n1", {"gpuefficiency.io/x": "1"}))
+    assert annotated.obj is not None
+    assert node_view(annotated.obj).annotations == {"gpuefficiency.io/x": "1"}
+    assert nodes.as_json(object()) is None
+
+
+def _config(*argv: str) -> OperatorConfig:
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return config_from_args(parser.parse_args(list(argv)))
+
+
+def test_the_watch_cache_is_on_for_run_off_for_one_shot_commands_and_by_flag() -> None:
+    api = client.ApiClient()
+    assert _config().watch_cache
+    assert isinstance(build_reader(_config(), api, watch=True), CachedClusterReader)
+    assert type(build_reader(_config(), api, watch=False)) is ClusterReader  # report, explain
+    assert type(build_reader(_config("--no-watch-cache"), api, watch=True)) is ClusterReader
+
+
+def test_the_watch_cache_switch_reads_the_environment(monkeypatch: Any) -> None:
+    monkeypatch.setenv("GPUEFF_WATCH_CACHE", "0")
+    assert not _config().watch_cache
+    assert _config("--watch-cache").watch_cache
