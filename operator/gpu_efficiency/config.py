@@ -25,6 +25,7 @@ class OperatorConfig:
     prometheus_ca_file: str | None = None
     prometheus_insecure: bool = False
     prometheus_matchers: str = ""
+    prometheus_refresh_budget: int = 0  # > 0: tiered activity refresh (sources/activity_cache.py)
     namespace: str = "gpu-efficiency-system"
     protected_namespaces: tuple[str, ...] = ()
     dry_run: bool = False
@@ -67,6 +68,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--prometheus-matchers",
         default=_env("PROMETHEUS_MATCHERS"),
         help='extra label matchers, e.g. job="dcgm"',
+    )
+    a(
+        "--prometheus-refresh-budget",
+        type=int,
+        default=int(_env("PROMETHEUS_REFRESH_BUDGET", "0")),
+        help="tiered activity refresh: each cycle fetch the activity window fresh only for new, "
+        "re-attributed, idle or possibly idle GPUs plus this many least recently refreshed ones, and "
+        "reuse the others' (busy, and still busy by a cheap filter); 0 (default): every GPU every cycle",
     )
     a("--namespace", default=_env("NAMESPACE", "gpu-efficiency-system"), help="the operator's own namespace")
     a("--protected-namespaces", default=_env("PROTECTED_NAMESPACES"), help="comma list never touched")
@@ -118,6 +127,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         prometheus_ca_file=args.prometheus_ca_file,
         prometheus_insecure=args.prometheus_insecure_skip_verify,
         prometheus_matchers=args.prometheus_matchers,
+        prometheus_refresh_budget=max(0, args.prometheus_refresh_budget),
         namespace=args.namespace,
         protected_namespaces=_split(args.protected_namespaces),
         dry_run=args.dry_run,

@@ -82,7 +82,9 @@ def observe(args: argparse.Namespace) -> tuple[Snapshot, Plan]:
     _progress("reading the policy")
     try:
         name, spec = load_policy(args, api_client)
-        runner: CycleRunner = build_runner(replace(config, dry_run=True, leader_election=False), api_client)
+        runner: CycleRunner = build_runner(
+            replace(config, dry_run=True, leader_election=False, prometheus_refresh_budget=0), api_client
+        )
         spec = spec.model_copy(update={"mode": Mode.ENFORCE})
         _progress(
             f"querying Prometheus at {spec.metrics.prometheus.url or config.prometheus_url} and the cluster"

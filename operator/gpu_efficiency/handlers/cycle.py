@@ -39,7 +39,13 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.sources.base import FaultHints, FetchRequest, SampleSource, SourceUnavailable
+from gpu_efficiency.sources.base import (
+    ActivityHints,
+    FaultHints,
+    FetchRequest,
+    SampleSource,
+    SourceUnavailable,
+)
 from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
 from gpu_efficiency.sources.prometheus import gc_paused
 
@@ -216,6 +222,7 @@ class CycleRunner:
             windows=windows_for(spec),
             scrape_interval=parse_duration(spec.metrics.prometheus.scrape_interval),
             hints=fault_hints(spec, nodes),
+            activity=ActivityHints(idle_below=spec.idle.activity_below),
         )
         available, error, queries = True, "", 0
         gpus: tuple[GPUSample, ...] = ()

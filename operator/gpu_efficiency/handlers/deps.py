@@ -81,7 +81,8 @@ class SourceCache:
                         insecure_skip_verify=self.config.prometheus_insecure,
                         timeout=timeout,
                         matchers=self.config.prometheus_matchers,
-                    )
+                    ),
+                    refresh_budget=self.config.prometheus_refresh_budget,
                 )
             return source
 

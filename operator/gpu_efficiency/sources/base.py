@@ -28,6 +28,17 @@ class FaultHints:
 
 
 @dataclass(frozen=True, slots=True)
+class ActivityHints:
+    """Lets a source that caches activity windows (``--prometheus-refresh-budget``) know which GPUs
+    could be judged idle: those whose peak activity is below ``idle_below`` (the policy's
+    ``idle.activityBelow``, a 0-1 fraction) on some activity-chain signal. Such GPUs are always
+    fetched fresh; only GPUs that can only be judged busy may be served from the cache.
+    Sources without a cache ignore the hints."""
+
+    idle_below: float
+
+
+@dataclass(frozen=True, slots=True)
 class FetchRequest:
     """What one cycle needs: the windows (seconds) to aggregate over, and how dense samples should be."""
 
@@ -35,6 +46,7 @@ class FetchRequest:
     windows: Mapping[Window, float]
     scrape_interval: float
     hints: FaultHints | None = None
+    activity: ActivityHints | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +55,8 @@ class FetchResult:
     queries: int = 0
     seconds: float = 0.0
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    refreshed: int | None = None  # GPUs whose activity window was fetched fresh (None: all, untiered)
+    carried: int = 0  # GPUs whose activity window came from the source's cache
 
 
 class SampleSource(Protocol):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import math
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -23,6 +24,14 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
+from gpu_efficiency.sources.activity_cache import (
+    ActivityCache,
+    Key,
+    RefreshPlan,
+    Seen,
+    everything,
+    plan_refresh,
+)
 from gpu_efficiency.sources.base import FetchRequest, FetchResult, SourceUnavailable
 from gpu_efficiency.sources.labels import GPUKey, key_of, node_of, pod_of
 from gpu_efficiency.sources.promql import (
@@ -30,10 +39,15 @@ from gpu_efficiency.sources.promql import (
     AGGREGATIONS,
     CANDIDATE_LABEL,
     FILTERED_WINDOWS,
+    MAX_LISTED_GPUS,
     Query,
     candidates_query,
     cycle_queries,
+    identity_query,
+    idle_candidates_query,
+    listed_window_query,
     restricted_query,
+    window_query,
 )
 
 log = logging.getLogger(__name__)
@@ -134,8 +148,15 @@ def _whole(head: bytearray, rest: Iterator[bytes]) -> list[Any]:
 class PrometheusSource:
     """A SampleSource issuing a constant number of PromQL queries per cycle."""
 
-    def __init__(self, config: PrometheusConfig) -> None:
+    def __init__(self, config: PrometheusConfig, refresh_budget: int = 0) -> None:
+        """``refresh_budget`` > 0 turns on the tiered refresh of the activity window (see
+        ``sources/activity_cache.py``): new, changed and possibly idle GPUs plus that many least
+        recently refreshed ones fetched fresh per cycle, the rest carried from earlier cycles.
+        0: every GPU every cycle."""
         self.config = config
+        self.refresh_budget = refresh_budget
+        self._caches: dict[tuple[float, str], ActivityCache] = {}
+        self._cache_lock = threading.Lock()
         session = requests.Session()
         retry = Retry(
             total=config.retries,
@@ -215,24 +236,35 @@ class PrometheusSource:
         if query.window is not None:
             return self.window_values(query, at)
         series = self.query(query.text, at)
+        if query.idle:
+            return {(labels.get("UUID", ""), labels.get("GPU_I_ID", "")) for labels, _ in series}
         return _candidates(series) if query.candidates else _identities(series)
 
     def check(self) -> bool:
         """Is Prometheus reachable and healthy? For startup logs and readiness."""
         return bool(self._client.check_prometheus_connection())
 
-    def fetch(self, request: FetchRequest) -> FetchResult:
-        started = time.monotonic()
+    def _first_round(self, request: FetchRequest) -> list[Query]:
+        """Identity, the unfiltered windows and (with hints) the fault candidates query."""
         matchers, hints = self.config.matchers, request.hints
         if hints is None:
-            queries = list(cycle_queries(request.windows, matchers))
-        else:  # filtered windows come second, for the GPUs the candidates query names
-            queries = [
-                q for q in cycle_queries(request.windows, matchers, hints) if q.window not in FILTERED_WINDOWS
-            ]
-            candidates = candidates_query(request.windows, hints, matchers)
-            if candidates is not None:
-                queries.append(candidates)
+            return list(cycle_queries(request.windows, matchers))
+        # filtered windows come second, for the GPUs the candidates query names
+        queries = [
+            q for q in cycle_queries(request.windows, matchers, hints) if q.window not in FILTERED_WINDOWS
+        ]
+        candidates = candidates_query(request.windows, hints, matchers)
+        if candidates is not None:
+            queries.append(candidates)
+        return queries
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        tiered = self.refresh_budget > 0 and request.windows.get(Window.ACTIVITY, 0.0) > 0
+        if tiered and request.activity is not None:
+            return self._fetch_tiered(request, request.activity.idle_below)
+        started = time.monotonic()
+        matchers, hints = self.config.matchers, request.hints
+        queries = self._first_round(request)
         identity: dict[GPUKey, _Identity] = {}
         windows: dict[Window, WindowValues] = {}
         sent = 0
@@ -255,6 +287,148 @@ class PrometheusSource:
                             sent += 1
             gpus = samples(identity, windows, request)
         return FetchResult(gpus=gpus, queries=sent, seconds=time.monotonic() - started)
+
+    def _fetch_tiered(self, request: FetchRequest, idle_below: float) -> FetchResult:
+        """``fetch`` with the activity window refreshed only where it matters (activity_cache.py):
+        identity (with newest-sample times), idle candidates and fault candidates first; then the
+        activity window of the refresh set, in chunks of listed UUIDs run concurrently."""
+        started = time.monotonic()
+        matchers, hints = self.config.matchers, request.hints
+        seconds = request.windows[Window.ACTIVITY]
+        queries = [
+            identity_query(matchers, timestamps=True),
+            idle_candidates_query(seconds, idle_below, matchers),
+        ]
+        queries += [
+            q for q in self._first_round(request) if q.candidates or q.window not in (None, Window.ACTIVITY)
+        ]
+        cache = self._cache(seconds)
+        state = _TieredRound()
+        sent = 0
+        with ThreadPoolExecutor(max_workers=MAX_ACTIVITY_CHUNKS + 8) as pool, gc_paused():
+            pending = {pool.submit(self._run, q, request.now): q for q in queries}
+            sent += len(pending)
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    query = pending.pop(future)
+                    state.take(query, future.result())
+                    more: list[Query] = []
+                    if query.candidates and hints is not None:  # fault windows of their candidates
+                        more = [
+                            restricted_query(w, request.windows[w], hints, uuids, matchers)
+                            for w, uuids in future.result().items()
+                        ]
+                    if state.plan is None and state.identity is not None and state.idle is not None:
+                        with self._cache_lock:
+                            plan = plan_refresh(
+                                cache.entries,
+                                state.seen,
+                                state.idle,
+                                idle_below,
+                                self.refresh_budget,
+                                now=request.now,
+                                settle_s=seconds + 2 * request.scrape_interval,
+                            )
+                        state.plan, activity = activity_queries(plan, state.seen, seconds, matchers)
+                        more += activity
+                    for second in more:
+                        pending[pool.submit(self._run, second, request.now)] = second
+                        sent += 1
+            if state.identity is None or state.plan is None:
+                raise SourceUnavailable("Prometheus answered no identity or idle-candidates query")
+            plan = state.plan
+            with self._cache_lock:
+                scrape = request.scrape_interval
+                full_count = seconds / scrape - 1 if scrape > 0 else math.inf
+                cache.update(state.seen, plan, state.fresh, request.now, full_count)
+                state.fresh.update(cache.reused_rows(plan, state.seen))
+            state.windows[Window.ACTIVITY] = state.fresh
+            gpus = samples(state.identity, state.windows, request)
+        log.debug(
+            "activity window: %d in full%s, %d chain only (new %d, idle %d, not busy %d, settling %d,"
+            " oldest %d), %d carried, %d queries",
+            len(plan.full),
+            " (unrestricted)" if plan.unrestricted else "",
+            len(plan.chain),
+            plan.new,
+            plan.idle,
+            plan.not_busy,
+            plan.settling,
+            plan.oldest,
+            len(plan.carried),
+            sent,
+        )
+        return FetchResult(
+            gpus=gpus,
+            queries=sent,
+            seconds=time.monotonic() - started,
+            refreshed=len(plan.refresh),
+            carried=len(plan.carried),
+        )
+
+    def _cache(self, seconds: float) -> ActivityCache:
+        """The activity cache of this window length (policies may differ); a few kept at most."""
+        key = (seconds, self.config.matchers)
+        with self._cache_lock:
+            cache = self._caches.get(key)
+            if cache is None:
+                while len(self._caches) >= MAX_CACHED_WINDOWS:
+                    del self._caches[next(iter(self._caches))]
+                cache = self._caches[key] = ActivityCache()
+            return cache
+
+
+@dataclass
+class _TieredRound:
+    """What a tiered fetch has received so far; the refresh plan is made once identity and the idle
+    candidates are both in."""
+
+    identity: dict[GPUKey, _Identity] | None = None
+    idle: set[Key] | None = None
+    seen: dict[Key, Seen] = field(default_factory=dict)
+    plan: RefreshPlan | None = None
+    windows: dict[Window, WindowValues] = field(default_factory=dict)
+    fresh: WindowValues = field(default_factory=dict)
+
+    def take(self, query: Query, result: Any) -> None:
+        if query.window is Window.ACTIVITY:
+            for key, rows in result.items():  # chunks list disjoint UUIDs; merged all the same
+                self.fresh.setdefault(key, {}).update(rows)
+        elif query.window is not None:
+            self.windows[query.window] = result
+        elif query.idle:
+            self.idle = result
+        elif not query.candidates:
+            self.identity = result
+            self.seen = {
+                (k.uuid, k.instance_id): Seen(i.node, frozenset(i.pods), i.newest) for k, i in result.items()
+            }
+
+
+#: Beyond this many listed chunks (or half the GPUs) the activity window is fetched over every GPU:
+#: listing costs Prometheus about twice as much per GPU as the unrestricted query (measured at 8,000).
+MAX_ACTIVITY_CHUNKS = 8
+#: Activity caches kept per source (one per distinct window length among the policies).
+MAX_CACHED_WINDOWS = 4
+
+
+def activity_queries(
+    plan: RefreshPlan, seen: Mapping[Key, Seen], seconds: float, matchers: str
+) -> tuple[RefreshPlan, list[Query]]:
+    """The activity queries of a refresh plan: full windows and chain-only windows of its UUIDs,
+    MAX_LISTED_GPUS listed per query; the full window over every GPU (and the plan widened to
+    all) when the refresh set is most GPUs or would take too many queries."""
+    full = sorted({uuid for uuid, _ in plan.full})
+    chain = sorted({uuid for uuid, _ in plan.chain})
+    chunks = math.ceil(len(full) / MAX_LISTED_GPUS) + math.ceil(len(chain) / MAX_LISTED_GPUS)
+    if chunks > MAX_ACTIVITY_CHUNKS or 2 * (len(full) + len(chain)) > len({uuid for uuid, _ in seen}):
+        return everything(seen, plan), [window_query(Window.ACTIVITY, seconds, matchers)]
+    return plan, [
+        listed_window_query(Window.ACTIVITY, seconds, uuids[i : i + MAX_LISTED_GPUS], matchers, chain_only)
+        for uuids, chain_only in ((full, False), (chain, True))
+        for i in range(0, len(uuids), MAX_LISTED_GPUS)
+    ]
 
 
 def _candidates(series: Iterable[tuple[Mapping[str, str], float]]) -> dict[Window, set[str]]:
@@ -288,11 +462,12 @@ class _Identity:
     index: str = ""
     model: str = ""
     pods: set[PodRef] = field(default_factory=set)
+    newest: float = NAN  # largest series value: the newest sample time with identity_query(timestamps=True)
 
 
 def _identities(series: Iterable[tuple[dict[str, str], float]]) -> dict[GPUKey, _Identity]:
     out: dict[GPUKey, _Identity] = {}
-    for labels, _ in series:
+    for labels, value in series:
         key = key_of(labels)
         if key is None:
             continue
@@ -304,6 +479,8 @@ def _identities(series: Iterable[tuple[dict[str, str], float]]) -> dict[GPUKey, 
         pod = pod_of(labels)
         if pod is not None:
             ident.pods.add(pod)
+        if math.isfinite(value) and not value <= ident.newest:  # max, NaN-safe
+            ident.newest = value
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpu_efficiency.engine.activity import ACTIVITY_CHAIN
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.sources.base import FaultHints
 
@@ -119,6 +120,7 @@ class Query:
     window: Window | None  # None: the identity (or candidates) query
     text: str
     candidates: bool = False  # names the GPUs whose fault windows to fetch (see ``candidates_query``)
+    idle: bool = False  # names the GPUs that may be idle (see ``idle_candidates_query``)
 
 
 def _selector(signal: Signal, matchers: str) -> str:
@@ -206,11 +208,66 @@ def thermal_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
     return union(parts + ([held] if held else []))
 
 
-def identity_query(matchers: str = "") -> Query:
-    """The labels of every GPU series seen now (one series per GPU and attributed pod)."""
+def identity_query(matchers: str = "", timestamps: bool = False) -> Query:
+    """The labels of every GPU series seen now (one series per GPU and attributed pod).
+
+    With ``timestamps`` each series' value is the GPU's newest sample time (of any identity metric):
+    what a cached activity window's freshness is judged by (see ``sources/activity_cache.py``).
+    """
     names = "|".join(sig.value for sig in IDENTITY_METRICS)
     sel = '{__name__=~"' + names + '"' + (f",{matchers}" if matchers else "") + "}"
-    return Query(window=None, text=f"group by ({', '.join(IDENTITY_LABELS)}) ({sel})")
+    labels = ", ".join(IDENTITY_LABELS)
+    if timestamps:  # timestamp() drops __name__: tag each metric's times apart before the max
+        parts = [
+            f'label_replace(timestamp({_selector(sig, matchers)}), "{AGG_LABEL}", "{sig.name}", "", "")'
+            for sig in IDENTITY_METRICS
+        ]
+        return Query(window=None, text=f"max by ({labels}) ({union(parts)})")
+    return Query(window=None, text=f"group by ({labels}) ({sel})")
+
+
+#: The idle-candidates filter errs towards naming a GPU: a peak within this relative margin above
+#: the threshold counts as below it (float rounding of percent vs fraction never hides an idle GPU).
+IDLE_MARGIN = 1e-6
+
+
+def idle_limit(idle_below: float, scale: float) -> float:
+    """The threshold in a chain signal's own unit (GPU_UTIL is percent), widened by ``IDLE_MARGIN``."""
+    return idle_below / scale * (1.0 + IDLE_MARGIN)
+
+
+def idle_candidates_query(seconds: float, idle_below: float, matchers: str = "") -> Query:
+    """GPUs whose peak over the window is below the idle threshold on ANY activity-chain signal.
+
+    One cheap filter per chain signal over every GPU (~0.1 s each at 8,000 GPUs): a GPU it does
+    not name has, on every chain signal it reports, a current peak at or above the threshold.
+    """
+    window = _duration(seconds)
+    parts = [
+        _by_key(f"max_over_time({_selector(signal, matchers)}[{window}])")
+        + f" < {idle_limit(idle_below, scale)!r}"
+        for signal, _, scale in ACTIVITY_CHAIN
+    ]
+    return Query(window=None, text=union(parts), idle=True)
+
+
+def listed_window_query(
+    window: Window, seconds: float, uuids: Iterable[str], matchers: str = "", chain_only: bool = False
+) -> Query:
+    """``window_query`` evaluated over these GPUs only (``UUID=~"a|b|..."`` in every selector);
+    ``chain_only``: the activity-chain signals' terms only (13 of the activity window's 67)."""
+    pattern = "|".join(_regex_literal(u) for u in sorted(set(uuids)))
+    matchers = (f"{matchers}," if matchers else "") + f'UUID=~"{pattern}"'
+    if not chain_only:
+        return window_query(window, seconds, matchers)
+    chain = {signal for signal, _, _ in ACTIVITY_CHAIN}
+    terms = [
+        _term(sig, agg, seconds, matchers)
+        for sig, aggs in QUERY_PLAN[window].items()
+        if sig in chain
+        for agg in aggs
+    ]
+    return Query(window=window, text=union(terms))
 
 
 #: Windows fetched only for the GPUs their filter names when the source has hints.

@@ -68,6 +68,7 @@ def test_default_values_are_valid() -> None:
         ("image.digest", "sha256:abc", "image.digest", "does not match"),
         ("policy.mode", "Enforcing", "policy.mode", "is not one of"),
         ("prometheus.url", "prometheus:9090", "prometheus.url", "does not match"),
+        ("prometheus.refreshBudget", -1, "prometheus.refreshBudget", "less than the minimum"),
         ("agent.interval", "1 second", "agent.interval", "does not match"),
         ("agent.securityContext", {"privileged": True}, "agent.securityContext.privileged", "was expected"),
         ("tolerations", [{"key": "a", "effect": "NoWhere"}], "tolerations.0.effect", "is not one of"),

@@ -1,0 +1,262 @@
+"""Tiered refresh of the activity window: which GPUs to fetch fresh this cycle, which to carry.
+
+At 8,000 GPUs Prometheus needs ~20 s to aggregate the activity window over every GPU, and its cost
+grows with the GPUs covered. Most GPUs are busy and stay busy, and a busy verdict is harmless, so
+with a refresh budget (``--prometheus-refresh-budget``) the source keeps each GPU's last activity
+aggregates and fetches fresh, per cycle, only:
+
+1. GPUs not in the cache, or whose node or pods changed since they were cached (whole window);
+2. idle candidates: the cheap filter over every GPU (``promql.idle_candidates_query``) says their
+   current peak is below the idle threshold on some activity-chain signal (the chain's signals
+   only, the rest of their window reused: idleness reads nothing else);
+3. GPUs whose cached aggregates are not clearly busy (``clearly_busy``), and GPUs without a newest
+   sample time in the identity query (the chain's signals only, as 2);
+3b. GPUs that were new, re-attributed, idle or not clearly busy less than a window (plus two
+   scrape intervals) ago (whole window): their window still holds samples from before the change, so
+   their figures (a pod that woke up: from Underutilized to Efficient) and their sample count (a new
+   pod: from too sparse to known) still move; carrying them would freeze the transition;
+4. and the ``budget`` least recently refreshed cached GPUs, idle ones included (whole window): every
+   GPU's diagnosis figures are at most ``ceil(cached GPUs / budget)`` cycles old.
+
+Safety (DESIGN.md rule 1; an idle verdict, hence an eviction, never comes from carried data): a
+carried GPU has the same pods as when cached, and every activity-chain signal its cached window
+holds has a peak at or above the threshold (or can never be usable: no samples, NaN). Whichever
+chain signal the engine picks, the peak it reads is at or above the threshold: BUSY, or Unknown
+when none is usable; never IDLE. The fresh filter makes the carried verdict also *right*: a GPU
+that went idle on any chain signal is refreshed the same cycle. Carried windows take their newest
+sample time from the identity query, so a GPU whose exporter stopped still turns stale (Unknown).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from gpu_efficiency.engine.activity import ACTIVITY_CHAIN
+from gpu_efficiency.engine.model import PodRef, Signal
+
+#: (UUID, GPU_I_ID): how window values are keyed.
+Key = tuple[str, str]
+#: One signal's aggregates in ``prometheus._FIELDS`` order: avg, max, min, last, count, ts, ...
+_FIELDS = 9
+_AVG, _MAX, _COUNT, _TS = 0, 1, 4, 5
+#: The chain's signals with their scale to a 0-1 fraction and largest valid value (engine/activity.py).
+_CHAIN = tuple((signal, scale, upper) for signal, upper, scale in ACTIVITY_CHAIN)
+#: A cached peak counts as busy only this far (relative) above the threshold, like the fresh filter.
+_MARGIN = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What the identity query says of a GPU this cycle."""
+
+    node: str
+    pods: frozenset[PodRef]
+    newest: float  # unix seconds of its newest sample; NaN when the query gave none
+
+
+@dataclass(slots=True)
+class Entry:
+    """One GPU's cached activity window (compact: ~1.2 KB per GPU, not ~10 KB of Python floats)."""
+
+    node: str
+    pods: frozenset[PodRef]
+    signals: tuple[Signal, ...]
+    values: array  # type: ignore[type-arg]  # len(signals) * _FIELDS doubles
+    refreshed_at: float  # last whole-window refresh (rule 4's order)
+    unsettled_at: float  # last cycle it was new, re-attributed, idle or not clearly busy
+
+    def rows(self, newest: float, exact: Collection[Signal] = ()) -> dict[Signal, list[float]]:
+        """The cached rows, every present newest-sample time replaced by ``newest`` except those of
+        ``exact`` signals (fetched this cycle: their own time decides their staleness)."""
+        out = {}
+        for i, signal in enumerate(self.signals):
+            row = list(self.values[i * _FIELDS : (i + 1) * _FIELDS])
+            if signal not in exact and math.isfinite(row[_TS]):
+                row[_TS] = newest
+            out[signal] = row
+        return out
+
+    def row(self, signal: Signal) -> Sequence[float] | None:
+        if signal not in self.signals:
+            return None
+        i = self.signals.index(signal)
+        return self.values[i * _FIELDS : (i + 1) * _FIELDS]
+
+
+def clearly_busy(entry: Entry, idle_below: float) -> bool:
+    """Can these aggregates only ever be judged busy (or Unknown), whatever their freshness?
+
+    Every chain signal that could be usable (samples, finite in-range values) must peak at or above
+    the threshold, and at least one must: then the engine's first usable signal, whichever it is,
+    reads busy. A signal that can never be usable (no samples, NaN) is skipped by the engine too.
+    """
+    found = False
+    for signal, scale, upper in _CHAIN:
+        row = entry.row(signal)
+        if row is None or row[_COUNT] <= 0 or not math.isfinite(row[_COUNT]):
+            continue
+        avg, peak = row[_AVG], row[_MAX]
+        if not (0.0 <= avg <= upper and 0.0 <= peak <= upper):
+            continue  # never usable: out of range or NaN
+        if peak * scale < idle_below * (1.0 + _MARGIN):
+            return False
+        found = True
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshPlan:
+    """The cycle's split of the GPUs seen: ``full`` gets the whole activity window fresh, ``chain``
+    only its activity-chain signals (the rest of its window reused), ``carried`` is reused whole."""
+
+    full: frozenset[Key]
+    chain: frozenset[Key] = frozenset()
+    carried: frozenset[Key] = frozenset()
+    new: int = 0  # rule 1: not cached, or node/pods changed
+    idle: int = 0  # rule 2: named by the idle-candidates filter
+    not_busy: int = 0  # rule 3: cached window not clearly busy, or no newest-sample time
+    settling: int = 0  # rule 3b: unsettled within the last window, so its window still changes
+    oldest: int = 0  # rule 4: least recently refreshed in full, within the budget
+    unsettled: frozenset[Key] = frozenset()  # rules 1-3 this cycle (``Entry.unsettled_at``)
+    unrestricted: bool = False  # fetched over every GPU: the refresh set was too large to list
+
+    @property
+    def refresh(self) -> frozenset[Key]:
+        """Every GPU whose activity chain is fresh this cycle: the only ones that can be idle."""
+        return self.full | self.chain
+
+
+def plan_refresh(
+    cache: Mapping[Key, Entry],
+    seen: Mapping[Key, Seen],
+    idle_candidates: Iterable[Key],
+    idle_below: float,
+    budget: int,
+    now: float = math.inf,
+    settle_s: float = 0.0,
+) -> RefreshPlan:
+    """Rules 1-4 (module docstring): new or re-attributed GPUs, and GPUs that changed within
+    ``settle_s`` before ``now``, in full; idle candidates and GPUs not clearly busy by their cache
+    at least their activity chain; the ``budget`` least recently refreshed of the other cached GPUs
+    (idle ones included) in full; the rest carried.
+
+    A listed UUID returns every MIG instance of it, so the instances of one UUID share the most
+    thorough treatment any of them gets.
+    """
+    idle = set(idle_candidates)
+    new, candidates, not_busy, settling, cached = set(), set(), set(), set(), []
+    for key, ident in seen.items():
+        entry = cache.get(key)
+        if entry is None or entry.node != ident.node or entry.pods != ident.pods:
+            new.add(key)
+            continue
+        if key in idle:
+            candidates.add(key)
+        elif not math.isfinite(ident.newest) or not clearly_busy(entry, idle_below):
+            not_busy.add(key)
+        elif now - entry.unsettled_at <= settle_s:
+            settling.add(key)
+            continue
+        cached.append((entry.refreshed_at, key))
+    cached.sort()
+    oldest = {key for _, key in cached[: max(0, budget)]}
+    full = _by_uuid(new | settling | oldest, seen)
+    chain = _by_uuid(candidates | not_busy, seen) - full
+    return RefreshPlan(
+        full=full,
+        chain=chain,
+        carried=frozenset(seen) - full - chain,
+        new=len(new),
+        idle=len(candidates),
+        not_busy=len(not_busy),
+        settling=len(settling),
+        oldest=len(oldest),
+        unsettled=frozenset(new | candidates | not_busy),
+    )
+
+
+def _by_uuid(keys: set[Key], seen: Iterable[Key]) -> frozenset[Key]:
+    """``keys`` and every other instance of their UUIDs."""
+    uuids = {uuid for uuid, _ in keys}
+    return frozenset(k for k in seen if k[0] in uuids)
+
+
+def everything(seen: Iterable[Key], plan: RefreshPlan | None = None) -> RefreshPlan:
+    """A plan refreshing every GPU in full (the first cycle, or a refresh set too large to list),
+    keeping ``plan``'s counts of why GPUs needed refreshing."""
+    keys = frozenset(seen)
+    base = plan or RefreshPlan(full=keys, new=len(keys))
+    return replace(base, full=keys, chain=frozenset(), carried=frozenset(), unrestricted=True)
+
+
+#: The signals a ``chain`` refresh fetches.
+CHAIN_SIGNALS = tuple(signal for signal, _, _ in _CHAIN)
+_ALL_SIGNALS = frozenset(Signal)
+
+
+@dataclass
+class ActivityCache:
+    """Per-GPU activity windows of one (window length, matchers), between cycles."""
+
+    entries: dict[Key, Entry] = field(default_factory=dict)
+    _interned: dict[tuple[Signal, ...], tuple[Signal, ...]] = field(default_factory=dict)
+
+    def _entry(
+        self, ident: Seen, rows: Mapping[Signal, Sequence[float]], refreshed_at: float, unsettled_at: float
+    ) -> Entry:
+        signals = tuple(sorted(rows, key=lambda s: s.value))
+        signals = self._interned.setdefault(signals, signals)
+        values = array("d", (v for s in signals for v in rows[s]))
+        return Entry(ident.node, ident.pods, signals, values, refreshed_at, unsettled_at)
+
+    def _unsettled_at(
+        self, key: Key, plan: RefreshPlan, now: float, rows: Mapping[Signal, Sequence[float]], full: float
+    ) -> float:
+        """When the GPU last changed, for rule 3b. A GPU seen for the first time (a new pod, or any
+        GPU after a restart) counts as changed unless its window is already full of samples."""
+        old = self.entries.get(key)
+        if old is None:
+            counts = [rows[s][_COUNT] for s in CHAIN_SIGNALS if s in rows]
+            return -math.inf if counts and all(c >= full for c in counts) else now
+        return now if key in plan.unsettled else old.unsettled_at
+
+    def update(
+        self,
+        seen: Mapping[Key, Seen],
+        plan: RefreshPlan,
+        fresh: Mapping[Key, Mapping[Signal, Sequence[float]]],
+        now: float,
+        full_count: float = math.inf,
+    ) -> None:
+        """Store what was fetched: full windows as they are (none returned: an empty, never-busy
+        entry), chain refreshes over the cached window's other signals (keeping its refresh time,
+        so the budget still brings it round in full); forget GPUs no longer seen. ``full_count``:
+        the sample count of a window full of samples (window / scrape interval, less one)."""
+        for key in plan.full:
+            rows = fresh.get(key, {})
+            since = self._unsettled_at(key, plan, now, rows, full_count)
+            self.entries[key] = self._entry(seen[key], rows, now, since)
+        for key in plan.chain:
+            old = self.entries[key]
+            merged: dict[Signal, Sequence[float]] = {
+                s: r for s, r in old.rows(math.nan, exact=_ALL_SIGNALS).items() if s not in CHAIN_SIGNALS
+            }
+            merged.update(fresh.get(key, {}))
+            since = self._unsettled_at(key, plan, now, merged, full_count)
+            self.entries[key] = self._entry(seen[key], merged, old.refreshed_at, since)
+        for key in [k for k in self.entries if k not in seen]:
+            del self.entries[key]
+
+    def reused_rows(
+        self, plan: RefreshPlan, seen: Mapping[Key, Seen]
+    ) -> dict[Key, dict[Signal, list[float]]]:
+        """Rows the cycle takes from the cache (call after ``update``): carried GPUs' whole windows
+        and chain-refreshed GPUs' whole windows (their chain already fresh in the cache), with
+        newest-sample times from the identity query."""
+        out = {key: self.entries[key].rows(seen[key].newest) for key in plan.carried}
+        for key in plan.chain:
+            out[key] = self.entries[key].rows(seen[key].newest, exact=CHAIN_SIGNALS)
+        return out
