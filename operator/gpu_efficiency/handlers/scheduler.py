@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -84,6 +85,20 @@ class PolicyRegistry:
             return sorted(self._entries.values(), key=lambda e: e.precedence)
 
 
+def next_start(started: float, ended: float, interval: float) -> float:
+    """When a cycle that ran from ``started`` to ``ended`` should run next: on its fixed grid.
+
+    Pacing from the cycle's start keeps the period equal to the interval, so a fault sampled just
+    after a cycle began waits at most one interval for the next (pacing from the end added the
+    cycle's own length to every period). A cycle longer than the interval skips the slots it
+    overran rather than running back to back.
+    """
+    due = started + interval
+    if due <= ended:
+        due += math.ceil((ended - due) / interval + 1e-9) * interval
+    return due
+
+
 class Scheduler:
     def __init__(
         self,
@@ -128,10 +143,11 @@ class Scheduler:
         for entry in entries:
             edited = self._generation.get(entry.name) != entry.generation
             if edited or now >= self._due.get(entry.name, 0.0):
+                started = self.clock()
                 self._run(entry, tuple(seniors))
                 ran.append(entry.name)
                 self._generation[entry.name] = entry.generation
-                self._due[entry.name] = self.clock() + entry.interval()  # paced from the cycle's end
+                self._due[entry.name] = next_start(started, self.clock(), entry.interval())
             senior = entry.senior()
             if senior is not None:
                 seniors.append(senior)

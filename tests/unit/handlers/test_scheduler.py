@@ -90,3 +90,47 @@ def test_a_deleting_policy_stops_at_once() -> None:
     deleting["metadata"]["deletionTimestamp"] = "2026-01-03T00:00:00Z"
     registry.observe("MODIFIED", deleting)
     assert sched.run_due() == []
+
+
+class SlowRunner(FakeRunner):
+    """A cycle that takes ``seconds`` of the fake clock."""
+
+    seconds: float = 3.0
+
+    def run(self, *, name: str, seniors: tuple[Any, ...], **kw: Any) -> Any:
+        CLOCK.now += self.seconds
+        return super().run(name=name, seniors=seniors, **kw)
+
+
+def test_cycles_are_paced_from_their_start_not_their_end() -> None:
+    registry, runner = PolicyRegistry(), SlowRunner()
+    sched = Scheduler(runner, registry, clock=CLOCK)  # type: ignore[arg-type]
+    registry.observe("ADDED", body("p", "2026-01-01T00:00:00Z"))
+    first = CLOCK.now
+    assert sched.run_due() == ["p"]  # ends 3s later
+    CLOCK.now = first + 9.9
+    assert sched.run_due() == []
+    CLOCK.now = first + 10.0  # the period is the 10s interval, not 10s + the cycle's 3s
+    assert sched.run_due() == ["p"]
+
+
+def test_an_overrunning_cycle_skips_the_slots_it_missed() -> None:
+    registry, runner = PolicyRegistry(), SlowRunner()
+    runner.seconds = 25.0
+    sched = Scheduler(runner, registry, clock=CLOCK)  # type: ignore[arg-type]
+    registry.observe("ADDED", body("p", "2026-01-01T00:00:00Z"))
+    first = CLOCK.now
+    assert sched.run_due() == ["p"]  # runs until first + 25: the slots at +10 and +20 are gone
+    assert sched.run_due() == []  # not back to back
+    CLOCK.now = first + 29.9
+    assert sched.run_due() == []
+    CLOCK.now = first + 30.0
+    assert sched.run_due() == ["p"]
+
+
+def test_next_start_stays_on_the_grid() -> None:
+    from gpu_efficiency.handlers.scheduler import next_start
+
+    assert next_start(100.0, 101.0, 10.0) == 110.0
+    assert next_start(100.0, 110.0, 10.0) == 120.0  # ended exactly on a slot: that slot is gone
+    assert next_start(100.0, 135.5, 10.0) == 140.0
