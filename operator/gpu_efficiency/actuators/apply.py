@@ -45,6 +45,10 @@ class Applier:
     recorder: EventRecorder
     dry_run: bool = False
     writes: int = 0
+    #: Called with each outcome as it happens, ``obj`` (what the write returned) still attached: the
+    #: watch cache reads its own writes. The outcomes returned drop ``obj`` (a first cycle patches
+    #: thousands of pods: their JSON is not kept until the plan is done).
+    on_written: Callable[[Outcome], None] | None = None
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api_client)
@@ -88,7 +92,9 @@ class Applier:
                 log.warning("%s failed: %s", action, outcome.message)
                 if isinstance(action, TaintNode):
                     taint_failed.add(action.node)
-            outcomes.append(outcome)
+            if self.on_written is not None:
+                self.on_written(outcome)
+            outcomes.append(replace(outcome, obj=None) if outcome.obj is not None else outcome)
         return outcomes
 
     def _follow_up_event(self, ref: ObjectRef, reason: str, message: str, type_: str) -> None:

@@ -271,7 +271,6 @@ class CycleRunner:
             plan = plan_cycle(snapshot)
         writes_before = self.applier.writes
         outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)
-        feed_writes(self.reader, outcomes)
         status = fold_outcomes(plan.status, outcomes, snapshot.now)
         if self.status_writer.write(name, status):
             self.applier.writes += 1
@@ -293,17 +292,17 @@ class CycleRunner:
 _NODE_WRITES = (TaintNode, UntaintNode, SetNodeCondition, AnnotateNode)
 
 
-def feed_writes(reader: ClusterSource, outcomes: list[Outcome]) -> None:
-    """Hand the reader what our writes returned (read-your-writes for the watch cache), so the next
-    cycle never re-plans a write, or an eviction, whose watch event has not arrived yet."""
-    for o in outcomes:
-        if o.obj is not None:
-            if isinstance(o.action, (AnnotatePod, EvictPod)):
-                reader.pod_written(o.obj)
-            elif isinstance(o.action, _NODE_WRITES):
-                reader.node_written(o.obj)
-        if isinstance(o.action, EvictPod) and o.result is Result.DONE:
-            reader.pod_evicted(o.action.uid)
+def feed_write(reader: ClusterSource, outcome: Outcome) -> None:
+    """Hand the reader what a write returned (read-your-writes for the watch cache; the applier's
+    ``on_written``), so the next cycle never re-plans a write, or an eviction, whose watch event
+    has not arrived yet."""
+    if outcome.obj is not None:
+        if isinstance(outcome.action, (AnnotatePod, EvictPod)):
+            reader.pod_written(outcome.obj)
+        elif isinstance(outcome.action, _NODE_WRITES):
+            reader.node_written(outcome.obj)
+    if isinstance(outcome.action, EvictPod) and outcome.result is Result.DONE:
+        reader.pod_evicted(outcome.action.uid)
 
 
 def fold_outcomes(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from functools import partial
 from typing import Any
 
 import orjson
@@ -15,7 +16,7 @@ from gpu_efficiency.actuators.status import StatusWriter
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.handlers.cycle import CycleRunner
+from gpu_efficiency.handlers.cycle import CycleRunner, feed_write
 from gpu_efficiency.handlers.leader import AlwaysLeader, LeaderElector
 from gpu_efficiency.sources.agent import AgentSource, pod_endpoints, static_endpoints
 from gpu_efficiency.sources.base import SampleSource
@@ -113,10 +114,11 @@ def build_runner(
         )
     else:
         leader = AlwaysLeader()
+    reader = build_reader(config, api_client, watch=watch)
     return CycleRunner(
         config=config,
-        reader=build_reader(config, api_client, watch=watch),
-        applier=Applier(api_client, recorder, dry_run=config.dry_run),
+        reader=reader,
+        applier=Applier(api_client, recorder, dry_run=config.dry_run, on_written=partial(feed_write, reader)),
         status_writer=StatusWriter(api_client, refresh_seconds=config.status_refresh_seconds),
         source_for=SourceCache(config, api_client),
         leader=leader,

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client
 
@@ -35,6 +36,7 @@ from gpu_efficiency.sources.cluster import (
 from gpu_efficiency.sources.watch import Informer
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _pod_order(view: PodView) -> tuple[str, str]:
@@ -80,14 +82,37 @@ class ClusterCache:
 
 
 class CachedClusterReader:
-    """``ClusterReader``'s interface over a ``ClusterCache``, LISTing what the cache cannot serve."""
+    """``ClusterReader``'s interface over a ``ClusterCache``, LISTing what the cache cannot serve.
 
-    def __init__(self, cache: ClusterCache, fallback: ClusterReader) -> None:
+    In the first ``first_sync_wait`` seconds after ``start`` a read waits for the cache's first LIST
+    rather than make one of its own alongside it (the first cycle starts as soon as a policy is
+    seen, usually before a cache of thousands of pods has synced).
+    """
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        fallback: ClusterReader,
+        *,
+        first_sync_wait: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.cache = cache
         self.fallback = fallback
+        self.first_sync_wait = first_sync_wait
+        self._clock = clock
+        self._started_at: float | None = None
 
     def start(self) -> None:
+        self._started_at = self._clock()
         self.cache.start()
+
+    def _snapshot(self, informer: Informer[T]) -> tuple[T, ...] | None:
+        if not informer.synced and self._started_at is not None:
+            left = self._started_at + self.first_sync_wait - self._clock()
+            if left > 0:
+                informer.wait_synced(left)
+        return informer.snapshot()
 
     def stop(self) -> None:
         self.cache.stop()
@@ -98,11 +123,11 @@ class CachedClusterReader:
     def read_nodes(self) -> ClusterState:
         """Nodes and namespaces (``pods`` empty), from the cache where it is usable."""
         requests = 0
-        nodes = self.cache.nodes.snapshot()
+        nodes = self._snapshot(self.cache.nodes)
         if nodes is None:
             nodes, calls = self.fallback.list_nodes()
             requests += self._fell_back("nodes", calls)
-        namespaces = self.cache.namespaces.snapshot()
+        namespaces = self._snapshot(self.cache.namespaces)
         if namespaces is None:
             namespaces, calls = self.fallback.list_namespaces()
             requests += self._fell_back("namespaces", calls)
@@ -111,7 +136,7 @@ class CachedClusterReader:
     def read_pods(self, state: ClusterState) -> ClusterState:
         """``state`` with the GPU pods added."""
         requests = state.requests
-        pods = self.cache.pods.snapshot()
+        pods = self._snapshot(self.cache.pods)
         if pods is None:
             pods, calls = self.fallback.list_pods()
             requests += self._fell_back("pods", calls)

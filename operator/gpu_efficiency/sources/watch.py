@@ -243,7 +243,8 @@ class Informer(Generic[V]):
     def restart_watch(self, from_version: str | None = None) -> None:
         """Drop the current watch; it resumes from ``from_version`` (default: where it was).
 
-        For tests and debugging: an old ``from_version`` provokes the server's 410 Gone.
+        For tests and debugging: an old version gets 410 Gone (or a replay, while the server's watch
+        cache still reaches back that far); one the server has not reached is never served.
         """
         if from_version is not None:
             self._version = from_version

@@ -11,11 +11,12 @@ from kubernetes import client
 from tests.unit.actuators.test_nodes import FakeCore, make_node
 
 from gpu_efficiency.actuators import nodes
+from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.pods import annotate_pod
 from gpu_efficiency.config import OperatorConfig, add_run_arguments, config_from_args
 from gpu_efficiency.engine.model import AnnotateNode, AnnotatePod, EvictPod, PodEvent, TaintNode
-from gpu_efficiency.handlers.cycle import feed_writes
+from gpu_efficiency.handlers.cycle import feed_write
 from gpu_efficiency.handlers.deps import build_reader
 from gpu_efficiency.sources.cluster import ClusterReader, node_view
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader
@@ -46,7 +47,8 @@ def test_feed_writes_hands_back_what_each_write_returned() -> None:
         Outcome(EvictPod("ns", "pdb", "u-pdb", "idle"), Result.BLOCKED, obj={"metadata": {"name": "pdb"}}),
         Outcome(PodEvent("ns", "p", "u-p", "GPUIdle", "idle"), Result.DONE),
     ]
-    feed_writes(reader, outcomes)
+    for outcome in outcomes:
+        feed_write(reader, outcome)
     assert reader.seen == [("pod", "p"), ("node", "n1"), ("evicted", "u-idle"), ("pod", "pdb")]
 
 
@@ -88,6 +90,18 @@ def test_node_writes_return_the_node_as_api_json() -> None:
     assert annotated.obj is not None
     assert node_view(annotated.obj).annotations == {"gpuefficiency.io/x": "1"}
     assert nodes.as_json(object()) is None
+
+
+def test_the_applier_hands_each_write_over_as_it_happens_and_keeps_no_json() -> None:
+    """A first cycle patches thousands of pods: their JSON goes to the cache at once, not kept."""
+    returned = {"metadata": {"name": "p", "uid": "u", "resourceVersion": "9"}}
+    seen: list[Outcome] = []
+    applier = Applier(api_client=client.ApiClient(), recorder=None, on_written=seen.append)  # type: ignore[arg-type]
+    applier.core = _PodCore(returned)  # type: ignore[assignment]
+    outcomes = applier.apply([AnnotatePod("ns", "p", "u", {"k": "v"})], policy_name="pol", policy_uid="x")
+    assert [o.obj for o in seen] == [returned]
+    assert [o.result for o in outcomes] == [Result.DONE]
+    assert outcomes[0].obj is None
 
 
 def _config(*argv: str) -> OperatorConfig:

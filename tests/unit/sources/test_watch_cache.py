@@ -357,6 +357,10 @@ class FakeCache:
     def __init__(self, pods: Informer[PodView], nodes: Informer[Any], namespaces: Informer[Any]) -> None:
         self.pods, self.nodes, self.namespaces = pods, nodes, namespaces
 
+    def start(self) -> None:
+        for informer in (self.pods, self.nodes, self.namespaces):
+            informer.start()
+
 
 def node_obj(name: str, uid: str, rv: int) -> dict[str, Any]:
     return {
@@ -433,3 +437,53 @@ def test_reader_feeds_writes_and_evictions_back(started: list[Informer[Any]]) ->
     assert state.pods[0].deleting
     assert [t.value for t in state.nodes[0].taints] == ["ecc"]
     assert state == ClusterState(state.pods, state.nodes, state.namespaces, 0)
+
+
+def _three(pods_api: FakeListApi) -> tuple[Informer[PodView], Informer[Any], Informer[Any]]:
+    from gpu_efficiency.sources.cluster import namespace_view, node_view
+
+    nodes_api, ns_api = FakeListApi([node_obj("n1", "un1", 5)]), FakeListApi([ns_obj("ns", 3)])
+    for api in (pods_api, nodes_api, ns_api):
+        api.next_watch()
+    return (
+        informer(pods_api),
+        Informer("nodes", nodes_api, node_view, backoff=FAST),
+        Informer("namespaces", ns_api, namespace_view, backoff=FAST),
+    )
+
+
+def test_right_after_start_a_read_waits_for_the_first_list_instead_of_listing_too(
+    started: list[Informer[Any]],
+) -> None:
+    import threading
+
+    pods_api = FakeListApi([pod("a", "ua", 50)])
+    pods_api.list_gate = threading.Event()
+    pods, nodes, namespaces = _three(pods_api)
+    started.extend((pods, nodes, namespaces))
+    fallback = FakeFallback()
+    reader = CachedClusterReader(FakeCache(pods, nodes, namespaces), fallback, first_sync_wait=10)  # type: ignore[arg-type]
+    reader.start()
+    threading.Timer(0.2, pods_api.list_gate.set).start()
+    state = reader.read()
+    assert [p.name for p in state.pods] == ["a"]
+    assert state.requests == 0
+    assert fallback.calls == []
+
+
+def test_a_first_list_that_takes_too_long_is_not_waited_for(started: list[Informer[Any]]) -> None:
+    import threading
+
+    pods_api = FakeListApi([pod("a", "ua", 50)])
+    pods_api.list_gate = threading.Event()
+    pods, nodes, namespaces = _three(pods_api)
+    started.extend((pods, nodes, namespaces))
+    fallback = FakeFallback()
+    reader = CachedClusterReader(FakeCache(pods, nodes, namespaces), fallback, first_sync_wait=0.1)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        state = reader.read()
+        assert [p.name for p in state.pods] == ["listed"]
+        assert fallback.calls == ["pods"]
+    finally:
+        pods_api.list_gate.set()
