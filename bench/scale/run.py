@@ -415,8 +415,18 @@ def list_bench_pods(cluster: Cluster) -> list[dict[str, Any]]:
 def create_pods(
     cluster: Cluster, nodes: int, gpus: int, namespaces: list[str], workers: int
 ) -> dict[str, str]:
-    """One single-GPU pod per GPU of nodes scale-0..N-1; returns {namespace/name: profile} of all."""
-    existing = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in list_bench_pods(cluster)}
+    """One single-GPU pod per GPU of nodes scale-0..N-1; returns {namespace/name: profile} of all.
+
+    A reused pod's profile is the one its annotation says now (an earlier run may have flipped it
+    to idle), so a flip never picks a pod that is already idle.
+    """
+    current = {
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}": (p["metadata"].get("annotations") or {}).get(
+            PROFILE_ANNOTATION, ""
+        )
+        for p in list_bench_pods(cluster)
+    }
+    existing = set(current)
     wanted: dict[str, tuple[str, str, str, str]] = {}
     for i in range(nodes):
         node = f"{NODE_PREFIX}{i}"
@@ -447,7 +457,7 @@ def create_pods(
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(create, todo))
     log(f"created {len(todo)} pods in {time.monotonic() - t0:.1f}s ({workers} threads)")
-    return {key: v[3] for key, v in wanted.items()}
+    return {key: current.get(key) or v[3] for key, v in wanted.items()}
 
 
 def wait_running(cluster: Cluster, expected: int, timeout: float = 600) -> float:
@@ -604,7 +614,9 @@ class Operator:
         return None
 
 
-def start_operator(cluster: Cluster, workdir: Path, kubeconfig: str, tag: str) -> Operator:
+def start_operator(
+    cluster: Cluster, workdir: Path, kubeconfig: str, tag: str, refresh_budget: int = 0
+) -> Operator:
     trace = workdir / f"trace-{tag}.jsonl"
     log_path = workdir / f"operator-{tag}.log"
     trace.unlink(missing_ok=True)
@@ -616,6 +628,7 @@ def start_operator(cluster: Cluster, workdir: Path, kubeconfig: str, tag: str) -
                 sys.executable, str(PROBE), str(trace), "run",
                 "--prometheus-url", cluster.prometheus_url, "--namespace", OPERATOR_NAMESPACE,
                 "--no-leader-election", "--metrics-port", str(port), "--health-port", "0",
+                "--prometheus-refresh-budget", str(refresh_budget),
             ],
             stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )  # fmt: skip
@@ -716,6 +729,7 @@ class Options:
     interval_s: int
     window_s: int
     workers: int
+    refresh_budget: int = 0  # the operator's --prometheus-refresh-budget (0: every GPU every cycle)
 
 
 def run_size(
@@ -747,7 +761,7 @@ def run_size(
 
     before_api = apiserver_counts(cluster)
     t = time.monotonic()
-    op = start_operator(cluster, workdir, kubeconfig, f"{nodes}")
+    op = start_operator(cluster, workdir, kubeconfig, f"{nodes}", opts.refresh_budget)
     try:
         cycle_timeout = 600.0
         op.wait_cycles(1 + opts.steady_cycles, cycle_timeout + opts.steady_cycles * (opts.interval_s + 60))
@@ -922,6 +936,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sim-targets", type=int, default=8)
     parser.add_argument("--workers", type=int, default=16, help="concurrent API calls when creating pods")
     parser.add_argument("--reuse", action="store_true", help="keep an existing scale cluster's objects")
+    parser.add_argument(
+        "--refresh-budget", type=int, default=0, help="the operator's --prometheus-refresh-budget (0: off)"
+    )
     parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster up afterwards")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
@@ -942,6 +959,7 @@ def main(argv: list[str] | None = None) -> int:
         interval_s=int(parse_duration(args.interval)),
         window_s=int(parse_duration(args.window)),
         workers=args.workers,
+        refresh_budget=args.refresh_budget,
     )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -976,6 +994,7 @@ def main(argv: list[str] | None = None) -> int:
             "interval": args.interval,
             "window": args.window,
             "scrapeInterval": f"{SCRAPE_INTERVAL_S}s",
+            "refreshBudget": args.refresh_budget,
         },
         "profile_mix": dict(PROFILE_MIX),
         "results": results,
