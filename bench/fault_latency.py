@@ -73,7 +73,7 @@ from gpu_efficiency.sim.gpu_models import find_model
 from gpu_efficiency.sim.server import MetricsServer
 from gpu_efficiency.sim.simulator import SimNode, Simulator
 from gpu_efficiency.sim.targets import register, unregister
-from scale.run import OPERATOR_NAMESPACE, Cluster, install_crd_and_rbac, machine
+from scale.run import OPERATOR_NAMESPACE, Cluster, install_crd_and_rbac, machine, running_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_SH = ROOT / "hack" / "localcluster" / "cluster.sh"
@@ -126,16 +126,8 @@ def cluster_up(env: dict[str, str], nodes: int, scrape: str) -> Cluster:
         raise SystemExit(f"cluster.sh up failed:\n{up.stderr[-4000:]}")
     if f"scrape_interval: {scrape}" not in (state / "prometheus" / "prometheus.yml").read_text():
         raise SystemExit(f"Prometheus in {state} does not scrape every {scrape}")
-    out = subprocess.run([str(CLUSTER_SH), "env"], env=env, capture_output=True, text=True, check=True).stdout
-    values = dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines() if "=" in line)
     log(f"cluster up in {time.monotonic() - t0:.0f}s ({state}, {nodes} GPU nodes)")
-    return Cluster(
-        env=env,
-        kubeconfig=values["KUBECONFIG"],
-        prometheus_url=values["GPUEFF_PROMETHEUS_URL"],
-        state_dir=state,
-        bin_dir=Path(values["GPUEFF_LOCALCLUSTER_BIN"]),
-    )
+    return running_cluster(env, state)
 
 
 def apply_policy(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:

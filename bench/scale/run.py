@@ -184,9 +184,14 @@ def cluster_up(env: dict[str, str], reuse: bool) -> Cluster:
         log("Prometheus runs with another scrape interval: restarting it with 15s")
         for verb in ("prometheus-down", "prometheus-up"):
             subprocess.run([str(CLUSTER_SH), verb], env=env, capture_output=True, text=True, check=True)
+    log(f"cluster up in {time.monotonic() - t0:.0f}s ({state})")
+    return running_cluster(env, state)
+
+
+def running_cluster(env: dict[str, str], state: Path) -> Cluster:
+    """The cluster ``cluster.sh`` runs for ``env``, as ``cluster.sh env`` describes it."""
     out = subprocess.run([str(CLUSTER_SH), "env"], env=env, capture_output=True, text=True, check=True).stdout
     values = dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines() if "=" in line)
-    log(f"cluster up in {time.monotonic() - t0:.0f}s ({state})")
     return Cluster(
         env=env,
         kubeconfig=values["KUBECONFIG"],

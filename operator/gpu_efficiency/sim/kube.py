@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,6 +23,7 @@ from gpu_efficiency.api.names import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from gpu_efficiency.sim.allocation import PodInfo, pod_from_json
 from gpu_efficiency.sim.gpu_models import DEFAULT_MODEL, find_model
 from gpu_efficiency.sim.simulator import SimNode
+from gpu_efficiency.sources.watch import abort_stream
 
 log = logging.getLogger(__name__)
 
@@ -89,17 +89,8 @@ class PodWatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        response = self._response
-        if response is not None:
-            # Shut the socket down first: close() alone waits for the read blocked on the stream
-            # (the buffered reader's lock), i.e. for the next pod event or the watch timeout.
-            sock = getattr(getattr(response, "connection", None), "sock", None)
-            try:
-                if sock is not None:
-                    sock.shutdown(socket.SHUT_RDWR)
-                response.close()
-            except Exception:  # closing a broken stream may fail in many ways
-                log.debug("closing the pod watch failed", exc_info=True)
+        if self._response is not None:
+            abort_stream(self._response, "pod watch")
         self._dirty.set()
         self._thread.join(timeout=5)
         self._publisher.join(timeout=5)

@@ -105,6 +105,18 @@ def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield pending
 
 
+def abort_stream(response: Any, what: str) -> None:
+    """Close a streaming HTTP response another thread is reading: shut the socket first, since
+    close() alone waits for the read blocked on the stream (the next event, or the server's timeout)."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+        response.close()
+    except Exception:  # closing a broken stream may fail in many ways
+        log.debug("closing the %s failed", what, exc_info=True)
+
+
 class Informer(Generic[V]):
     """One resource kind, listed then watched on a daemon thread; ``snapshot`` for readers.
 
@@ -251,18 +263,9 @@ class Informer(Generic[V]):
         self._abort()
 
     def _abort(self) -> None:
-        """Unblock the watch thread: shut the socket first, since close() alone waits for the read
-        blocked on the stream (i.e. for the next event, or the server's timeout)."""
-        response = self._response
-        if response is None:
-            return
-        sock = getattr(getattr(response, "connection", None), "sock", None)
-        try:
-            if sock is not None:
-                sock.shutdown(socket.SHUT_RDWR)
-            response.close()
-        except Exception:  # closing a broken stream may fail in many ways
-            log.debug("%s: closing the watch failed", self.resource, exc_info=True)
+        """Unblock the watch thread blocked on the stream."""
+        if self._response is not None:
+            abort_stream(self._response, f"{self.resource} watch")
 
     # -- the watch thread ------------------------------------------------------------------------
 
