@@ -290,6 +290,26 @@ def pod_events(api: client.ApiClient, namespace: str, name: str) -> list[str]:
     return [e.reason for e in events.items]
 
 
+def pod_events_after(
+    api: client.ApiClient, namespace: str, name: str, reason: str, timeout: float = 30
+) -> list[str]:
+    """The pod's event reasons once ``reason`` is among them.
+
+    An event that follows an action (GPUIdleEvicted after the eviction) is written just after the
+    action becomes visible, so a test that saw the action must wait for the event, not race it.
+    """
+
+    def seen() -> list[str] | None:
+        reasons = pod_events(api, namespace, name)
+        return reasons if reason in reasons else None
+
+    return wait_for(
+        seen,
+        timeout,
+        what=f"a {reason} event on {namespace}/{name}",
+    )
+
+
 def decode_token_subject(token: str) -> str:
     payload = token.split(".")[1]
     payload += "=" * (-len(payload) % 4)

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
-from tests.e2e.harness import CLUSTER_SH, Cluster, pod_events, wait_for
+from tests.e2e.harness import CLUSTER_SH, Cluster, pod_events_after, wait_for
 from tests.e2e.sim_fixtures import GPUNodes, RunningSimulator, gpu_nodes, simulator  # noqa: F401
 
 PROFILE = "sim.gpuefficiency.io/profile"
@@ -227,8 +227,9 @@ def test_restart_mid_warning_keeps_the_clock_and_evicts_once(
         assert now[names.EVICT_AFTER] == warned[names.EVICT_AFTER]
 
     wait_for(lambda: gone_or_terminating(core, namespace, pod_name), 90, what="the eviction")
-    assert pod_events(k8s, namespace, pod_name).count(names.EV_EVICTION_SCHEDULED) == 1
-    assert pod_events(k8s, namespace, pod_name).count(names.EV_EVICTED) == 1
+    events = pod_events_after(k8s, namespace, pod_name, names.EV_EVICTED)
+    assert events.count(names.EV_EVICTION_SCHEDULED) == 1
+    assert events.count(names.EV_EVICTED) == 1
     wait_for(
         lambda: (get_policy(k8s, name).get("status") or {}).get("evictionsTotal") == 1,
         30,
@@ -310,7 +311,7 @@ def test_two_replicas_exactly_one_acts_and_the_other_takes_over(
     )
     pod = wait_for(lambda: running_pod(core, namespace, "notebook"), 60, what="notebook running")
     wait_for(lambda: gone_or_terminating(core, namespace, pod.metadata.name), 90, what="the eviction")
-    events = pod_events(k8s, namespace, pod.metadata.name)
+    events = pod_events_after(k8s, namespace, pod.metadata.name, names.EV_EVICTED)
     assert events.count(names.EV_IDLE) == 1
     assert events.count(names.EV_EVICTION_SCHEDULED) == 1
     assert events.count(names.EV_EVICTED) == 1
