@@ -12,6 +12,14 @@ The operator code runs unchanged; this launcher only wraps a few functions befor
 - ``cycle``: one per evaluation cycle: wall time, process CPU time, time per phase (observe =
   node read, then the pod read alongside the Prometheus fetch; plan, apply, status), verdicts,
   actions, writes, queries, RSS and peak RSS.
+- ``mem``: RSS and peak RSS each time the peak has grown by 2 MiB (sampled every 0.2 s), so the
+  moment the peak is reached can be matched with the cycles and the cache's LISTs.
+- ``alloc`` (only with ``GPUEFF_PROBE_TRACEMALLOC=1``; slows the operator several times): after each
+  cycle, the source lines whose live Python allocations grew or shrank most since the previous one,
+  and the traced total: what a cycle leaves behind, to tell a leak from allocator high water.
+- ``malloc`` (only with ``GPUEFF_PROBE_MALLOC=1``): after each cycle, RSS, pymalloc's arenas and the
+  bytes in its allocated blocks (``sys._debugmallocstats``), then RSS again after glibc's
+  ``malloc_trim(0)`` (which the probe then does every cycle): where the RSS is that no object holds.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import os
 import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +77,17 @@ def _timed_phase(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _watch_peak(out: Any, step_kib: int = 2048, every: float = 0.2) -> None:
+    """Emit a ``mem`` record whenever the peak RSS has grown by ``step_kib`` since the last one."""
+    last = 0
+    while True:
+        hwm = _status_kib("VmHWM")
+        if hwm - last >= step_kib:
+            last = hwm
+            _emit(out, {"k": "mem", "t": time.time(), "rss_kib": _status_kib("VmRSS"), "hwm_kib": hwm})
+        time.sleep(every)
+
+
 def install(trace_path: str) -> None:
     from kubernetes.client import rest
 
@@ -79,6 +99,7 @@ def install(trace_path: str) -> None:
     from gpu_efficiency.sources.cluster_cache import CachedClusterReader
 
     out = open(trace_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+    threading.Thread(target=_watch_peak, args=(out,), name="peak-rss", daemon=True).start()
 
     original_rest_request = rest.RESTClientObject.request
 
@@ -217,6 +238,86 @@ def install(trace_path: str) -> None:
             )
 
     cycle.CycleRunner.run = run  # type: ignore[method-assign]
+    if os.environ.get("GPUEFF_PROBE_TRACEMALLOC") == "1":
+        _trace_allocations(out, cycle)
+    if os.environ.get("GPUEFF_PROBE_MALLOC") == "1":
+        _trace_malloc(out, cycle)
+
+
+def _pymalloc_stats() -> dict[str, int]:
+    """Arenas and allocated-block bytes from ``sys._debugmallocstats`` (it writes to fd 2)."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as tmp, _LOCK:
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read().decode(errors="replace")
+    stats = {}
+    for line in text.splitlines():
+        for key, name in (
+            ("# arenas allocated current", "arenas"),
+            ("# bytes in allocated blocks", "blocks"),
+        ):
+            if line.startswith(key):
+                stats[name] = int(line.split("=")[1].replace(",", "").strip())
+    return stats
+
+
+def _trace_malloc(out: Any, cycle: Any) -> None:
+    """Wrap ``CycleRunner.run`` again: a ``malloc`` record after each cycle, then ``malloc_trim``."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    measured_run = cycle.CycleRunner.run
+
+    def run(self: Any, **kwargs: Any) -> Any:
+        try:
+            return measured_run(self, **kwargs)
+        finally:
+            record: dict[str, Any] = {"k": "malloc", "t": time.time(), "rss_kib": _status_kib("VmRSS")}
+            record.update(_pymalloc_stats())
+            libc.malloc_trim(0)
+            record["rss_trimmed_kib"] = _status_kib("VmRSS")
+            _emit(out, record)
+
+    cycle.CycleRunner.run = run
+
+
+def _trace_allocations(out: Any, cycle: Any) -> None:
+    """Wrap ``CycleRunner.run`` again: an ``alloc`` record of what each cycle left allocated."""
+    tracemalloc.start()
+    previous: list[tracemalloc.Snapshot] = []
+    traced_run = cycle.CycleRunner.run
+
+    def run(self: Any, **kwargs: Any) -> Any:
+        try:
+            return traced_run(self, **kwargs)
+        finally:
+            snapshot = tracemalloc.take_snapshot().filter_traces(
+                [tracemalloc.Filter(False, tracemalloc.__file__)]
+            )
+            current, peak = tracemalloc.get_traced_memory()
+            top = snapshot.compare_to(previous[0], "lineno")[:12] if previous else []
+            previous[:] = [snapshot]
+            _emit(
+                out,
+                {
+                    "k": "alloc",
+                    "t": time.time(),
+                    "traced_kib": current // 1024,
+                    "traced_peak_kib": peak // 1024,
+                    "top": [[str(s.traceback), s.size_diff // 1024, s.size // 1024] for s in top],
+                },
+            )
+            tracemalloc.reset_peak()
+
+    cycle.CycleRunner.run = run
 
 
 def main() -> int:

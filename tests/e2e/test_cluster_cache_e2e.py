@@ -123,8 +123,16 @@ def test_cache_syncs_with_the_charts_rbac_and_follows_changes_within_seconds(
     core.create_namespaced_pod(namespace, bare_pod(namespace, "trainer", node, gpus=1))
     delays.append(delivered("GPU pod created", lambda: pod_view("trainer") is not None))
     uid = pod_view("trainer").uid
-    core.patch_namespaced_pod("trainer", namespace, {"metadata": {"annotations": {MARK: "seen"}}})
-    delays.append(delivered("pod annotated", lambda: pod_view("trainer").annotations.get(MARK) == "seen"))
+    # A user's acknowledgement (ours: kept in the view) next to a foreign annotation (dropped).
+    ack = {names.KEEP_UNTIL: "2030-01-01T00:00:00Z", MARK: "seen"}
+    core.patch_namespaced_pod("trainer", namespace, {"metadata": {"annotations": ack}})
+    delays.append(
+        delivered(
+            "pod annotated",
+            lambda: pod_view("trainer").annotations.get(names.KEEP_UNTIL) == ack[names.KEEP_UNTIL],
+        )
+    )
+    assert MARK not in pod_view("trainer").annotations
     delays.append(delivered("pod Running", lambda: pod_view("trainer").phase == "Running", timeout=30))
     assert pod_view("cpu-only") is None  # no GPU: never cached
 

@@ -110,7 +110,7 @@ class NodeCondition:
 class NodeView:
     name: str
     labels: Mapping[str, str]
-    annotations: Mapping[str, str]
+    annotations: Mapping[str, str]  # gpuefficiency.io/ ones only (the sources drop the rest)
     taints: tuple[Taint, ...]
     conditions: tuple[NodeCondition, ...]
     gpu_capacity: int
@@ -125,7 +125,7 @@ class PodView:
     node: str
     phase: str
     labels: Mapping[str, str]
-    annotations: Mapping[str, str]
+    annotations: Mapping[str, str]  # gpuefficiency.io/ ones only (the sources drop the rest)
     controller_kind: str | None  # ownerReferences[controller=true].kind; None for a bare pod
     priority: int
     start_time: float | None  # unix seconds; None if not started

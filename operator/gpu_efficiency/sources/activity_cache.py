@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.engine.activity import ACTIVITY_CHAIN
@@ -250,13 +250,44 @@ class ActivityCache:
         for key in [k for k in self.entries if k not in seen]:
             del self.entries[key]
 
-    def reused_rows(
-        self, plan: RefreshPlan, seen: Mapping[Key, Seen]
-    ) -> dict[Key, dict[Signal, list[float]]]:
+    def reused_rows(self, plan: RefreshPlan, seen: Mapping[Key, Seen]) -> ReusedRows:
         """Rows the cycle takes from the cache (call after ``update``): carried GPUs' whole windows
         and chain-refreshed GPUs' whole windows (their chain already fresh in the cache), with
-        newest-sample times from the identity query."""
-        out = {key: self.entries[key].rows(seen[key].newest) for key in plan.carried}
-        for key in plan.chain:
-            out[key] = self.entries[key].rows(seen[key].newest, exact=CHAIN_SIGNALS)
-        return out
+        newest-sample times from the identity query; built one GPU at a time as they are read."""
+        keys = plan.carried | plan.chain
+        return ReusedRows({key: self.entries[key] for key in keys}, seen, plan.chain)
+
+
+class ReusedRows(Mapping[Key, dict[Signal, list[float]]]):
+    """The cached windows a cycle reuses, as rows built when read (``pop`` forgets the GPU).
+
+    Building every carried GPU's rows at once held ~8,000 GPUs x 8 signals of Python lists (tens of
+    MB) next to the ``Stats`` made from them; built as ``prometheus.samples`` consumes them, at
+    most one GPU's rows live at a time. The entries are captured when made: ``update`` replaces
+    entries rather than changing them, so a later cycle's update cannot change what this one reads.
+    """
+
+    def __init__(self, entries: dict[Key, Entry], seen: Mapping[Key, Seen], exact: Collection[Key]) -> None:
+        self._entries = entries
+        self._seen = seen
+        self._exact = exact  # chain-refreshed GPUs: their chain's own sample times are kept
+
+    def __getitem__(self, key: Key) -> dict[Signal, list[float]]:
+        entry = self._entries[key]
+        exact = CHAIN_SIGNALS if key in self._exact else ()
+        return entry.rows(self._seen[key].newest, exact=exact)
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def pop(
+        self, key: Key, default: dict[Signal, list[float]] | None = None
+    ) -> dict[Signal, list[float]] | None:
+        if key not in self._entries:
+            return default
+        rows = self[key]
+        del self._entries[key]
+        return rows

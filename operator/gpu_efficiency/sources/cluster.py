@@ -3,7 +3,10 @@
 Three LISTs per cycle (paged, 500 objects a page), decoded with orjson straight from the wire
 (the kubernetes client's own model deserialisation costs ~10x more at thousands of pods) and turned
 into views page by page. Only pods on nodes are listed (``spec.nodeName!=``), and only those
-requesting GPUs are kept. Nodes can be read first (``read_nodes``) so that the metrics fetch, which
+requesting GPUs are kept. A view keeps only our own annotations (``gpuefficiency.io/``): the engine
+reads no other, and the watch cache holds every view between cycles, where a pod's foreign
+annotations (``kubectl.kubernetes.io/last-applied-configuration`` alone is often kilobytes) would
+cost more than the rest of its view. Nodes can be read first (``read_nodes``) so that the metrics fetch, which
 needs them, runs while the pods are listed.
 """
 
@@ -19,6 +22,7 @@ import orjson
 from kubernetes import client
 
 from gpu_efficiency.api.names import GPU_RESOURCE
+from gpu_efficiency.api.policy import PREFIX
 from gpu_efficiency.engine.model import NamespaceView, NodeCondition, NodeView, PodView, Taint
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -55,6 +59,11 @@ def _gpu_request(spec: Mapping[str, Any]) -> int:
     return max(regular, init)
 
 
+def own_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
+    """The ``gpuefficiency.io/`` annotations only: all the engine reads (see the module docstring)."""
+    return {k: v for k, v in annotations.items() if k.startswith(PREFIX)}
+
+
 def pod_view(obj: Mapping[str, Any]) -> PodView:
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     controller = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
@@ -66,7 +75,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         node=spec.get("nodeName") or "",
         phase=status.get("phase") or "",
         labels=meta.get("labels") or {},
-        annotations=annotations,
+        annotations=own_annotations(annotations),
         controller_kind=controller.get("kind") if controller else None,
         priority=int(spec.get("priority") or 0),
         start_time=parse_time(status.get("startTime")),
@@ -82,7 +91,7 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
     return NodeView(
         name=meta.get("name", ""),
         labels=meta.get("labels") or {},
-        annotations=meta.get("annotations") or {},
+        annotations=own_annotations(meta.get("annotations") or {}),
         taints=tuple(
             Taint(key=t.get("key", ""), value=t.get("value") or "", effect=t.get("effect", ""))
             for t in spec.get("taints") or ()

@@ -38,6 +38,12 @@ from gpu_efficiency.sources.watch import Informer
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+#: Objects per page of the informers' LISTs. Smaller than the per-cycle LIST's 500: a relist runs
+#: once, not every cycle, and a page is held decoded (~10x its JSON) next to the views the cache
+#: keeps. At 8,000 pods and 1,000 nodes, 100 a page took the operator's RSS after the first sync
+#: from 115 to 94 MiB (measured in a bare process; 50 a page: 91 MiB).
+CACHE_PAGE_SIZE = 100
+
 
 def _pod_order(view: PodView) -> tuple[str, str]:
     return (view.namespace, view.name)
@@ -52,6 +58,7 @@ class ClusterCache:
 
     def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
         core = client.CoreV1Api(api_client)
+        options.setdefault("page_size", CACHE_PAGE_SIZE)
         self.pods: Informer[PodView] = Informer(
             "pods",
             partial(core.list_pod_for_all_namespaces, field_selector=POD_FIELD_SELECTOR),

@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import requests
@@ -28,6 +28,7 @@ from gpu_efficiency.sources.activity_cache import (
     ActivityCache,
     Key,
     RefreshPlan,
+    ReusedRows,
     Seen,
     everything,
     plan_refresh,
@@ -342,9 +343,9 @@ class PrometheusSource:
                 scrape = request.scrape_interval
                 full_count = seconds / scrape - 1 if scrape > 0 else math.inf
                 cache.update(state.seen, plan, state.fresh, request.now, full_count)
-                state.fresh.update(cache.reused_rows(plan, state.seen))
-            state.windows[Window.ACTIVITY] = state.fresh
-            gpus = samples(state.identity, state.windows, request)
+                reused = cache.reused_rows(plan, state.seen)
+            windows: dict[Window, Rows] = {**state.windows, Window.ACTIVITY: _Overlay(reused, state.fresh)}
+            gpus = samples(state.identity, windows, request)
         log.debug(
             "activity window: %d in full%s, %d chain only (new %d, idle %d, not busy %d, settling %d,"
             " oldest %d), %d carried, %d queries",
@@ -552,8 +553,27 @@ def _row_stats(row: list[float]) -> Stats:
     )
 
 
+class Rows(Protocol):
+    """A window's rows by GPU key, consumed by ``samples`` (a ``WindowValues`` dict, or lazier)."""
+
+    def pop(self, key: tuple[str, str], default: None, /) -> dict[Signal, list[float]] | None: ...
+
+
+class _Overlay:
+    """The cached windows a tiered cycle reuses, over the rows it fetched (chain-only rows of a
+    chain-refreshed GPU are superseded by its whole cached window, which already holds them)."""
+
+    def __init__(self, reused: ReusedRows, fresh: WindowValues) -> None:
+        self.reused, self.fresh = reused, fresh
+
+    def pop(self, key: tuple[str, str], default: None, /) -> dict[Signal, list[float]] | None:
+        fetched = self.fresh.pop(key, default)
+        rows = self.reused.pop(key, default)
+        return rows if rows is not None else fetched
+
+
 def samples(
-    identity: Mapping[GPUKey, _Identity], windows: Mapping[Window, WindowValues], request: FetchRequest
+    identity: Mapping[GPUKey, _Identity], windows: Mapping[Window, Rows], request: FetchRequest
 ) -> tuple[GPUSample, ...]:
     """Join identities with the window aggregates (consumed): one GPUSample per GPU, sorted."""
     expected = {

@@ -149,6 +149,29 @@ def test_chain_refresh_keeps_other_signals_and_refresh_time() -> None:
     assert rows[Signal.FB_USED][1] == 100.0
 
 
+def test_reused_rows_are_built_when_read_pop_forgets_and_a_later_update_cannot_change_them() -> None:
+    cache = cached({Signal.SM_ACTIVE: row(0.5, ts=NOW - 60)})
+    key = ("GPU-1", "")
+    seen = {key: Seen("n1", POD, NOW - 2)}
+    plan = plan_refresh(cache.entries, seen, (), IDLE, 0)
+    assert plan.carried == {key}
+    reused = cache.reused_rows(plan, seen)
+    assert list(reused) == [key]
+    assert len(reused) == 1
+    # Another cycle refreshes the GPU (idle now) before this one has read it: this one's view holds.
+    cache.update(
+        seen, plan_refresh(cache.entries, seen, (), IDLE, 5), {key: {Signal.SM_ACTIVE: row(0.0)}}, 9.0
+    )
+    assert (cache.entries[key].row(Signal.SM_ACTIVE) or [])[1] == 0.0
+    assert reused[key][Signal.SM_ACTIVE][1] == 0.5
+    rows = reused.pop(key, None)
+    assert rows is not None
+    assert rows[Signal.SM_ACTIVE][5] == NOW - 2
+    assert reused.pop(key, None) is None
+    assert len(reused) == 0
+    assert reused.pop(("GPU-9", ""), None) is None
+
+
 def test_carried_rows_take_identity_timestamps_and_gone_gpus_are_forgotten() -> None:
     cache = cached({Signal.SM_ACTIVE: row(0.5, ts=NOW - 600), Signal.MEMORY_TEMP: row(50.0, ts=math.nan)})
     seen = {("GPU-1", ""): Seen("n1", POD, NOW - 2)}

@@ -99,8 +99,8 @@ def test_added_modified_deleted_update_the_map(started: list[Informer[Any]]) -> 
     inf = start(informer(api), started)
     stream.put(event("ADDED", pod("b", "ub", 101)))
     wait_until(lambda: names(inf) == ["a", "b"])
-    stream.put(event("MODIFIED", pod("b", "ub", 102, annotations={"k": "v"})))
-    wait_until(lambda: (s := inf.snapshot()) and s[1].annotations == {"k": "v"})
+    stream.put(event("MODIFIED", pod("b", "ub", 102, annotations={"gpuefficiency.io/state": "Idle"})))
+    wait_until(lambda: (s := inf.snapshot()) and s[1].annotations == {"gpuefficiency.io/state": "Idle"})
     stream.put(event("DELETED", pod("a", "ua", 103)))
     wait_until(lambda: names(inf) == ["b"])
     assert inf.resource_version == "103"
@@ -309,13 +309,13 @@ def test_read_your_writes_takes_newer_objects_only(started: list[Informer[Any]])
     bad["metadata"]["resourceVersion"] = "opaque"
     assert not inf.observe_written(bad)
     # The watch then delivers an event older than our write: skipped; the write's own event: applied.
-    stream.put(event("MODIFIED", pod("a", "ua", 58, annotations={"other": "x"})))
+    stream.put(event("MODIFIED", pod("a", "ua", 58, annotations={"gpuefficiency.io/state": "Efficient"})))
     wait_until(lambda: inf.resource_version == "58")
     snap = inf.snapshot()
     assert snap is not None
     assert snap[0].annotations == {"gpuefficiency.io/state": "Idle"}
-    stream.put(event("MODIFIED", pod("a", "ua", 61, annotations={"later": "y"})))
-    wait_until(lambda: (s := inf.snapshot()) and s[0].annotations == {"later": "y"})
+    stream.put(event("MODIFIED", pod("a", "ua", 61, annotations={"gpuefficiency.io/state": "Warned"})))
+    wait_until(lambda: (s := inf.snapshot()) and s[0].annotations == {"gpuefficiency.io/state": "Warned"})
 
 
 def test_stop_is_prompt_while_the_watch_is_silent(started: list[Informer[Any]]) -> None:
@@ -425,7 +425,7 @@ def test_reader_feeds_writes_and_evictions_back(started: list[Informer[Any]]) ->
     namespaces = start(Informer("namespaces", ns_api, namespace_view, backoff=FAST), started)
     reader = CachedClusterReader(FakeCache(pods, nodes, namespaces), FakeFallback())  # type: ignore[arg-type]
 
-    reader.pod_written(pod("a", "ua", 60, annotations={"x": "1"}))
+    reader.pod_written(pod("a", "ua", 60, annotations={"gpuefficiency.io/state": "Idle"}))
     tainted = node_obj("n1", "un1", 7)
     tainted["spec"] = {
         "taints": [{"key": "gpuefficiency.io/gpu-fault", "value": "ecc", "effect": "NoSchedule"}]
@@ -433,7 +433,7 @@ def test_reader_feeds_writes_and_evictions_back(started: list[Informer[Any]]) ->
     reader.node_written(tainted)
     reader.pod_evicted("ua")
     state = reader.read()
-    assert state.pods[0].annotations == {"x": "1"}
+    assert state.pods[0].annotations == {"gpuefficiency.io/state": "Idle"}
     assert state.pods[0].deleting
     assert [t.value for t in state.nodes[0].taints] == ["ecc"]
     assert state == ClusterState(state.pods, state.nodes, state.namespaces, 0)
