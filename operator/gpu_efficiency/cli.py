@@ -9,6 +9,9 @@ from collections.abc import Sequence
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the operator (Kopf, cluster-wide, standalone: our Lease decides who acts)."""
+    from gpu_efficiency import allocator
+
+    allocator.tune()  # before any thread starts: see allocator.py
     import kopf
 
     from gpu_efficiency.config import config_from_args

@@ -11,7 +11,7 @@ from typing import Any
 
 import kopf
 
-from gpu_efficiency import metrics
+from gpu_efficiency import allocator, metrics
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.handlers.deps import build_runner
@@ -38,12 +38,13 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     memo.runner, memo.registry, memo.scheduler = runner, registry, scheduler
     metrics.serve(config.metrics_port)
     log.info(
-        "started: prometheus=%s dry_run=%s leader_election=%s identity=%s watch_cache=%s",
+        "started: prometheus=%s dry_run=%s leader_election=%s identity=%s watch_cache=%s malloc=%s",
         config.prometheus_url,
         config.dry_run,
         config.leader_election,
         config.identity,
         config.watch_cache,
+        allocator.APPLIED or "unchanged",
     )
 
 

@@ -16,7 +16,7 @@ from kubernetes import client
 from tests.unit.sources.fake_watch_api import pod, wait_until
 
 from gpu_efficiency.sources.cluster import ClusterReader
-from gpu_efficiency.sources.cluster_cache import CachedClusterReader, ClusterCache
+from gpu_efficiency.sources.cluster_cache import CACHE_PAGE_SIZE, CachedClusterReader, ClusterCache
 
 LISTS: dict[str, list[dict[str, Any]]] = {
     "/api/v1/pods": [pod("listed", "u1", 5), pod("cpu-only", "u2", 6, gpus=0)],
@@ -96,7 +96,7 @@ def test_cache_lists_then_watches_through_the_real_client(api: client.ApiClient)
         assert watches[0]["allowWatchBookmarks"] == ["true"]
         assert watches[0]["fieldSelector"] == ["spec.nodeName!="]
         lists = [q for path, q in _ApiServer.requests if path == "/api/v1/pods" and "watch" not in q]
-        assert lists[0]["limit"] == ["500"]
+        assert lists[0]["limit"] == [str(CACHE_PAGE_SIZE)]
         assert lists[0]["fieldSelector"] == ["spec.nodeName!="]
     finally:
         started = time.monotonic()
