@@ -149,6 +149,16 @@ class OperatorIdentity:
     service_account: str
     kubeconfig: str
 
+    def run_command(self, cluster: Cluster, *extra: str) -> str:
+        """``gpu-efficiency run`` against the cluster's Prometheus, in our namespace, no fixed ports."""
+        return " ".join(
+            (
+                f"{sys.executable} -m gpu_efficiency.cli run --prometheus-url {cluster.prometheus_url}",
+                f"--namespace {self.namespace} --metrics-port 0 --health-port 0",
+                *extra,
+            )
+        )
+
 
 def install_operator_rbac(cluster: Cluster, workdir: Path) -> OperatorIdentity:
     """Apply the chart's RBAC and build a kubeconfig holding a ServiceAccount token (TokenRequest)."""

@@ -8,7 +8,6 @@ them. Files driven this way live in ``scenarios/procedural/``, which test_scenar
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import uuid
@@ -39,10 +38,7 @@ class BackgroundScenario:
         self.lines: list[str] = []
         self._t0 = threading.Event()
         self.result: ScenarioResult | None = None
-        operator_cmd = (
-            f"{sys.executable} -m gpu_efficiency.cli run --prometheus-url {cluster.prometheus_url} "
-            f"--namespace {identity.namespace} --metrics-port 0 --health-port 0"
-        )
+        operator_cmd = identity.run_command(cluster)
         self.run = ScenarioRun(
             load_scenario(PROCEDURAL / f"{name}.yaml"),
             RunOptions(

@@ -48,10 +48,7 @@ def test_shipped_scenario_passes(
     operator_cmd, operator_env = "", {}
     if scenario.needs_operator:
         identity: OperatorIdentity = request.getfixturevalue("operator_identity")
-        operator_cmd = (
-            f"{sys.executable} -m gpu_efficiency.cli run --prometheus-url {cluster.prometheus_url} "
-            f"--namespace {identity.namespace} --metrics-port 0 --health-port 0"
-        )
+        operator_cmd = identity.run_command(cluster)
         operator_env = {"KUBECONFIG": identity.kubeconfig}
     lines: list[str] = []
     result = run_scenario(

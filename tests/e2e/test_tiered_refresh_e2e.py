@@ -10,7 +10,6 @@ beside 12 busy GPUs, whose windows are carried.
 from __future__ import annotations
 
 import re
-import sys
 import uuid
 from pathlib import Path
 
@@ -40,10 +39,8 @@ def test_idle_scenarios_pass_with_a_tiny_refresh_budget(
             prometheus_url=cluster.prometheus_url,
             targets_dir=cluster.prometheus_targets_dir(),
             operator=True,
-            operator_cmd=(
-                f"{sys.executable} -m gpu_efficiency.cli run --prometheus-url {cluster.prometheus_url} "
-                f"--namespace {operator_identity.namespace} --metrics-port 0 --health-port 0 "
-                "--prometheus-refresh-budget 1 --log-level DEBUG"
+            operator_cmd=operator_identity.run_command(
+                cluster, "--prometheus-refresh-budget 1 --log-level DEBUG"
             ),
             operator_env={"KUBECONFIG": operator_identity.kubeconfig},
             namespace_prefix=f"e2e-{uuid.uuid4().hex[:4]}-",

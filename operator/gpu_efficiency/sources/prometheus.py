@@ -11,7 +11,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -264,37 +264,56 @@ class PrometheusSource:
         if tiered and request.activity is not None:
             return self._fetch_tiered(request, request.activity.idle_below)
         started = time.monotonic()
-        matchers, hints = self.config.matchers, request.hints
-        queries = self._first_round(request)
         identity: dict[GPUKey, _Identity] = {}
         windows: dict[Window, WindowValues] = {}
-        sent = 0
-        with ThreadPoolExecutor(max_workers=len(queries) + len(FILTERED_WINDOWS)) as pool, gc_paused():
-            pending = {pool.submit(self._run, q, request.now): q for q in queries}
-            sent += len(pending)
+
+        def take(query: Query, result: Any) -> list[Query]:
+            nonlocal identity
+            if query.window is not None:
+                windows[query.window] = result
+            elif not query.candidates:
+                identity = result
+            return self._fault_windows(query, result, request)
+
+        with gc_paused():
+            queries = self._first_round(request)
+            sent = self._run_rounds(queries, request.now, take, len(queries) + len(FILTERED_WINDOWS))
+            gpus = samples(identity, windows, request)
+        return FetchResult(gpus=gpus, queries=sent, seconds=time.monotonic() - started)
+
+    def _run_rounds(
+        self, queries: list[Query], at: float, take: Callable[[Query, Any], list[Query]], workers: int
+    ) -> int:
+        """Run ``queries`` concurrently; ``take`` gets each answer as it arrives and returns the
+        queries it makes necessary (a later round), which run on the same pool. Returns how many
+        queries were sent."""
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            pending = {pool.submit(self._run, q, at): q for q in queries}
+            sent = len(pending)
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    query = pending.pop(future)
-                    result = future.result()
-                    if query.window is not None:
-                        windows[query.window] = result
-                    elif not query.candidates:
-                        identity = result
-                    elif hints is not None:  # second round: filtered windows over their candidates
-                        for window, uuids in result.items():
-                            second = restricted_query(window, request.windows[window], hints, uuids, matchers)
-                            pending[pool.submit(self._run, second, request.now)] = second
-                            sent += 1
-            gpus = samples(identity, windows, request)
-        return FetchResult(gpus=gpus, queries=sent, seconds=time.monotonic() - started)
+                    for more in take(pending.pop(future), future.result()):
+                        pending[pool.submit(self._run, more, at)] = more
+                        sent += 1
+        return sent
+
+    def _fault_windows(self, query: Query, result: Any, request: FetchRequest) -> list[Query]:
+        """After the fault candidates query: each filtered window over only the GPUs it named."""
+        hints = request.hints
+        if not query.candidates or hints is None:
+            return []
+        return [
+            restricted_query(w, request.windows[w], hints, uuids, self.config.matchers)
+            for w, uuids in result.items()
+        ]
 
     def _fetch_tiered(self, request: FetchRequest, idle_below: float) -> FetchResult:
         """``fetch`` with the activity window refreshed only where it matters (activity_cache.py):
         identity (with newest-sample times), idle candidates and fault candidates first; then the
         activity window of the refresh set, in chunks of listed UUIDs run concurrently."""
         started = time.monotonic()
-        matchers, hints = self.config.matchers, request.hints
+        matchers = self.config.matchers
         seconds = request.windows[Window.ACTIVITY]
         queries = [
             identity_query(matchers, timestamps=True),
@@ -305,37 +324,27 @@ class PrometheusSource:
         ]
         cache = self._cache(seconds)
         state = _TieredRound()
-        sent = 0
-        with ThreadPoolExecutor(max_workers=MAX_ACTIVITY_CHUNKS + 8) as pool, gc_paused():
-            pending = {pool.submit(self._run, q, request.now): q for q in queries}
-            sent += len(pending)
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    query = pending.pop(future)
-                    state.take(query, future.result())
-                    more: list[Query] = []
-                    if query.candidates and hints is not None:  # fault windows of their candidates
-                        more = [
-                            restricted_query(w, request.windows[w], hints, uuids, matchers)
-                            for w, uuids in future.result().items()
-                        ]
-                    if state.plan is None and state.identity is not None and state.idle is not None:
-                        with self._cache_lock:
-                            plan = plan_refresh(
-                                cache.entries,
-                                state.seen,
-                                state.idle,
-                                idle_below,
-                                self.refresh_budget,
-                                now=request.now,
-                                settle_s=seconds + 2 * request.scrape_interval,
-                            )
-                        state.plan, activity = activity_queries(plan, state.seen, seconds, matchers)
-                        more += activity
-                    for second in more:
-                        pending[pool.submit(self._run, second, request.now)] = second
-                        sent += 1
+
+        def take(query: Query, result: Any) -> list[Query]:
+            state.take(query, result)
+            more = self._fault_windows(query, result, request)
+            if state.plan is None and state.identity is not None and state.idle is not None:
+                with self._cache_lock:
+                    plan = plan_refresh(
+                        cache.entries,
+                        state.seen,
+                        state.idle,
+                        idle_below,
+                        self.refresh_budget,
+                        now=request.now,
+                        settle_s=seconds + 2 * request.scrape_interval,
+                    )
+                state.plan, activity = activity_queries(plan, state.seen, seconds, matchers)
+                more += activity
+            return more
+
+        with gc_paused():
+            sent = self._run_rounds(queries, request.now, take, MAX_ACTIVITY_CHUNKS + 8)
             if state.identity is None or state.plan is None:
                 raise SourceUnavailable("Prometheus answered no identity or idle-candidates query")
             plan = state.plan

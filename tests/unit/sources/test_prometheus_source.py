@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+from tests.unit.sources.fake_http import QuietHandler, serving
 
 from gpu_efficiency.engine.model import PodRef, Signal, Window
 from gpu_efficiency.sources.base import FaultHints, FetchRequest, SourceUnavailable
@@ -93,12 +93,12 @@ def test_decode_vector_errors() -> None:
     assert math.isnan(decode_vector(_vector([({"a": "b"}, "NaN")]))[0][1])
 
 
-class _FakePrometheus(BaseHTTPRequestHandler):
+class _FakePrometheus(QuietHandler):
     """Answers identity and window queries like Prometheus would for two GPUs."""
 
     status = 200
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
         body = self.rfile.read(int(self.headers["Content-Length"])).decode()
         query = parse_qs(body)["query"][0]
         self.server.queries.append(query)  # type: ignore[attr-defined]
@@ -146,25 +146,14 @@ class _FakePrometheus(BaseHTTPRequestHandler):
             )
         else:
             payload = _vector([])
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.reply_json(payload)
 
 
 @pytest.fixture
 def fake_prometheus() -> Iterator[ThreadingHTTPServer]:
     _FakePrometheus.status = 200
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakePrometheus)
-    server.queries = []  # type: ignore[attr-defined]
-    server.auth = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
+    with serving(_FakePrometheus, queries=[], auth=[]) as server:
+        yield server
 
 
 def test_fetch_assembles_samples(fake_prometheus: ThreadingHTTPServer, tmp_path: Any) -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+from tests.unit.sources.fake_http import QuietHandler, serving
 
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.sources.base import FaultHints, FetchRequest, SourceUnavailable
@@ -118,10 +117,10 @@ def test_candidates_query_covers_filtered_windows_only() -> None:
     assert candidates_query({Window.ACTIVITY: 600.0}, HINTS) is None
 
 
-class _Prometheus(BaseHTTPRequestHandler):
+class _Prometheus(QuietHandler):
     """Names GPU-2 as a fault-window candidate and answers the restricted fault window for it."""
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
         query = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())["query"][0]
         self.server.queries.append(query)  # type: ignore[attr-defined]
         if query.startswith("group by (UUID"):
@@ -136,24 +135,13 @@ class _Prometheus(BaseHTTPRequestHandler):
             series = [({"UUID": u, AGG_LABEL: "SM_ACTIVE:max"}, "0.5") for u in ("GPU-1", "GPU-2")]
         else:
             series = []
-        body = _body(series)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.reply_json(_body(series))
 
 
 @pytest.fixture
 def prometheus() -> Iterator[Any]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
-    server.queries = []  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
+    with serving(_Prometheus, queries=[]) as server:
+        yield server
 
 
 def test_fetch_with_hints_asks_candidates_then_their_windows(prometheus: Any) -> None:

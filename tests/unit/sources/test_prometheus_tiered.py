@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+from tests.unit.sources.fake_http import QuietHandler, serving
 
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.sources import prometheus as prom
@@ -82,31 +81,21 @@ class Model:
         return []
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
+class _Handler(QuietHandler):
+    def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
         query = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())["query"][0]
         model: Model = self.server.model  # type: ignore[attr-defined]
         model.queries.append(query)
         result = [{"metric": m, "value": [NOW, str(v)]} for m, v in model.answer(query)]
         body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.reply_json(body)
 
 
 @pytest.fixture
 def model() -> Iterator[Model]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.model = Model()  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    server.model.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
-    yield server.model  # type: ignore[attr-defined]
-    server.shutdown()
+    with serving(_Handler, model=Model()) as server:
+        server.model.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
+        yield server.model  # type: ignore[attr-defined]
 
 
 def _source(model: Model, budget: int) -> PrometheusSource:

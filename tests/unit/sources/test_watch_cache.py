@@ -3,6 +3,7 @@ fallback to LIST, read-your-writes (an in-memory list/watch API; the real client
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -383,7 +384,7 @@ def test_reader_lists_until_synced_then_reads_the_cache_with_no_requests(
         FakeListApi([node_obj("n1", "un1", 5)]),
         FakeListApi([ns_obj("ns", 3)]),
     )
-    pods_api.list_gate = __import__("threading").Event()  # the pod LIST hangs: pods not synced yet
+    pods_api.list_gate = threading.Event()  # the pod LIST hangs: pods not synced yet
     for api in (pods_api, nodes_api, ns_api):
         api.next_watch()
     pods = informer(pods_api)
@@ -452,19 +453,30 @@ def _three(pods_api: FakeListApi) -> tuple[Informer[PodView], Informer[Any], Inf
     )
 
 
-def test_right_after_start_a_read_waits_for_the_first_list_instead_of_listing_too(
-    started: list[Informer[Any]],
-) -> None:
-    import threading
-
+def _gated_reader(
+    started: list[Informer[Any]], first_sync_wait: float
+) -> tuple[threading.Event, FakeFallback, CachedClusterReader]:
+    """A started reader whose pods' first LIST is held until the returned gate is set."""
+    gate = threading.Event()
     pods_api = FakeListApi([pod("a", "ua", 50)])
-    pods_api.list_gate = threading.Event()
+    pods_api.list_gate = gate
     pods, nodes, namespaces = _three(pods_api)
     started.extend((pods, nodes, namespaces))
     fallback = FakeFallback()
-    reader = CachedClusterReader(FakeCache(pods, nodes, namespaces), fallback, first_sync_wait=10)  # type: ignore[arg-type]
+    reader = CachedClusterReader(
+        FakeCache(pods, nodes, namespaces),  # type: ignore[arg-type]
+        fallback,  # type: ignore[arg-type]
+        first_sync_wait=first_sync_wait,
+    )
     reader.start()
-    threading.Timer(0.2, pods_api.list_gate.set).start()
+    return gate, fallback, reader
+
+
+def test_right_after_start_a_read_waits_for_the_first_list_instead_of_listing_too(
+    started: list[Informer[Any]],
+) -> None:
+    gate, fallback, reader = _gated_reader(started, first_sync_wait=10)
+    threading.Timer(0.2, gate.set).start()
     state = reader.read()
     assert [p.name for p in state.pods] == ["a"]
     assert state.requests == 0
@@ -472,18 +484,10 @@ def test_right_after_start_a_read_waits_for_the_first_list_instead_of_listing_to
 
 
 def test_a_first_list_that_takes_too_long_is_not_waited_for(started: list[Informer[Any]]) -> None:
-    import threading
-
-    pods_api = FakeListApi([pod("a", "ua", 50)])
-    pods_api.list_gate = threading.Event()
-    pods, nodes, namespaces = _three(pods_api)
-    started.extend((pods, nodes, namespaces))
-    fallback = FakeFallback()
-    reader = CachedClusterReader(FakeCache(pods, nodes, namespaces), fallback, first_sync_wait=0.1)  # type: ignore[arg-type]
-    reader.start()
+    gate, fallback, reader = _gated_reader(started, first_sync_wait=0.1)
     try:
         state = reader.read()
         assert [p.name for p in state.pods] == ["listed"]
         assert fallback.calls == ["pods"]
     finally:
-        pods_api.list_gate.set()
+        gate.set()
