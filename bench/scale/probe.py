@@ -11,7 +11,8 @@ The operator code runs unchanged; this launcher only wraps a few functions befor
   reading and decoding the answer, response bytes, series).
 - ``cycle``: one per evaluation cycle: wall time, process CPU time, time per phase (observe =
   node read, then the pod read alongside the Prometheus fetch; plan, apply, status), verdicts,
-  actions, writes, queries, RSS and peak RSS.
+  actions, writes, queries, RSS and peak RSS; with ``GPUEFF_PROBE_PROMETHEUS_URL``, also the CPU
+  seconds Prometheus spent meanwhile (its ``process_cpu_seconds_total``, scrapes included).
 - ``mem``: RSS and peak RSS each time the peak has grown by 2 MiB (sampled every 0.2 s), so the
   moment the peak is reached can be matched with the cycles and the cache's LISTs.
 - ``alloc`` (only with ``GPUEFF_PROBE_TRACEMALLOC=1``; slows the operator several times): after each
@@ -25,11 +26,13 @@ The operator code runs unchanged; this launcher only wraps a few functions befor
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
 import time
 import tracemalloc
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -204,9 +207,11 @@ def install(trace_path: str) -> None:
     StatusWriter.write = _timed_phase("status", StatusWriter.write)  # type: ignore[method-assign]
 
     original_run = cycle.CycleRunner.run
+    prometheus_url = os.environ.get("GPUEFF_PROBE_PROMETHEUS_URL", "")
 
     def run(self: Any, **kwargs: Any) -> Any:
         _PHASES["current"] = {}
+        prom0 = _prometheus_cpu(prometheus_url)
         t0, p0, c0 = time.time(), time.perf_counter(), os.times()
         report = None
         try:
@@ -226,6 +231,7 @@ def install(trace_path: str) -> None:
                     "t1": time.time(),
                     "wall": round(time.perf_counter() - p0, 6),
                     "cpu": round((c1.user - c0.user) + (c1.system - c0.system), 4),
+                    "prom_cpu": round(_prometheus_cpu(prometheus_url) - prom0, 3),
                     "phases": {k: round(v, 6) for k, v in phases.items()},
                     "ran": bool(getattr(report, "ran", False)),
                     "verdicts": len(plan.verdicts) if plan else 0,
@@ -242,6 +248,21 @@ def install(trace_path: str) -> None:
         _trace_allocations(out, cycle)
     if os.environ.get("GPUEFF_PROBE_MALLOC") == "1":
         _trace_malloc(out, cycle)
+
+
+def _prometheus_cpu(url: str) -> float:
+    """Prometheus' own ``process_cpu_seconds_total`` (NaN without a URL or an answer): read at both
+    ends of a cycle, it is what the cycle's queries cost Prometheus, its scrapes meanwhile included."""
+    if not url:
+        return math.nan
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("process_cpu_seconds_total "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return math.nan
 
 
 def _pymalloc_stats() -> dict[str, int]:

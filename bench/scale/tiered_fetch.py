@@ -5,17 +5,20 @@
 
 For each budget, a fresh PrometheusSource runs ``--cycles`` fetches ``--interval`` seconds apart
 (the first fills the cache) with the windows and thresholds of the default scale-bench policy, and
-prints per cycle: fetch wall, PromQL queries, GPUs refreshed / carried, the engine's activity
-verdicts (idle / busy / unknown) and the load average.
+prints per cycle: fetch wall, the CPU seconds Prometheus and this process spent during it (Prometheus'
+own ``process_cpu_seconds_total``, so its scrapes in that time count too), PromQL queries, GPUs
+refreshed / carried, the engine's activity verdicts (idle / busy / unknown) and the load average.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
@@ -45,6 +48,19 @@ def verdicts(result_gpus: tuple, now: float) -> dict[str, int]:  # type: ignore[
     return counts
 
 
+def prometheus_cpu(url: str) -> float:
+    """Prometheus' own CPU seconds so far (NaN when its /metrics cannot be read)."""
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return math.nan
+    for line in text.splitlines():
+        if line.startswith("process_cpu_seconds_total "):
+            return float(line.split()[1])
+    return math.nan
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", default=os.environ.get("GPUEFF_PROMETHEUS_URL", "http://127.0.0.1:39090"))
@@ -66,11 +82,15 @@ def main() -> None:
                 activity=ActivityHints(idle_below=IDLE_BELOW),
             )
             load = os.getloadavg()
+            prom0, own0 = prometheus_cpu(args.url), time.process_time()
             result = source.fetch(request)
+            prom_cpu, own_cpu = prometheus_cpu(args.url) - prom0, time.process_time() - own0
             row = {
                 "budget": budget,
                 "cycle": cycle,
                 "wall_s": round(result.seconds, 2),
+                "prometheus_cpu_s": round(prom_cpu, 2),
+                "fetch_cpu_s": round(own_cpu, 2),
                 "queries": result.queries,
                 "gpus": len(result.gpus),
                 "refreshed": result.refreshed,
