@@ -25,6 +25,7 @@ PROM_SCRAPE_INTERVAL="${GPUEFF_PROM_SCRAPE_INTERVAL:-1s}"
 PROM_RETENTION="${GPUEFF_PROM_RETENTION:-2h}"
 SERVICE_CIDR="${GPUEFF_SERVICE_CIDR:-10.96.0.0/16}"
 WAIT_TIMEOUT="${GPUEFF_WAIT_TIMEOUT:-120}"
+NODE_STATUS_PERIOD_S="${GPUEFF_KWOK_NODE_STATUS_PERIOD_S:-}"  # fake nodes' status heartbeat (kwok.yaml)
 
 DEFAULT_NODES=2
 DEFAULT_GPUS=8
@@ -230,6 +231,14 @@ write_configs() {
     write_kubeconfig "$STATE/kubeconfigs/$c" "$c"
   done
   cp "$HERE/kwok.yaml" "$STATE/kwok.yaml"
+  if [[ -n "$NODE_STATUS_PERIOD_S" ]]; then  # kwok.yaml: the node-heartbeat stage's delay
+    [[ "$NODE_STATUS_PERIOD_S" =~ ^[1-9][0-9]*$ ]] \
+      || die "GPUEFF_KWOK_NODE_STATUS_PERIOD_S must be a whole number of seconds, not '$NODE_STATUS_PERIOD_S'"
+    sed -i \
+      -e "s/^\(    durationMilliseconds: \)[0-9]*\(  # node-heartbeat period\)/\1$((NODE_STATUS_PERIOD_S * 1000))\2/" \
+      -e "s/^\(    jitterDurationMilliseconds: \)[0-9]*\(  # node-heartbeat jitter\)/\1$((NODE_STATUS_PERIOD_S * 1100))\2/" \
+      "$STATE/kwok.yaml"
+  fi
 }
 
 # ------------------------------------------------------------- components --
