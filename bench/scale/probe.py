@@ -211,7 +211,7 @@ def install(trace_path: str) -> None:
 
     def run(self: Any, **kwargs: Any) -> Any:
         _PHASES["current"] = {}
-        prom0 = _prometheus_cpu(prometheus_url)
+        prom0 = prometheus_cpu(prometheus_url)
         t0, p0, c0 = time.time(), time.perf_counter(), os.times()
         report = None
         try:
@@ -231,7 +231,7 @@ def install(trace_path: str) -> None:
                     "t1": time.time(),
                     "wall": round(time.perf_counter() - p0, 6),
                     "cpu": round((c1.user - c0.user) + (c1.system - c0.system), 4),
-                    "prom_cpu": round(_prometheus_cpu(prometheus_url) - prom0, 3),
+                    "prom_cpu": round(prometheus_cpu(prometheus_url) - prom0, 3),
                     "phases": {k: round(v, 6) for k, v in phases.items()},
                     "ran": bool(getattr(report, "ran", False)),
                     "verdicts": len(plan.verdicts) if plan else 0,
@@ -250,7 +250,7 @@ def install(trace_path: str) -> None:
         _trace_malloc(out, cycle)
 
 
-def _prometheus_cpu(url: str) -> float:
+def prometheus_cpu(url: str) -> float:
     """Prometheus' own ``process_cpu_seconds_total`` (NaN without a URL or an answer): read at both
     ends of a cycle, it is what the cycle's queries cost Prometheus, its scrapes meanwhile included."""
     if not url:

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
+
+from probe import prometheus_cpu  # this script's directory is on sys.path
 
 from gpu_efficiency.engine.activity import DataBounds, gpu_activity
 from gpu_efficiency.engine.model import Window
@@ -46,19 +46,6 @@ def verdicts(result_gpus: tuple, now: float) -> dict[str, int]:  # type: ignore[
         else:
             counts["idle" if activity.peak < IDLE_BELOW else "busy"] += 1
     return counts
-
-
-def prometheus_cpu(url: str) -> float:
-    """Prometheus' own CPU seconds so far (NaN when its /metrics cannot be read)."""
-    try:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-            text = response.read().decode()
-    except OSError:
-        return math.nan
-    for line in text.splitlines():
-        if line.startswith("process_cpu_seconds_total "):
-            return float(line.split()[1])
-    return math.nan
 
 
 def main() -> None:
