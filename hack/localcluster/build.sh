@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the local-cluster binaries (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, etcd, kwok, helm) from the pinned Go modules in this
+# kube-scheduler, kubectl, etcd, kwok, helm, prometheus, promtool) from the pinned Go modules in this
 # directory, into a cache outside the repository:
 #
 #   ${GPUEFF_CACHE_DIR:-$HOME/.cache/gpu-efficiency-operator}/localcluster/<key>/bin
@@ -15,7 +15,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE_ROOT="${GPUEFF_CACHE_DIR:-$HOME/.cache/gpu-efficiency-operator}/localcluster"
-MODULES=(kubernetes etcd kwok helm)
+MODULES=(kubernetes etcd kwok helm prometheus)
 
 # Versions stamped into the binaries (must match the pins in the go.mod files).
 KUBE_VERSION=v1.36.3
@@ -23,6 +23,7 @@ KUBE_CLIENT_VERSION=v0.36.3
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
+PROMETHEUS_VERSION=v3.10.0   # module github.com/prometheus/prometheus v0.310.0
 # Fixed so builds are reproducible; the release dates of the pinned versions.
 KUBE_BUILD_DATE=2026-07-22T18:07:38Z
 
@@ -46,7 +47,7 @@ case "${1:-}" in
   *) echo "usage: $0 [--print-bindir|--force]" >&2; exit 2 ;;
 esac
 
-want=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm)
+want=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm prometheus promtool)
 complete() { for b in "${want[@]}"; do [[ -x "$BINDIR/$b" ]] || return 1; done; }
 
 if [[ "$FORCE" == 0 ]] && complete; then
@@ -81,11 +82,12 @@ export CGO_ENABLED=0
 export GOFLAGS="-mod=readonly -buildvcs=false"
 common=(-p 2 -trimpath)
 
-gobuild() { # module out pkg ldflags
+gobuild() { # module out pkg ldflags [go build flags...]
   local mod=$1 out=$2 pkg=$3 ld=$4 t0
+  shift 4
   t0=$(date +%s)
   echo ">> [$mod] go build $pkg -> $out" >&2
-  (cd "$HERE/$mod" && go build "${common[@]}" -ldflags "-s -w $ld" -o "$TMP/bin/$out" "$pkg")
+  (cd "$HERE/$mod" && go build "${common[@]}" "$@" -ldflags "-s -w $ld" -o "$TMP/bin/$out" "$pkg")
   echo "   [$mod] $out done in $(( $(date +%s) - t0 ))s" >&2
 }
 
@@ -118,11 +120,21 @@ gobuild helm helm helm.sh/helm/v3/cmd/helm \
    -X $hv/pkg/lint/rules.k8sVersionMajor=$hk_major -X $hv/pkg/lint/rules.k8sVersionMinor=$hk_minor \
    -X $hv/pkg/chartutil.k8sVersionMajor=$hk_major -X $hv/pkg/chartutil.k8sVersionMinor=$hk_minor"
 
+# --- Prometheus and promtool ----------------------------------------------------
+# A current Prometheus (Debian's is 2.42, from 2023). Only file and static discovery are used.
+pv="github.com/prometheus/common/version"
+for c in prometheus promtool; do
+  gobuild prometheus "$c" "github.com/prometheus/prometheus/cmd/$c" \
+    "-X $pv.Version=${PROMETHEUS_VERSION#v} -X $pv.Branch=release" \
+    -tags remove_all_sd
+done
+
 cat > "$TMP/VERSIONS" <<EOF
 kubernetes $KUBE_VERSION (staging $KUBE_CLIENT_VERSION)
 etcd $ETCD_VERSION
 kwok $KWOK_VERSION
 helm $HELM_VERSION
+prometheus $PROMETHEUS_VERSION
 go $(go env GOVERSION)
 key $KEY
 EOF

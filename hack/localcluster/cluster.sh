@@ -344,20 +344,16 @@ start_kwok() {
 }
 
 # ------------------------------------------------------------- Prometheus --
-ensure_prometheus_installed() {
-  command -v prometheus > /dev/null && return 0
-  [[ "$(id -u)" == 0 ]] || die "prometheus is not installed; run: sudo apt-get install -y --no-install-recommends prometheus"
-  log "installing Debian's prometheus package (apt-get)"
-  # Keep the Debian service from starting its own Prometheus on :9090.
-  local policy=/usr/sbin/policy-rc.d created=0
-  if [[ ! -e "$policy" ]]; then
-    printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod +x "$policy"; created=1
+prometheus_bin() {
+  # The Prometheus built by build.sh; GPUEFF_PROMETHEUS_BIN runs another (e.g. Debian's, to compare).
+  if [[ -n "${GPUEFF_PROMETHEUS_BIN:-}" ]]; then
+    [[ -x "$GPUEFF_PROMETHEUS_BIN" ]] || die "GPUEFF_PROMETHEUS_BIN=$GPUEFF_PROMETHEUS_BIN is not executable"
+    echo "$GPUEFF_PROMETHEUS_BIN"
+    return 0
   fi
-  export DEBIAN_FRONTEND=noninteractive
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; } > "$STATE/apt-prometheus.log" 2>&1 \
-    || { [[ $created == 1 ]] && rm -f "$policy"; tail -n 30 "$STATE/apt-prometheus.log" >&2; die "apt-get install prometheus failed"; }
-  [[ $created == 1 ]] && rm -f "$policy"
-  command -v prometheus > /dev/null || die "prometheus still not on PATH after install"
+  bindir
+  [[ -x "$BIN/prometheus" ]] || die "no prometheus in $BIN (run $HERE/build.sh)"
+  echo "$BIN/prometheus"
 }
 
 write_prometheus_config() {
@@ -385,10 +381,11 @@ EOF
 
 start_prometheus() {
   running_pid prometheus > /dev/null && return 0
-  ensure_prometheus_installed
+  local prometheus
+  prometheus="$(prometheus_bin)"
   write_prometheus_config
   free_port prometheus "$PROM_PORT"
-  start_proc prometheus "$(command -v prometheus)" \
+  start_proc prometheus "$prometheus" \
     --config.file "$PROM_DIR/prometheus.yml" \
     --storage.tsdb.path "$PROM_DIR/data" \
     --storage.tsdb.retention.time "$PROM_RETENTION" \

@@ -71,22 +71,27 @@ ALL_ON = (
 # --- tools -------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def helm_bin() -> str:
-    """The helm built by hack/localcluster/build.sh (or HELM, or helm on PATH). Fails, never skips."""
-    explicit = os.environ.get("HELM")
+def built_tool(name: str, env: str) -> str:
+    """``name`` as built by hack/localcluster/build.sh (or the path in ``env``, or ``name`` on PATH).
+    Fails, never skips."""
+    explicit = os.environ.get(env)
     if explicit:
         return explicit
     bindir = subprocess.run([str(BUILD_SH), "--print-bindir"], capture_output=True, text=True, check=True)
-    built = Path(bindir.stdout.strip().splitlines()[-1]) / "helm"
+    built = Path(bindir.stdout.strip().splitlines()[-1]) / name
     if built.exists():
         return str(built)
-    on_path = shutil.which("helm")
+    on_path = shutil.which(name)
     if on_path:
         return on_path
     pytest.fail(
-        f"helm not found at {built}: build it with `hack/localcluster/build.sh` (or set HELM=/path/to/helm)"
+        f"{name} not found at {built}: build it with `hack/localcluster/build.sh` (or set {env}=/path/to/{name})"
     )
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> str:
+    return built_tool("helm", "HELM")
 
 
 def run(
@@ -318,12 +323,8 @@ def test_monitoring_objects_and_alert_rules(helm_bin: str, tmp_path: Path) -> No
     assert alerts["GPUEfficiencyMetricsUnavailable"]["for"] == "10m"
     assert "gpu_efficiency_circuit_breaker_open" in alerts["GPUEfficiencyCircuitBreakerOpen"]["expr"]
     assert 'result="blocked"' in alerts["GPUEfficiencyEvictionsBlocked"]["expr"]
-    # promtool (from the Prometheus package the local cluster uses) parses every expression.
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail(
-            "promtool not found: install Debian's prometheus package (hack/localcluster/cluster.sh does)"
-        )
+    # promtool (built with the local cluster's Prometheus) parses every expression.
+    promtool = built_tool("promtool", "PROMTOOL")
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     out = run(promtool, "check", "rules", str(rules_file)).stdout
