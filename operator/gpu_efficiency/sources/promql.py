@@ -194,7 +194,7 @@ def _held_nodes(nodes: frozenset[str], matchers: str) -> str | None:
         return None
     pattern = "|".join(sorted(re_escape(n) for n in nodes))
     sel = _selector(Signal.GPU_TEMP, (f"{matchers}," if matchers else "") + f'Hostname=~"{pattern}"')
-    return f"group by ({', '.join(GPU_KEY_LABELS)}) ({sel})"
+    return _any_key(sel)
 
 
 def re_escape(name: str) -> str:
@@ -342,10 +342,7 @@ def candidates_query(windows: Mapping[Window, float], hints: FaultHints, matcher
             continue
         only = window_filter(window, seconds, hints, matchers)
         if only is not None:
-            keys = ", ".join(GPU_KEY_LABELS)
-            parts.append(
-                f'label_replace(group by ({keys}) ({only}), "{CANDIDATE_LABEL}", "{window.value}", "", "")'
-            )
+            parts.append(f'label_replace({_any_key(only)}, "{CANDIDATE_LABEL}", "{window.value}", "", "")')
     return Query(window=None, text=union(parts), candidates=True) if parts else None
 
 
