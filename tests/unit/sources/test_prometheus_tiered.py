@@ -243,8 +243,10 @@ def test_large_refresh_sets_are_chunked_and_most_gpus_go_unrestricted(
         gpu.sm = 0.0  # all idle: the refresh set is every GPU
     result, sent = _fetch(source, model, NOW + 230)
     listed = [_listed(q) for q in _activity(sent)]
-    assert listed[-1] == {"*"}  # after the budget's chunks, sent before the plan was known
-    assert sorted(len(x) for x in listed[:-1]) == [1, 2, 2]
+    # the budget's chunks (sent before the plan was known; they run concurrently, so they may
+    # reach the server after it) and one unrestricted query
+    assert listed.count({"*"}) == 1
+    assert sorted(len(x) for x in listed if x != {"*"}) == [1, 2, 2]
     assert (result.refreshed, result.carried) == (12, 0)
 
 
