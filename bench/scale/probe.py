@@ -8,11 +8,14 @@ The operator code runs unchanged; this launcher only wraps a few functions befor
 - ``api``: every Kubernetes API call made through the ``kubernetes`` client (method, path, status
   code, seconds to the response headers). Kopf's own aiohttp watch of the policies is not counted.
 - ``prom``: every PromQL instant query (which query, seconds until Prometheus answered and for
-  reading and decoding the answer, response bytes, series).
+  reading and decoding the answer, response bytes, series; ``bg``: the refresh budget's background
+  fetch after a cycle, not part of it).
 - ``cycle``: one per evaluation cycle: wall time, process CPU time, time per phase (observe =
   node read, then the pod read alongside the Prometheus fetch; plan, apply, status), verdicts,
   actions, writes, queries, RSS and peak RSS; with ``GPUEFF_PROBE_PROMETHEUS_URL``, also the CPU
-  seconds Prometheus spent meanwhile (its ``process_cpu_seconds_total``, scrapes included).
+  seconds Prometheus spent meanwhile (its ``process_cpu_seconds_total``, scrapes included). Both
+  processes' CPU totals at the cycle's start too, so that what a whole interval costs (background
+  refresh included) is the difference between two cycles.
 - ``mem``: RSS and peak RSS each time the peak has grown by 2 MiB (sampled every 0.2 s), so the
   moment the peak is reached can be matched with the cycles and the cache's LISTs.
 - ``alloc`` (only with ``GPUEFF_PROBE_TRACEMALLOC=1``; slows the operator several times): after each
@@ -187,6 +190,7 @@ def install(trace_path: str) -> None:
                     "series": local.series,
                     "ok": ok,
                     "chars": len(query.text),
+                    "bg": threading.current_thread().name == "prometheus-refresh",  # rule 4, after a cycle
                 },
             )
 
@@ -232,6 +236,8 @@ def install(trace_path: str) -> None:
                     "wall": round(time.perf_counter() - p0, 6),
                     "cpu": round((c1.user - c0.user) + (c1.system - c0.system), 4),
                     "prom_cpu": round(prometheus_cpu(prometheus_url) - prom0, 3),
+                    "cpu_at": round(c0.user + c0.system, 3),  # both at the start: per-interval figures
+                    "prom_cpu_at": prom0,
                     "phases": {k: round(v, 6) for k, v in phases.items()},
                     "ran": bool(getattr(report, "ran", False)),
                     "verdicts": len(plan.verdicts) if plan else 0,

@@ -30,6 +30,7 @@ kubernetes client), writes; 429s from the client and from the API server's metri
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -597,6 +598,16 @@ class Operator:
             f"only {len(self.cycles)}/{count} cycles after {timeout:.0f}s; see {self.log_path}"
         )
 
+    def wait_background(self, since: float, timeout: float) -> bool:
+        """Wait until a background refresh query started after ``since`` has been traced."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll()
+            if any(q.get("bg") and q["t"] >= since for q in self.queries):
+                return True
+            time.sleep(0.5)
+        return False
+
     def proc_status(self) -> dict[str, int]:
         out = {}
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -678,13 +689,34 @@ def classify(call: dict[str, Any]) -> str:
     return f"{verb} {resource}"
 
 
+def interval_cpu(cycles: list[dict[str, Any]]) -> dict[str, float]:
+    """Median CPU seconds from one cycle's start to the next's, of the operator and of Prometheus:
+    what a whole interval costs, the background refresh and Prometheus' scrapes included."""
+    out: dict[str, float] = {}
+    for key, name in (
+        ("cpu_at", "interval_cpu_s_median"),
+        ("prometheus_cpu_at", "interval_prometheus_cpu_s_median"),
+    ):
+        marks = [c.get(key) for c in cycles]
+        steps = [
+            b - a
+            for a, b in itertools.pairwise(marks)
+            if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)
+        ]
+        if steps:
+            out[name] = round(statistics.median(steps), 3)
+    return out
+
+
 def in_cycle(records: list[dict[str, Any]], cycle: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in records if cycle["t0"] <= r["t"] <= cycle["t1"]]
 
 
 def cycle_summary(op: Operator, cycle: dict[str, Any], flipped: set[str] | None = None) -> dict[str, Any]:
     calls = in_cycle(op.calls, cycle)
-    queries = in_cycle(op.queries, cycle)
+    queries = [q for q in in_cycle(op.queries, cycle) if not q.get("bg")]
+    # the refresh budget's background fetch, started at the cycle's end (before the next cycle)
+    after = [q for q in op.queries if q.get("bg") and cycle["t0"] <= q["t"] <= cycle["t1"] + 20]
     verbs = Counter(classify(c) for c in calls)
     patched = [
         f"{m.group(1)}/{m.group(2)}" for c in calls if c["m"] == "PATCH" and (m := _POD_PATH.match(c["p"]))
@@ -699,6 +731,11 @@ def cycle_summary(op: Operator, cycle: dict[str, Any], flipped: set[str] | None 
         "writes": cycle["writes"],
         "queries": cycle["queries"],
         "promql": [{k: q[k] for k in ("q", "s", "http", "decode", "bytes", "series", "ok")} for q in queries],
+        "background_promql": [
+            {k: q[k] for k in ("q", "s", "http", "decode", "bytes", "series", "ok")} for q in after
+        ],
+        "cpu_at": cycle.get("cpu_at"),
+        "prometheus_cpu_at": cycle.get("prom_cpu_at"),
         "api_requests": dict(sorted(verbs.items())),
         "api_writes": sum(n for v, n in verbs.items() if not v.startswith(("GET", "LIST", "WATCH"))),
         "pod_patches": len(patched),
@@ -784,8 +821,10 @@ def run_size(
     try:
         cycle_timeout = 600.0
         op.wait_cycles(1 + opts.steady_cycles, cycle_timeout + opts.steady_cycles * (opts.interval_s + 60))
-        first = cycle_summary(op, op.cycles[0])
         steady_records = op.cycles[1 : 1 + opts.steady_cycles]
+        if opts.refresh_budget > 0:  # the last steady cycle's background refresh, still running
+            op.wait_background(steady_records[-1]["t0"], timeout=20.0)
+        first = cycle_summary(op, op.cycles[0])
         steady = [cycle_summary(op, c) for c in steady_records]
         cpu_steady_proc = op.cpu_seconds()
         status_after_steady = op.proc_status()
@@ -843,6 +882,9 @@ def run_size(
             "wall_s_max": max(walls),
             "cpu_s_median": statistics.median(c["cpu_s"] for c in steady),
             "prometheus_cpu_s_median": _median_known(c.get("prometheus_cpu_s") for c in steady),
+            "background_queries": sorted({len(c["background_promql"]) for c in steady}),
+            "background_s_max": max((q["s"] for c in steady for q in c["background_promql"]), default=0.0),
+            **interval_cpu(steady),
             "queries": sorted({c["queries"] for c in steady}),
             "promql_s_max": max((q["s"] for c in steady for q in c["promql"]), default=0.0),
             "api_requests_per_cycle": steady[-1]["api_requests"],
@@ -923,6 +965,11 @@ def table(results: list[dict[str, Any]]) -> str:
               for p in ("observe", "read_pods", "fetch")))),
         ("plan s", lambda r: f"{statistics.median(c['phases_s'].get('plan', 0.0) for c in r['steady_cycles']):.2f}"),
         ("PromQL queries per cycle", lambda r: ",".join(str(q) for q in r["steady"]["queries"])),
+        ("background refresh after a cycle: queries, slowest s", lambda r: ",".join(
+            str(q) for q in r["steady"]["background_queries"]) + f"; {r['steady']['background_s_max']:.2f}"),
+        ("CPU s per interval, operator / Prometheus (median)", lambda r: (
+            f"{r['steady'].get('interval_cpu_s_median', math.nan):.2f} / "
+            f"{r['steady'].get('interval_prometheus_cpu_s_median', math.nan):.2f}")),
         ("slowest PromQL query s (answer+read)", lambda r: f"{r['steady']['promql_s_max']:.2f}"),
         ("API requests per steady cycle", lambda r: ", ".join(
             f"{k} {v}" for k, v in r["steady"]["api_requests_per_cycle"].items())),

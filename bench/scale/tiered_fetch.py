@@ -7,7 +7,8 @@ For each budget, a fresh PrometheusSource runs ``--cycles`` fetches ``--interval
 (the first fills the cache) with the windows and thresholds of the default scale-bench policy, and
 prints per cycle: fetch wall, the CPU seconds Prometheus and this process spent during it (Prometheus'
 own ``process_cpu_seconds_total``, so its scrapes in that time count too), PromQL queries, GPUs
-refreshed / carried, the engine's activity verdicts (idle / busy / unknown) and the load average.
+refreshed / carried / refreshing in the background after the fetch (how much longer that ran, and
+the CPU seconds with it), the engine's activity verdicts (idle / busy / unknown) and the load average.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def main() -> None:
             prom0, own0 = prometheus_cpu(args.url), time.process_time()
             result = source.fetch(request)
             prom_cpu, own_cpu = prometheus_cpu(args.url) - prom0, time.process_time() - own0
+            waited = time.monotonic()
+            source.wait_refreshes(args.interval)  # the budget's background refresh (rule 4)
+            refresh_s = time.monotonic() - waited
+            prom_total, own_total = prometheus_cpu(args.url) - prom0, time.process_time() - own0
             row = {
                 "budget": budget,
                 "cycle": cycle,
@@ -82,6 +87,9 @@ def main() -> None:
                 "gpus": len(result.gpus),
                 "refreshed": result.refreshed,
                 "carried": result.carried,
+                "refreshing": result.refreshing,
+                "refresh_after_s": round(refresh_s, 2),
+                "with_refresh_cpu_s": {"prometheus": round(prom_total, 2), "fetch": round(own_total, 2)},
                 **verdicts(result.gpus, started),
                 "load": [round(x, 2) for x in load],
             }

@@ -74,8 +74,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=int(_env("PROMETHEUS_REFRESH_BUDGET", "0")),
         help="tiered activity refresh: each cycle fetch the activity window fresh only for new, "
-        "re-attributed, idle or possibly idle GPUs plus this many least recently refreshed ones, and "
-        "reuse the others' (busy, and still busy by a cheap filter); 0 (default): every GPU every cycle",
+        "re-attributed, idle or possibly idle GPUs and reuse the others' (busy, and still busy by a "
+        "cheap filter); after each cycle, refresh this many least recently refreshed ones in the "
+        "background for later cycles; 0 (default): every GPU every cycle",
     )
     a("--namespace", default=_env("NAMESPACE", "gpu-efficiency-system"), help="the operator's own namespace")
     a("--protected-namespaces", default=_env("PROTECTED_NAMESPACES"), help="comma list never touched")

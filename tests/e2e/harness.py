@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import yaml
 from kubernetes import client
 from kubernetes import config as kube_config
@@ -328,3 +329,21 @@ def decode_token_subject(token: str) -> str:
 
 def names_of(objs: Iterable[Any]) -> list[str]:
     return sorted(o.metadata.name for o in objs)
+
+
+def built_tool(name: str, env: str) -> str:
+    """``name`` as built by hack/localcluster/build.sh (or the path in ``env``, or ``name`` on PATH).
+    Fails, never skips."""
+    explicit = os.environ.get(env)
+    if explicit:
+        return explicit
+    bindir = subprocess.run([str(BUILD_SH), "--print-bindir"], capture_output=True, text=True, check=True)
+    built = Path(bindir.stdout.strip().splitlines()[-1]) / name
+    if built.exists():
+        return str(built)
+    on_path = shutil.which(name)
+    if on_path:
+        return on_path
+    pytest.fail(
+        f"{name} not found at {built}: build it with `hack/localcluster/build.sh` (or set {env}=/path/to/{name})"
+    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.harness import BUILD_SH, CHART, Cluster
+from tests.e2e.harness import CHART, Cluster, built_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -69,24 +68,6 @@ ALL_ON = (
 
 
 # --- tools -------------------------------------------------------------------------------------
-
-
-def built_tool(name: str, env: str) -> str:
-    """``name`` as built by hack/localcluster/build.sh (or the path in ``env``, or ``name`` on PATH).
-    Fails, never skips."""
-    explicit = os.environ.get(env)
-    if explicit:
-        return explicit
-    bindir = subprocess.run([str(BUILD_SH), "--print-bindir"], capture_output=True, text=True, check=True)
-    built = Path(bindir.stdout.strip().splitlines()[-1]) / name
-    if built.exists():
-        return str(built)
-    on_path = shutil.which(name)
-    if on_path:
-        return on_path
-    pytest.fail(
-        f"{name} not found at {built}: build it with `hack/localcluster/build.sh` (or set {env}=/path/to/{name})"
-    )
 
 
 @pytest.fixture(scope="module")

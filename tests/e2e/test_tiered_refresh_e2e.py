@@ -4,7 +4,8 @@ With ``--prometheus-refresh-budget 1`` the operator reuses cached activity windo
 idleness, GPUActiveAgain (a pod that wakes up during its warning) and the eviction must keep the
 scenarios' deadlines, since idle and idle-again GPUs are always fetched fresh. idle-reclaim has
 mostly idle GPUs (its windows are fetched over every GPU); tiered/idle-among-busy is idle-activity
-beside 12 busy GPUs, whose windows are carried.
+beside 12 busy GPUs, whose windows are carried and refreshed one a cycle, after it, in the
+background.
 """
 
 from __future__ import annotations
@@ -55,3 +56,6 @@ def test_idle_scenarios_pass_with_a_tiny_refresh_budget(
     assert carried, "the tiered path did not run"
     if carries:
         assert max(carried) >= 8, carried  # most busy GPUs' windows were reused
+        # and after cycles, the budget's one least recently refreshed GPU in the background (rule 4)
+        refreshed = [int(n) for n in re.findall(r"refreshed (\d+) of 1 cached activity windows", log)]
+        assert refreshed.count(1) >= 2, refreshed

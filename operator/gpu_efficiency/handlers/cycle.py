@@ -28,7 +28,6 @@ from gpu_efficiency.engine.model import (
     AnnotateNode,
     AnnotatePod,
     EvictPod,
-    GPUSample,
     Plan,
     PolicyEvent,
     SeniorPolicy,
@@ -43,6 +42,7 @@ from gpu_efficiency.sources.base import (
     ActivityHints,
     FaultHints,
     FetchRequest,
+    FetchResult,
     SampleSource,
     SourceUnavailable,
 )
@@ -209,8 +209,10 @@ class CycleRunner:
         spec: GPUEfficiencyPolicySpec,
         previous: GPUEfficiencyPolicyStatus,
         seniors: tuple[SeniorPolicy, ...] = (),
-    ) -> tuple[Snapshot, ClusterState, int]:
+    ) -> tuple[Snapshot, ClusterState, FetchResult | None]:
         """Read the cluster and metrics into a snapshot (no writes): shared with report/explain.
+        Also returns the fetch's result (None when the source was unavailable), whose deferred work
+        (``FetchResult.then``) a cycle starts once it has made its writes.
 
         Nodes first (the fetch's fault hints need them), then the pods are listed while the metrics
         are fetched: at thousands of pods both take seconds, mostly waiting on the servers.
@@ -224,16 +226,16 @@ class CycleRunner:
             hints=fault_hints(spec, nodes),
             activity=ActivityHints(idle_below=spec.idle.activity_below),
         )
-        available, error, queries = True, "", 0
-        gpus: tuple[GPUSample, ...] = ()
+        available, error = True, ""
+        result: FetchResult | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fetch") as pool:
             fetching = pool.submit(self.source_for(spec).fetch, request)
             cluster = self.reader.read_pods(nodes)
             try:
                 result = fetching.result()
-                gpus, queries = result.gpus, result.queries
             except SourceUnavailable as exc:
                 available, error = False, str(exc)
+        gpus = result.gpus if result is not None else ()
         if available and not gpus and cluster.pods:
             available, error = (
                 False,
@@ -255,7 +257,7 @@ class CycleRunner:
             | frozenset(spec.selection.excluded_namespaces),
             senior_policies=seniors,
         )
-        return snapshot, cluster, queries
+        return snapshot, cluster, result
 
     def _evaluate(
         self,
@@ -267,8 +269,9 @@ class CycleRunner:
         seniors: tuple[SeniorPolicy, ...],
     ) -> CycleReport:
         with gc_paused():  # ~10^5 acyclic objects: the collector would rescan them for nothing
-            snapshot, cluster, queries = self.observe(name, generation, spec, previous, seniors)
+            snapshot, cluster, fetched = self.observe(name, generation, spec, previous, seniors)
             plan = plan_cycle(snapshot)
+        queries = fetched.queries if fetched is not None else 0
         writes_before = self.applier.writes
         outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)
         status = fold_outcomes(plan.status, outcomes, snapshot.now)
@@ -277,6 +280,8 @@ class CycleRunner:
         self._last_status[name] = status
         writes = self.applier.writes - writes_before
         _record_metrics(name, snapshot, plan, outcomes, status, queries, writes)
+        if fetched is not None and fetched.then is not None:
+            fetched.then()
         return CycleReport(
             policy=name,
             ran=True,

@@ -15,10 +15,12 @@ aggregates and fetches fresh, per cycle, only:
    scrape intervals) ago (whole window): their window still holds samples from before the change, so
    their figures (a pod that woke up: from Underutilized to Efficient) and their sample count (a new
    pod: from too sparse to known) still move; carrying them would freeze the transition;
-4. and the ``budget`` least recently refreshed cached GPUs, idle ones included (whole window): every
-   GPU's diagnosis figures are at most ``ceil(cached GPUs / budget)`` cycles old. These need no
-   answer of this cycle, so the source picks them from the cache (``oldest_cached``) and fetches
-   them alongside the identity query rather than after it, off the cycle's critical path.
+4. and, after the cycle, the ``budget`` least recently refreshed cached GPUs, idle ones included
+   (whole window, evaluated at the cycle's time; ``oldest_cached``, ``ActivityCache.refreshed``):
+   every GPU's diagnosis figures are at most ``ceil(cached GPUs / budget)`` cycles old. No verdict
+   of the cycle needs them, and fetching 500 GPUs' whole windows took Prometheus longer than the
+   rest of the cycle's queries (1.1-1.9 s at 8,000 GPUs), so the source fetches them in the
+   background once the cycle has its samples, and the next cycles carry them.
 
 Safety (DESIGN.md rule 1; an idle verdict, hence an eviction, never comes from carried data): a
 carried GPU has the same pods as when cached, and every activity-chain signal its cached window
@@ -32,6 +34,7 @@ sample time from the identity query, so a GPU whose exporter stopped still turns
 from __future__ import annotations
 
 import math
+import threading
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -121,10 +124,8 @@ class RefreshPlan:
     idle: int = 0  # rule 2: named by the idle-candidates filter
     not_busy: int = 0  # rule 3: cached window not clearly busy, or no newest-sample time
     settling: int = 0  # rule 3b: unsettled within the last window, so its window still changes
-    oldest: int = 0  # rule 4: least recently refreshed in full, within the budget
     unsettled: frozenset[Key] = frozenset()  # rules 1-3 this cycle (``Entry.unsettled_at``)
     unrestricted: bool = False  # fetched over every GPU: the refresh set was too large to list
-    prefetched: frozenset[Key] = frozenset()  # in ``full``, already being fetched (``oldest_cached``)
 
     @property
     def refresh(self) -> frozenset[Key]:
@@ -137,42 +138,29 @@ def plan_refresh(
     seen: Mapping[Key, Seen],
     idle_candidates: Iterable[Key],
     idle_below: float,
-    budget: int,
     now: float = math.inf,
     settle_s: float = 0.0,
-    prefetched: frozenset[Key] | None = None,
 ) -> RefreshPlan:
-    """Rules 1-4 (module docstring): new or re-attributed GPUs, and GPUs that changed within
+    """Rules 1-3 (module docstring): new or re-attributed GPUs, and GPUs that changed within
     ``settle_s`` before ``now``, in full; idle candidates and GPUs not clearly busy by their cache
-    at least their activity chain; the ``budget`` least recently refreshed of the other cached GPUs
-    (idle ones included) in full, or with ``prefetched`` (``oldest_cached``, whose whole windows
-    are already being fetched) those of them still seen, whatever rule they now fall under; the
-    rest carried.
+    at least their activity chain; the rest carried (rule 4 runs after the cycle).
 
     A listed UUID returns every MIG instance of it, so the instances of one UUID share the most
     thorough treatment any of them gets.
     """
     idle = set(idle_candidates)
-    new, candidates, not_busy, settling, cached = set(), set(), set(), set(), []
+    new, candidates, not_busy, settling = set(), set(), set(), set()
     for key, ident in seen.items():
         entry = cache.get(key)
         if entry is None or entry.node != ident.node or entry.pods != ident.pods:
             new.add(key)
-            continue
-        if key in idle:
+        elif key in idle:
             candidates.add(key)
         elif not math.isfinite(ident.newest) or not clearly_busy(entry, idle_below):
             not_busy.add(key)
         elif now - entry.unsettled_at <= settle_s:
             settling.add(key)
-            continue
-        cached.append((entry.refreshed_at, key))
-    if prefetched is None:
-        cached.sort()
-        oldest = {key for _, key in cached[: max(0, budget)]}
-    else:
-        oldest = {key for key in prefetched if key in seen}
-    full = _by_uuid(new | settling | oldest, seen)
+    full = _by_uuid(new | settling, seen)
     chain = _by_uuid(candidates | not_busy, seen) - full
     return RefreshPlan(
         full=full,
@@ -182,21 +170,21 @@ def plan_refresh(
         idle=len(candidates),
         not_busy=len(not_busy),
         settling=len(settling),
-        oldest=len(oldest),
         unsettled=frozenset(new | candidates | not_busy),
-        prefetched=frozenset(oldest) if prefetched is not None else frozenset(),
     )
 
 
-def oldest_cached(cache: Mapping[Key, Entry], budget: int, now: float, settle_s: float) -> frozenset[Key]:
-    """Rule 4 before the cycle's identity answer: the ``budget`` least recently refreshed cached
-    GPUs that are not settling (those are refreshed in full anyway), with every cached instance of
-    their UUIDs. A GPU among them that turns out new, idle or gone is merely fetched whole."""
+def oldest_cached(cache: Mapping[Key, Entry], budget: int, now: float, settle_s: float) -> dict[Key, Entry]:
+    """Rule 4, after a cycle at ``now`` has updated the cache: the ``budget`` least recently
+    refreshed entries not refreshed in full at ``now`` and not settling (those are refreshed in full
+    each cycle anyway), with every cached instance of their UUIDs (a listed UUID returns them all)."""
     ranked = sorted(
-        (entry.refreshed_at, key) for key, entry in cache.items() if now - entry.unsettled_at > settle_s
+        (entry.refreshed_at, key)
+        for key, entry in cache.items()
+        if entry.refreshed_at < now and now - entry.unsettled_at > settle_s
     )
     uuids = {key[0] for _, key in ranked[: max(0, budget)]}
-    return frozenset(key for key in cache if key[0] in uuids)
+    return {key: entry for key, entry in cache.items() if key[0] in uuids}
 
 
 def _by_uuid(keys: set[Key], seen: Iterable[Key]) -> frozenset[Key]:
@@ -223,6 +211,7 @@ class ActivityCache:
     """Per-GPU activity windows of one (window length, matchers), between cycles."""
 
     entries: dict[Key, Entry] = field(default_factory=dict)
+    refresh: threading.Thread | None = None  # rule 4's background fetch, the latest started
     _interned: dict[tuple[Signal, ...], tuple[Signal, ...]] = field(default_factory=dict)
 
     def _entry(
@@ -270,6 +259,21 @@ class ActivityCache:
             self.entries[key] = self._entry(seen[key], merged, old.refreshed_at, since)
         for key in [k for k in self.entries if k not in seen]:
             del self.entries[key]
+
+    def refreshed(
+        self, taken: Mapping[Key, Entry], fresh: Mapping[Key, Mapping[Signal, Sequence[float]]], at: float
+    ) -> int:
+        """Store rule 4's whole windows, fetched at ``at`` for the entries ``taken`` from the cache
+        (``oldest_cached``): each replaces its entry only if the cache still holds that very entry
+        (a cycle since may have re-planned the GPU, or forgotten it). Returns how many it replaced."""
+        stored = 0
+        for key, entry in taken.items():
+            if self.entries.get(key) is not entry:
+                continue
+            ident = Seen(entry.node, entry.pods, math.nan)
+            self.entries[key] = self._entry(ident, fresh.get(key, {}), at, entry.unsettled_at)
+            stored += 1
+        return stored
 
     def reused_rows(self, plan: RefreshPlan, seen: Mapping[Key, Seen]) -> ReusedRows:
         """Rows the cycle takes from the cache (call after ``update``): carried GPUs' whole windows

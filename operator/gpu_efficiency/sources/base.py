@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -57,6 +57,10 @@ class FetchResult:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     refreshed: int | None = None  # GPUs whose activity window was fetched fresh (None: all, untiered)
     carried: int = 0  # GPUs whose activity window came from the source's cache
+    #: The source's deferred work (the refresh budget's background fetch for later cycles), for the
+    #: cycle to start once it has made its writes, so that it does not compete with them for the
+    #: CPU. Returns how many GPUs it started refreshing. One-shot commands never start it.
+    then: Callable[[], int] | None = None
 
 
 class SampleSource(Protocol):

@@ -40,6 +40,7 @@ class CombinedSource:
             queries=sum(r.queries for r in answered),
             seconds=time.monotonic() - started,
             warnings=(*errors, *(w for r in answered for w in r.warnings)),
+            then=prom.then if prom else None,
         )
 
 

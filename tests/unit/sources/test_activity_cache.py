@@ -41,29 +41,28 @@ def cached(
 ) -> ActivityCache:
     cache = ActivityCache()
     seen = {("GPU-1", ""): Seen("n1", pods, NOW)}
-    cache.update(seen, plan_refresh({}, seen, (), IDLE, 0), {("GPU-1", ""): rows}, at)
+    cache.update(seen, plan_refresh({}, seen, (), IDLE), {("GPU-1", ""): rows}, at)
     return cache
 
 
 def test_new_gpus_are_fetched_in_full() -> None:
     seen = {("GPU-1", ""): Seen("n1", POD, NOW), ("GPU-2", "1"): Seen("n1", frozenset(), NOW)}
-    plan = plan_refresh({}, seen, (), IDLE, 0)
+    plan = plan_refresh({}, seen, (), IDLE)
     assert plan.full == frozenset(seen)
     assert plan.carried == frozenset()
     assert plan.new == 2
 
 
-def test_busy_gpu_is_carried_until_its_turn() -> None:
+def test_busy_gpu_is_carried() -> None:
     cache = cached({Signal.SM_ACTIVE: row(0.5)})
     seen = {("GPU-1", ""): Seen("n1", POD, NOW)}
-    assert plan_refresh(cache.entries, seen, (), IDLE, 0).carried == frozenset(seen)
-    assert plan_refresh(cache.entries, seen, (), IDLE, 1).full == frozenset(seen)  # rule 4
+    assert plan_refresh(cache.entries, seen, (), IDLE).carried == frozenset(seen)
 
 
 def test_identity_change_refreshes() -> None:
     cache = cached({Signal.SM_ACTIVE: row(0.5)})
     for changed in (Seen("n2", POD, NOW), Seen("n1", frozenset({PodRef("ns", "other")}), NOW)):
-        plan = plan_refresh(cache.entries, {("GPU-1", ""): changed}, (), IDLE, 0)
+        plan = plan_refresh(cache.entries, {("GPU-1", ""): changed}, (), IDLE)
         assert plan.full == {("GPU-1", "")}
         assert plan.new == 1
 
@@ -71,7 +70,7 @@ def test_identity_change_refreshes() -> None:
 def test_idle_candidates_refresh_their_chain() -> None:
     cache = cached({Signal.SM_ACTIVE: row(0.5)})
     seen = {("GPU-1", ""): Seen("n1", POD, NOW)}
-    plan = plan_refresh(cache.entries, seen, {("GPU-1", "")}, IDLE, 0)
+    plan = plan_refresh(cache.entries, seen, {("GPU-1", "")}, IDLE)
     assert plan.chain == frozenset(seen)
     assert plan.idle == 1
 
@@ -85,7 +84,7 @@ def test_cached_idle_or_unknown_always_refreshes() -> None:
         {Signal.FB_USED: row(1000.0)},  # no chain signal: Unknown
         {},  # nothing returned
     ):
-        plan = plan_refresh(cached(rows).entries, seen, (), IDLE, 0)
+        plan = plan_refresh(cached(rows).entries, seen, (), IDLE)
         assert plan.chain == frozenset(seen), rows
         assert plan.not_busy == 1
 
@@ -102,7 +101,7 @@ def test_never_usable_signals_do_not_block_carrying() -> None:
 def test_no_identity_timestamp_is_not_carried() -> None:
     cache = cached({Signal.SM_ACTIVE: row(0.5)})
     seen = {("GPU-1", ""): Seen("n1", POD, math.nan)}
-    plan = plan_refresh(cache.entries, seen, (), IDLE, 0)
+    plan = plan_refresh(cache.entries, seen, (), IDLE)
     assert plan.carried == frozenset()
     assert plan.chain == frozenset(seen)
 
@@ -112,35 +111,38 @@ def test_budget_takes_least_recently_refreshed_first() -> None:
     keys = [(f"GPU-{i}", "") for i in range(6)]
     seen = {k: Seen("n1", POD, NOW) for k in keys}
     for i, key in enumerate(keys):  # GPU-i refreshed at time 10 - i: GPU-5 is the oldest
-        plan = plan_refresh(cache.entries, {key: seen[key]}, (), IDLE, 0)
+        plan = plan_refresh(cache.entries, {key: seen[key]}, (), IDLE)
         cache.update(
             {**{k: seen[k] for k in keys[: i + 1]}, key: seen[key]},
             plan,
             {key: {Signal.SM_ACTIVE: row(0.5)}},
             10 - i,
         )
-    plan = plan_refresh(cache.entries, seen, (), IDLE, 2)
-    assert plan.full == {keys[5], keys[4]}
-    assert plan.oldest == 2
-    cache.update(seen, plan, {k: {Signal.SM_ACTIVE: row(0.5)} for k in plan.full}, 20)
-    assert plan_refresh(cache.entries, seen, (), IDLE, 2).full == {keys[3], keys[2]}
+    taken = oldest_cached(cache.entries, 2, 20, settle_s=0)
+    assert set(taken) == {keys[5], keys[4]}
+    assert cache.refreshed(taken, {k: {Signal.SM_ACTIVE: row(0.6)} for k in taken}, 20) == 2
+    assert cache.entries[keys[5]].refreshed_at == 20
+    assert set(oldest_cached(cache.entries, 2, 30, settle_s=0)) == {keys[3], keys[2]}
+    # the next cycles carry what rule 4 fetched
+    plan = plan_refresh(cache.entries, seen, (), IDLE)
+    assert plan.carried == frozenset(seen)
+    rows = cache.reused_rows(plan, seen)[keys[5]]
+    assert rows[Signal.SM_ACTIVE][1] == 0.6
 
 
 def test_mig_instances_of_a_uuid_share_the_refresh() -> None:
     cache = ActivityCache()
     a, b = ("GPU-1", "1"), ("GPU-1", "2")
     seen = {a: Seen("n1", POD, NOW), b: Seen("n1", frozenset(), NOW)}
-    cache.update(
-        seen, plan_refresh({}, seen, (), IDLE, 0), {k: {Signal.SM_ACTIVE: row(0.5)} for k in seen}, 0
-    )
-    plan = plan_refresh(cache.entries, seen, {a}, IDLE, 0)
+    cache.update(seen, plan_refresh({}, seen, (), IDLE), {k: {Signal.SM_ACTIVE: row(0.5)} for k in seen}, 0)
+    plan = plan_refresh(cache.entries, seen, {a}, IDLE)
     assert plan.chain == {a, b}
 
 
 def test_chain_refresh_keeps_other_signals_and_refresh_time() -> None:
     cache = cached({Signal.SM_ACTIVE: row(0.5), Signal.FB_USED: row(100.0, ts=NOW - 60)}, at=3.0)
     seen = {("GPU-1", ""): Seen("n1", POD, NOW - 1)}
-    plan = plan_refresh(cache.entries, seen, {("GPU-1", "")}, IDLE, 0)
+    plan = plan_refresh(cache.entries, seen, {("GPU-1", "")}, IDLE)
     cache.update(seen, plan, {("GPU-1", ""): {Signal.SM_ACTIVE: row(0.0, ts=NOW - 20)}}, 9.0)
     entry = cache.entries[("GPU-1", "")]
     assert entry.refreshed_at == 3.0  # still due for a full refresh by the budget
@@ -154,15 +156,14 @@ def test_reused_rows_are_built_when_read_pop_forgets_and_a_later_update_cannot_c
     cache = cached({Signal.SM_ACTIVE: row(0.5, ts=NOW - 60)})
     key = ("GPU-1", "")
     seen = {key: Seen("n1", POD, NOW - 2)}
-    plan = plan_refresh(cache.entries, seen, (), IDLE, 0)
+    plan = plan_refresh(cache.entries, seen, (), IDLE)
     assert plan.carried == {key}
     reused = cache.reused_rows(plan, seen)
     assert list(reused) == [key]
     assert len(reused) == 1
-    # Another cycle refreshes the GPU (idle now) before this one has read it: this one's view holds.
-    cache.update(
-        seen, plan_refresh(cache.entries, seen, (), IDLE, 5), {key: {Signal.SM_ACTIVE: row(0.0)}}, 9.0
-    )
+    # Rule 4 refreshes the GPU (idle now) before this cycle has read it: this cycle's view holds.
+    taken = oldest_cached(cache.entries, 5, 9.0, settle_s=0)
+    assert cache.refreshed(taken, {key: {Signal.SM_ACTIVE: row(0.0)}}, 9.0) == 1
     assert (cache.entries[key].row(Signal.SM_ACTIVE) or [])[1] == 0.0
     assert reused[key][Signal.SM_ACTIVE][1] == 0.5
     rows = reused.pop(key, None)
@@ -176,11 +177,11 @@ def test_reused_rows_are_built_when_read_pop_forgets_and_a_later_update_cannot_c
 def test_carried_rows_take_identity_timestamps_and_gone_gpus_are_forgotten() -> None:
     cache = cached({Signal.SM_ACTIVE: row(0.5, ts=NOW - 600), Signal.MEMORY_TEMP: row(50.0, ts=math.nan)})
     seen = {("GPU-1", ""): Seen("n1", POD, NOW - 2)}
-    plan = plan_refresh(cache.entries, seen, (), IDLE, 0)
+    plan = plan_refresh(cache.entries, seen, (), IDLE)
     rows = cache.reused_rows(plan, seen)[("GPU-1", "")]
     assert rows[Signal.SM_ACTIVE][5] == NOW - 2
     assert math.isnan(rows[Signal.MEMORY_TEMP][5])  # no time fetched: none invented
-    cache.update({}, plan_refresh(cache.entries, {}, (), IDLE, 0), {}, 5.0)
+    cache.update({}, plan_refresh(cache.entries, {}, (), IDLE), {}, 5.0)
     assert cache.entries == {}
 
 
@@ -243,7 +244,8 @@ def test_carried_gpus_are_never_idle_and_every_idle_gpu_is_refreshed(
     needed: float,
     oldest: float,
 ) -> None:
-    """For random caches and fresh windows: the engine never finds a carried GPU idle on the merged
+    """For random caches (some of them refreshed by rule 4 after the cycle that cached them, with
+    other GPUs' windows) and fresh windows: the engine never finds a carried GPU idle on the merged
     windows, every GPU it would find idle on fresh windows is refreshed, and refreshed GPUs get the
     verdict fresh windows give."""
     bounds = DataBounds(needed=needed, oldest=oldest)
@@ -252,17 +254,19 @@ def test_carried_gpus_are_never_idle_and_every_idle_gpu_is_refreshed(
     old_seen = {k: Seen("n1", frozenset({PodRef("ns", k[0])}), NOW) for k in keys}
     cache.update(
         old_seen,
-        plan_refresh({}, old_seen, (), threshold, 0),
+        plan_refresh({}, old_seen, (), threshold),
         {k: g[0] for k, g in zip(keys, gpus, strict=True)},
         0,
     )
+    taken = oldest_cached(cache.entries, budget, 0.5, settle_s=0.0)
+    cache.refreshed(taken, {k: gpus[(i + 1) % len(gpus)][1] for i, k in enumerate(keys)}, 0.5)
     seen = {
         k: Seen("n1" if same else "n2", old_seen[k].pods, newest)
         for k, (_, _, same, newest) in zip(keys, gpus, strict=True)
     }
     fresh = {k: g[1] for k, g in zip(keys, gpus, strict=True)}
     candidates = {k for k in keys if _filter(fresh[k], threshold)}
-    plan = plan_refresh(cache.entries, seen, candidates, threshold, budget)
+    plan = plan_refresh(cache.entries, seen, candidates, threshold)
     assert plan.full | plan.chain | plan.carried == frozenset(keys)
     fetched = {
         k: {s: r for s, r in fresh[k].items() if k in plan.full or s in CHAIN_SIGNALS} for k in plan.refresh
@@ -287,7 +291,7 @@ def test_gpus_settle_for_a_window_after_a_change() -> None:
     cache = ActivityCache()
 
     def cycle(at: float, rows: dict[Signal, list[float]], idle: set[Key]) -> Any:
-        plan = plan_refresh(cache.entries, seen, idle, IDLE, 0, now=at, settle_s=150.0)
+        plan = plan_refresh(cache.entries, seen, idle, IDLE, now=at, settle_s=150.0)
         cache.update(seen, plan, {key: rows}, at)
         return plan
 
@@ -306,13 +310,13 @@ def test_first_sight_with_a_full_window_is_settled() -> None:
     is carried at once, one with a short window (a new pod) settles first."""
     seen = {("GPU-1", ""): Seen("n1", POD, NOW), ("GPU-2", ""): Seen("n1", POD, NOW)}
     cache = ActivityCache()
-    plan = plan_refresh(cache.entries, seen, (), IDLE, 0, now=0.0, settle_s=150.0)
+    plan = plan_refresh(cache.entries, seen, (), IDLE, now=0.0, settle_s=150.0)
     rows = {
         ("GPU-1", ""): {Signal.SM_ACTIVE: row(0.9, count=8)},
         ("GPU-2", ""): {Signal.SM_ACTIVE: row(0.9, count=3)},
     }
     cache.update(seen, plan, rows, 0.0, full_count=7)
-    plan = plan_refresh(cache.entries, seen, (), IDLE, 0, now=30.0, settle_s=150.0)
+    plan = plan_refresh(cache.entries, seen, (), IDLE, now=30.0, settle_s=150.0)
     assert (plan.carried, plan.full) == ({("GPU-1", "")}, {("GPU-2", "")})
 
 
@@ -321,39 +325,47 @@ def _entries(*specs: tuple[Key, float, float]) -> dict[Key, Any]:
     entries = {}
     for key, refreshed, unsettled in specs:
         cache, seen = ActivityCache(), {key: Seen("n1", POD, NOW)}
-        cache.update(
-            seen, plan_refresh({}, seen, (), IDLE, 0), {key: {Signal.SM_ACTIVE: row(0.5)}}, refreshed
-        )
+        cache.update(seen, plan_refresh({}, seen, (), IDLE), {key: {Signal.SM_ACTIVE: row(0.5)}}, refreshed)
         entries[key] = cache.entries[key]
         entries[key].unsettled_at = unsettled
     return entries
 
 
-def test_oldest_cached_is_rule_4_without_this_cycles_answers() -> None:
+def test_oldest_cached_is_rule_4_after_the_cycle() -> None:
     entries = _entries(
         (("GPU-1", ""), NOW - 300, -math.inf),
         (("GPU-2", "1"), NOW - 200, -math.inf),
         (("GPU-2", "2"), NOW - 10, -math.inf),  # another instance of an oldest UUID: fetched with it
         (("GPU-3", ""), NOW - 900, NOW - 30),  # settling: refreshed in full by rule 3b anyway
         (("GPU-4", ""), NOW - 100, -math.inf),
+        (("GPU-5", ""), NOW, -math.inf),  # refreshed in full by this very cycle
     )
-    early = oldest_cached(entries, 2, NOW, settle_s=150)
-    assert early == {("GPU-1", ""), ("GPU-2", "1"), ("GPU-2", "2")}
-    assert oldest_cached(entries, 0, NOW, 150) == frozenset()
-    assert oldest_cached({}, 5, NOW, 150) == frozenset()
+    taken = oldest_cached(entries, 2, NOW, settle_s=150)
+    assert taken == {k: entries[k] for k in (("GPU-1", ""), ("GPU-2", "1"), ("GPU-2", "2"))}
+    assert set(oldest_cached(entries, 10, NOW, settle_s=150)) == set(entries) - {("GPU-3", ""), ("GPU-5", "")}
+    assert oldest_cached(entries, 0, NOW, 150) == {}
+    assert oldest_cached({}, 5, NOW, 150) == {}
 
 
-def test_prefetched_gpus_are_full_whatever_they_turned_out_to_be() -> None:
-    entries = _entries(*(((f"GPU-{i}", ""), NOW - 100 * i, -math.inf) for i in range(1, 5)))
-    early = oldest_cached(entries, 2, NOW, settle_s=150)  # GPU-4 and GPU-3, the oldest
-    seen = {
-        ("GPU-1", ""): Seen("n1", POD, NOW),
-        ("GPU-2", ""): Seen("n1", POD, NOW),
-        ("GPU-3", ""): Seen("n1", POD, NOW),  # now an idle candidate: still whole, not chain only
-    }  # GPU-4 is gone
-    plan = plan_refresh(entries, seen, {("GPU-3", "")}, IDLE, 2, now=NOW, settle_s=150, prefetched=early)
-    assert plan.prefetched == {("GPU-3", "")}
-    assert plan.full == {("GPU-3", "")}
-    assert plan.chain == frozenset()
-    assert plan.carried == {("GPU-1", ""), ("GPU-2", "")}  # the budget is spent on the prefetched
-    assert plan.oldest == 1
+def test_rule_4_replaces_only_the_entries_the_cache_still_holds() -> None:
+    cache = ActivityCache()
+    keys = [(f"GPU-{i}", "") for i in range(1, 5)]
+    seen = {k: Seen("n1", POD, NOW) for k in keys}
+    cache.update(seen, plan_refresh({}, seen, (), IDLE), {k: {Signal.SM_ACTIVE: row(0.5)} for k in keys}, 0)
+    taken = oldest_cached(cache.entries, 4, 10, settle_s=0)
+    assert set(taken) == set(keys)
+    # Before the background answer arrives, a cycle re-plans GPU-1 (its pod changed) and GPU-2 is gone.
+    later = {**{k: seen[k] for k in keys[2:]}, keys[0]: Seen("n1", frozenset({PodRef("ns", "new")}), NOW)}
+    plan = plan_refresh(cache.entries, later, (), IDLE)
+    cache.update(later, plan, {keys[0]: {Signal.SM_ACTIVE: row(0.7)}}, 20)
+    stored = cache.refreshed(taken, {k: {Signal.SM_ACTIVE: row(0.9)} for k in keys[:3]}, 10)
+    assert stored == 2  # GPU-3 (answered) and GPU-4 (not answered: an empty, never-busy entry)
+    assert (cache.entries[keys[0]].row(Signal.SM_ACTIVE) or [])[1] == 0.7  # the later cycle's kept
+    assert cache.entries[keys[0]].pods == frozenset({PodRef("ns", "new")})
+    assert keys[1] not in cache.entries
+    assert (cache.entries[keys[2]].row(Signal.SM_ACTIVE) or [])[1] == 0.9
+    assert cache.entries[keys[2]].refreshed_at == 10
+    assert cache.entries[keys[2]].unsettled_at == taken[keys[2]].unsettled_at
+    assert cache.entries[keys[3]].signals == ()
+    # GPU-4's empty window is not clearly busy: the next cycle refreshes its chain
+    assert plan_refresh(cache.entries, later, (), IDLE).chain == {keys[3]}

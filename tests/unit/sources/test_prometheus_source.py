@@ -15,7 +15,7 @@ from tests.unit.sources.fake_http import QuietHandler, serving
 from gpu_efficiency.engine.model import PodRef, Signal, Window
 from gpu_efficiency.sources.base import FaultHints, FetchRequest, SourceUnavailable
 from gpu_efficiency.sources.labels import pod_of
-from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource, decode_vector
+from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource, decode_vector, form_value
 from gpu_efficiency.sources.promql import AGG_LABEL, QUERY_PLAN, cycle_queries
 
 WINDOWS = {
@@ -24,6 +24,20 @@ WINDOWS = {
     Window.THERMAL_HOLD: 120.0,
     Window.THERMAL_RECOVERY: 300.0,
 }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'max by (UUID) (x{UUID=~"GPU-1|GPU-2"}) % 16 >= 8',
+        "a;b&c=d+e%f%25 é #g\n",
+        "%%2B+&&==;;",
+        "",
+    ],
+)
+def test_form_value_round_trips_through_a_form_parser(text: str) -> None:
+    body = "query=" + form_value(text) + "&time=1.000"
+    assert parse_qs(body, keep_blank_values=True, strict_parsing=True) == {"query": [text], "time": ["1.000"]}
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import math
 import re
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -23,7 +23,7 @@ from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.sources import prometheus as prom
 from gpu_efficiency.sources.base import ActivityHints, FaultHints, FetchRequest, FetchResult
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
-from gpu_efficiency.sources.promql import AGG_LABEL, CANDIDATE_LABEL, QUERY_PLAN, idle_limit
+from gpu_efficiency.sources.promql import AGG_LABEL, CANDIDATE_LABEL, QUERY_PLAN, Query, idle_limit
 
 NOW = 1_700_000_000.0
 WINDOWS = {Window.ACTIVITY: 120.0, Window.FAULT: 120.0, Window.THERMAL_HOLD: 120.0}
@@ -44,9 +44,12 @@ class GPU:
 class Model:
     gpus: dict[str, GPU] = field(default_factory=dict)
     queries: list[str] = field(default_factory=list)
-    hold_identity: bool = False  # answer identity only once an activity query came (or after 5 s)
-    activity_asked: threading.Event = field(default_factory=threading.Event)
-    activity_before_identity: bool = False
+    cycle: list[str] = field(default_factory=list)  # queries the source sent within its cycles
+    background: list[str] = field(default_factory=list)  # and after them, refreshing (rule 4)
+    started: int = 0  # GPUs the last cycle's deferred work (``FetchResult.then``) started refreshing
+    release: threading.Event | None = None  # set: listed whole-window queries wait for it (5 s at most)
+    fail_listed: bool = False  # listed whole-window queries get a PromQL error
+    times: list[str] = field(default_factory=list)  # each query's evaluation time, as sent
 
     def answer(self, query: str) -> list[tuple[dict[str, str], Any]]:
         if query.startswith("group by (UUID, GPU_I_ID, gpu") or query.startswith(
@@ -87,14 +90,18 @@ class Model:
 
 class _Handler(QuietHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
-        query = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())["query"][0]
+        form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+        query = form["query"][0]
         model: Model = self.server.model  # type: ignore[attr-defined]
         model.queries.append(query)
-        if query.startswith("max by (UUID, GPU_I_ID, gpu"):  # identity (its terms are tagged too)
-            if model.hold_identity:
-                model.activity_before_identity = model.activity_asked.wait(5)
-        elif AGG_LABEL in query:
-            model.activity_asked.set()
+        model.times.append(form.get("time", [""])[0])
+        listed_whole = "FB_USED:max" in query and "UUID=~" in query
+        if model.release is not None and listed_whole:
+            model.release.wait(5)
+        if model.fail_listed and listed_whole:
+            error = {"status": "error", "errorType": "execution", "error": "query timed out"}
+            self.reply_json(json.dumps(error).encode(), status=422)
+            return
         result = [{"metric": m, "value": [NOW, str(v)]} for m, v in model.answer(query)]
         body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
         self.reply_json(body)
@@ -108,16 +115,32 @@ def model() -> Iterator[Model]:
 
 
 def _source(model: Model, budget: int) -> PrometheusSource:
-    return PrometheusSource(PrometheusConfig(url=model.url), refresh_budget=budget)  # type: ignore[attr-defined]
+    """A source whose queries are recorded as the cycle's or the background refresh's (by thread)."""
+    source = PrometheusSource(PrometheusConfig(url=model.url), refresh_budget=budget)  # type: ignore[attr-defined]
+    run = source._run
+
+    def recorded(query: Query, at: float) -> Any:
+        background = threading.current_thread().name == "prometheus-refresh"
+        (model.background if background else model.cycle).append(query.text)
+        return run(query, at)
+
+    source._run = recorded  # type: ignore[method-assign]
+    return source
 
 
 def _fetch(source: PrometheusSource, model: Model, now: float = NOW) -> tuple[FetchResult, list[str]]:
-    model.queries.clear()
+    """One cycle and the background refresh it starts; returns the cycle's queries (the refresh's
+    are in ``model.background``)."""
+    model.cycle.clear()
+    model.background.clear()
     request = FetchRequest(
         now=now, windows=WINDOWS, scrape_interval=15.0, hints=HINTS, activity=ActivityHints(idle_below=0.01)
     )
     result = source.fetch(request)
-    return result, list(model.queries)
+    sent = list(model.cycle)
+    model.started = result.then() if result.then is not None else 0  # as the cycle does, after its writes
+    assert source.wait_refreshes(10)
+    return result, sent
 
 
 def _activity(sent: list[str]) -> list[str]:
@@ -133,6 +156,10 @@ def _sm(result: FetchResult, uuid: str) -> Any:
     return {g.uuid: g for g in result.gpus}[uuid].get(Window.ACTIVITY, Signal.SM_ACTIVE)
 
 
+def _fb(result: FetchResult, uuid: str) -> Any:
+    return {g.uuid: g for g in result.gpus}[uuid].get(Window.ACTIVITY, Signal.FB_USED)
+
+
 def _busy_cluster(model: Model, n: int) -> None:
     model.gpus = {f"GPU-{i}": GPU(pod=f"p{i}") for i in range(n)}
 
@@ -146,10 +173,11 @@ def test_budget_zero_sends_todays_queries_and_results(model: Model) -> None:
     today = plain.fetch(FetchRequest(now=NOW, windows=WINDOWS, scrape_interval=15.0, hints=HINTS))
     assert sorted(sent) == sorted(model.queries)
     assert tiered_off.gpus == today.gpus
-    assert (tiered_off.refreshed, tiered_off.carried) == (None, 0)
+    assert (tiered_off.refreshed, tiered_off.carried, tiered_off.then) == (None, 0, None)
     again, sent_again = _fetch(_source(model, 0), model)
     assert sorted(sent_again) == sorted(sent)  # no cache: the same every cycle
     assert again.gpus == today.gpus
+    assert model.background == []
 
 
 def test_first_cycle_fetches_everything_then_carries_busy_gpus(model: Model) -> None:
@@ -157,14 +185,29 @@ def test_first_cycle_fetches_everything_then_carries_busy_gpus(model: Model) -> 
     source = _source(model, 1)
     first, sent = _fetch(source, model)
     assert _listed(_activity(sent)[0]) == {"*"}  # the cache is empty: the unrestricted query
-    assert (first.refreshed, first.carried) == (6, 0)
+    assert (first.refreshed, first.carried, model.started) == (6, 0, 0)  # all just refreshed
     assert len(sent) == 4  # identity, idle candidates, fault candidates, activity
+    assert model.background == []
     second, sent = _fetch(source, model, NOW + 200)
-    assert (second.refreshed, second.carried) == (1, 5)
-    assert [_listed(q) for q in _activity(sent)] == [{"GPU-0"}]  # the least recently refreshed
+    assert (second.refreshed, second.carried, model.started) == (0, 6, 1)
+    assert _activity(sent) == []  # every GPU busy and settled: no activity query in the cycle
+    assert [_listed(q) for q in model.background] == [{"GPU-0"}]  # then the least recently refreshed
     third, sent = _fetch(source, model, NOW + 230)
-    assert [_listed(q) for q in _activity(sent)] == [{"GPU-1"}]
+    assert [_listed(q) for q in model.background] == [{"GPU-1"}]
     assert third.gpus[0].stats[Window.ACTIVITY].keys() == first.gpus[0].stats[Window.ACTIVITY].keys()
+
+
+def test_rule_4_is_fetched_at_the_cycles_time_and_carried_by_the_next_cycles(model: Model) -> None:
+    _busy_cluster(model, 3)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.gpus["GPU-0"].fb = 7.0  # a busy GPU's other figures change: rule 4 brings them in
+    second, _ = _fetch(source, model, NOW + 200)
+    assert _fb(second, "GPU-0").max == 1000.0  # this cycle carried the old figure
+    assert model.times[-1] == f"{NOW + 200:.3f}"  # the refresh asked for the cycle's own time
+    third, sent = _fetch(source, model, NOW + 230)
+    assert "GPU-0" not in set().union(set(), *(_listed(q) for q in _activity(sent)))
+    assert _fb(third, "GPU-0").max == 7.0  # carried from the refresh
 
 
 def test_carried_stats_take_the_identity_timestamp(model: Model) -> None:
@@ -199,7 +242,8 @@ def test_identity_change_refreshes_in_full(model: Model) -> None:
     model.gpus["GPU-2"].fb = 5.0
     result, sent = _fetch(source, model, NOW + 200)
     full = [q for q in _activity(sent) if "FB_USED" in q]
-    assert set().union(*(_listed(q) for q in full)) == {"GPU-0", "GPU-2"}  # new pod + the budget's one
+    assert [_listed(q) for q in full] == [{"GPU-2"}]  # the new pod, in the cycle
+    assert [_listed(q) for q in model.background] == [{"GPU-0"}]  # the budget's one, after it
     fb = {g.uuid: g for g in result.gpus}["GPU-2"].get(Window.ACTIVITY, Signal.FB_USED)
     assert fb.max == 5.0
 
@@ -234,33 +278,66 @@ def test_large_refresh_sets_are_chunked_and_most_gpus_go_unrestricted(
     _busy_cluster(model, 12)
     source = _source(model, 5)
     _fetch(source, model)
+    for uuid in sorted(model.gpus)[:5]:
+        model.gpus[uuid].pod = "moved"  # five re-attributed GPUs: listed, 2 a query
     result, sent = _fetch(source, model, NOW + 200)
     listed = [_listed(q) for q in _activity(sent)]
-    assert sorted(len(x) for x in listed) == [1, 2, 2]  # 5 GPUs, 2 a query
+    assert sorted(len(x) for x in listed) == [1, 2, 2]
     assert set().union(*listed) == set(sorted(model.gpus)[:5])  # key order: GPU-0, GPU-1, GPU-10, ...
     assert result.queries == 3 + 3
+    background = [_listed(q) for q in model.background]
+    assert sorted(len(x) for x in background) == [1, 2, 2]  # rule 4: five of the seven others
+    assert set().union(*background) == set(sorted(model.gpus)[5:10])
     for gpu in model.gpus.values():
         gpu.sm = 0.0  # all idle: the refresh set is every GPU
     result, sent = _fetch(source, model, NOW + 230)
-    listed = [_listed(q) for q in _activity(sent)]
-    # the budget's chunks (sent before the plan was known; they run concurrently, so they may
-    # reach the server after it) and one unrestricted query
-    assert listed.count({"*"}) == 1
-    assert sorted(len(x) for x in listed if x != {"*"}) == [1, 2, 2]
-    assert (result.refreshed, result.carried) == (12, 0)
+    assert [_listed(q) for q in _activity(sent)] == [{"*"}]
+    assert (result.refreshed, result.carried, model.started) == (12, 0, 0)
 
 
-def test_budget_chunk_goes_out_before_identity_answers(model: Model) -> None:
-    """Rule 4 needs nothing from this cycle's answers: its chunk must not wait for identity."""
+def test_the_cycle_does_not_wait_for_rule_4(model: Model) -> None:
+    """Rule 4 needs nothing of the cycle's answer: the cycle returns while it is still unanswered,
+    and a refresh still running when the next cycle ends makes that cycle start none."""
     _busy_cluster(model, 6)
     source = _source(model, 2)
     _fetch(source, model)
-    model.hold_identity = True
-    model.activity_asked.clear()
-    result, sent = _fetch(source, model, NOW + 200)
-    assert model.activity_before_identity
-    assert [_listed(q) for q in _activity(sent)] == [{"GPU-0", "GPU-1"}]
-    assert (result.refreshed, result.carried) == (2, 4)
+    model.release = threading.Event()
+    request = FetchRequest(
+        now=NOW + 200,
+        windows=WINDOWS,
+        scrape_interval=15.0,
+        hints=HINTS,
+        activity=ActivityHints(idle_below=0.01),
+    )
+    try:
+        result = source.fetch(request)
+        assert model.background == []  # nothing before the cycle starts it
+        assert result.then is not None
+        assert result.then() == 2
+        assert (result.refreshed, result.carried) == (0, 6)
+        assert not source.wait_refreshes(0.2)  # still held by the server
+        again = source.fetch(replace(request, now=NOW + 230))
+        assert again.then is not None
+        assert again.then() == 0
+    finally:
+        model.release.set()
+    assert source.wait_refreshes(10)
+    assert [_listed(q) for q in model.background] == [{"GPU-0", "GPU-1"}]
+
+
+def test_a_failed_refresh_changes_nothing(model: Model, caplog: pytest.LogCaptureFixture) -> None:
+    _busy_cluster(model, 3)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.fail_listed = True
+    with caplog.at_level("WARNING"):
+        _fetch(source, model, NOW + 200)
+    assert "refreshing 1 cached activity windows failed" in caplog.text
+    model.fail_listed = False
+    model.gpus["GPU-0"].fb = 7.0
+    result, _ = _fetch(source, model, NOW + 230)
+    assert _fb(result, "GPU-0").max == 1000.0  # still the cached figure; GPU-0 is still the oldest
+    assert [_listed(q) for q in model.background] == [{"GPU-0"}]
 
 
 def test_one_shot_commands_get_an_empty_cache(model: Model) -> None:
