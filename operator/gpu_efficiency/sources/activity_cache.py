@@ -174,6 +174,20 @@ def plan_refresh(
     )
 
 
+def early_chain(
+    cache: Mapping[Key, Entry], idle_candidates: Iterable[Key], idle_below: float
+) -> frozenset[str]:
+    """The UUIDs whose activity chain rules 2 and 3 refresh as far as the idle filter and the cache
+    tell, before the identity query answers: cached GPUs the filter names or whose cached window is
+    not clearly busy. Their chain can be fetched then, beside identity rather than after it; the plan
+    adds what identity changes (a new or re-attributed GPU is fetched whole, one without a newest
+    sample time gets its chain) and what was fetched for a GPU it carries is not read."""
+    idle = set(idle_candidates)
+    return frozenset(
+        key[0] for key, entry in cache.items() if key in idle or not clearly_busy(entry, idle_below)
+    )
+
+
 def oldest_cached(cache: Mapping[Key, Entry], budget: int, now: float, settle_s: float) -> dict[Key, Entry]:
     """Rule 4, after a cycle at ``now`` has updated the cache: the ``budget`` least recently
     refreshed entries not refreshed in full at ``now`` and not settling (those are refreshed in full

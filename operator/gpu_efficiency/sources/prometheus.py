@@ -12,7 +12,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +32,7 @@ from gpu_efficiency.sources.activity_cache import (
     RefreshPlan,
     ReusedRows,
     Seen,
+    early_chain,
     everything,
     oldest_cached,
     plan_refresh,
@@ -327,7 +328,8 @@ class PrometheusSource:
     def _fetch_tiered(self, request: FetchRequest, idle_below: float) -> FetchResult:
         """``fetch`` with the activity window refreshed only where it matters (activity_cache.py):
         identity (with newest-sample times), idle candidates and fault candidates first; then the
-        activity window of the refresh set, in chunks of listed UUIDs run concurrently. The refresh
+        activity window of the refresh set, in chunks of listed UUIDs run concurrently (the chains
+        the idle filter and the cache name as soon as the filter answers, beside identity). The refresh
         budget's whole windows for later cycles (rule 4) are the result's ``then``."""
         started = time.monotonic()
         matchers = self.config.matchers
@@ -346,12 +348,19 @@ class PrometheusSource:
         def take(query: Query, result: Any) -> list[Query]:
             state.take(query, result)
             more = self._fault_windows(query, result, request)
+            if query.idle and state.identity is None:  # the chains the cache already names: now
+                with self._cache_lock:
+                    uuids = early_chain(cache.entries, result, idle_below)
+                    cached = len({uuid for uuid, _ in cache.entries})
+                chunks = listed_chunks(sorted(uuids), seconds, matchers, chain_only=True)
+                if len(chunks) <= MAX_ACTIVITY_CHUNKS and 2 * len(uuids) <= cached:
+                    state.early, more = uuids, more + chunks
             if state.plan is None and state.identity is not None and state.idle is not None:
                 with self._cache_lock:
                     plan = plan_refresh(
                         cache.entries, state.seen, state.idle, idle_below, now=request.now, settle_s=settle_s
                     )
-                state.plan, activity = activity_queries(plan, state.seen, seconds, matchers)
+                state.plan, activity = activity_queries(plan, state.seen, seconds, matchers, state.early)
                 more += activity
             return more
 
@@ -461,6 +470,7 @@ class _TieredRound:
     plan: RefreshPlan | None = None
     windows: dict[Window, WindowValues] = field(default_factory=dict)
     fresh: WindowValues = field(default_factory=dict)
+    early: frozenset[str] = frozenset()  # UUIDs whose chain was asked for before identity answered
 
     def take(self, query: Query, result: Any) -> None:
         if query.window is Window.ACTIVITY:
@@ -485,11 +495,16 @@ MAX_CACHED_WINDOWS = 4
 
 
 def activity_queries(
-    plan: RefreshPlan, seen: Mapping[Key, Seen], seconds: float, matchers: str
+    plan: RefreshPlan,
+    seen: Mapping[Key, Seen],
+    seconds: float,
+    matchers: str,
+    chains_sent: Collection[str] = frozenset(),
 ) -> tuple[RefreshPlan, list[Query]]:
-    """The activity queries of a refresh plan: full windows and chain-only windows of its UUIDs,
-    MAX_LISTED_GPUS listed per query; the full window over every GPU (and the plan widened to
-    all) when the refresh set is most GPUs or would take too many queries."""
+    """The activity queries of a refresh plan: full windows and chain-only windows of its UUIDs
+    (those of ``chains_sent`` already asked for: ``early_chain``), MAX_LISTED_GPUS listed per
+    query; the full window over every GPU (and the plan widened to all) when the refresh set is
+    most GPUs or would take too many queries."""
     full = sorted({uuid for uuid, _ in plan.full})
     chain = sorted({uuid for uuid, _ in plan.chain})
     chunks = math.ceil(len(full) / MAX_LISTED_GPUS) + math.ceil(len(chain) / MAX_LISTED_GPUS)
@@ -497,7 +512,7 @@ def activity_queries(
         return everything(seen, plan), [window_query(Window.ACTIVITY, seconds, matchers)]
     return plan, [
         *listed_chunks(full, seconds, matchers),
-        *listed_chunks(chain, seconds, matchers, chain_only=True),
+        *listed_chunks([u for u in chain if u not in chains_sent], seconds, matchers, chain_only=True),
     ]
 
 

@@ -17,6 +17,7 @@ from gpu_efficiency.sources.activity_cache import (
     Key,
     Seen,
     clearly_busy,
+    early_chain,
     oldest_cached,
     plan_refresh,
 )
@@ -369,3 +370,12 @@ def test_rule_4_replaces_only_the_entries_the_cache_still_holds() -> None:
     assert cache.entries[keys[3]].signals == ()
     # GPU-4's empty window is not clearly busy: the next cycle refreshes its chain
     assert plan_refresh(cache.entries, later, (), IDLE).chain == {keys[3]}
+
+
+def test_early_chain_is_what_the_filter_and_the_cache_name() -> None:
+    entries = _entries(*(((f"GPU-{i}", ""), 0.0, -math.inf) for i in range(4)))  # all busy by cache
+    entries.update(cached({Signal.SM_ACTIVE: row(0.0)}).entries)  # GPU-1: cached idle
+    entries[("GPU-4", "1")] = cached({}).entries[("GPU-1", "")]  # an empty window: never busy
+    named = {("GPU-2", ""), ("GPU-9", "")}  # GPU-9 is not cached: new, fetched whole after identity
+    assert early_chain(entries, named, IDLE) == {"GPU-1", "GPU-2", "GPU-4"}
+    assert early_chain(entries, (), IDLE) == {"GPU-1", "GPU-4"}

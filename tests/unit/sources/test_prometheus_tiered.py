@@ -49,6 +49,9 @@ class Model:
     started: int = 0  # GPUs the last cycle's deferred work (``FetchResult.then``) started refreshing
     release: threading.Event | None = None  # set: listed whole-window queries wait for it (5 s at most)
     fail_listed: bool = False  # listed whole-window queries get a PromQL error
+    hold_identity: bool = False  # answer identity only once a chain-only query came (or after 5 s)
+    chain_asked: threading.Event = field(default_factory=threading.Event)
+    chain_before_identity: bool = False
     times: list[str] = field(default_factory=list)  # each query's evaluation time, as sent
 
     def answer(self, query: str) -> list[tuple[dict[str, str], Any]]:
@@ -96,6 +99,10 @@ class _Handler(QuietHandler):
         model.queries.append(query)
         model.times.append(form.get("time", [""])[0])
         listed_whole = "FB_USED:max" in query and "UUID=~" in query
+        if query.startswith("max by (UUID, GPU_I_ID, gpu") and model.hold_identity:
+            model.chain_before_identity = model.chain_asked.wait(5)
+        elif AGG_LABEL in query and "FB_USED" not in query:
+            model.chain_asked.set()
         if model.release is not None and listed_whole:
             model.release.wait(5)
         if model.fail_listed and listed_whole:
@@ -257,6 +264,24 @@ def test_gpu_turning_idle_is_refreshed_and_seen_idle(model: Model) -> None:
     chain = [q for q in _activity(sent) if "FB_USED" not in q]
     assert [_listed(q) for q in chain] == [{"GPU-2"}]  # only its activity chain
     assert _sm(result, "GPU-2").max == 0.0
+
+
+def test_the_chains_the_cache_names_go_out_before_identity_answers(model: Model) -> None:
+    """The idle filter and the cache name most chain refreshes: they must not wait for identity,
+    which only adds GPUs (here one without a newest-sample time), each asked for once."""
+    _busy_cluster(model, 8)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.gpus["GPU-2"].sm = 0.0
+    model.gpus["GPU-3"].newest = None
+    model.hold_identity = True
+    result, sent = _fetch(source, model, NOW + 200)
+    assert model.chain_before_identity
+    chain = [_listed(q) for q in _activity(sent) if "FB_USED" not in q]
+    assert chain == [{"GPU-2"}, {"GPU-3"}]  # the filter's, early; identity's, after it
+    assert _sm(result, "GPU-2").max == 0.0
+    assert _sm(result, "GPU-3").last_timestamp == NOW - 3  # its own, fetched
+    assert (result.refreshed, result.carried) == (2, 6)
 
 
 def test_idle_gpu_turning_active_is_refreshed(model: Model) -> None:
