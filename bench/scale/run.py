@@ -142,8 +142,9 @@ class Cluster:
             str(self.bin_dir / "kubectl"), "--kubeconfig", self.kubeconfig, *args, input_=input_, check=check
         )
 
-    def prom(self, query: str) -> list[dict[str, Any]]:
-        url = f"{self.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    def prom(self, query: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": query, **({"time": f"{at:.3f}"} if at is not None else {})}
+        url = f"{self.prometheus_url}/api/v1/query?" + urllib.parse.urlencode(params)
         with urllib.request.urlopen(url, timeout=30) as response:
             result: list[dict[str, Any]] = orjson.loads(response.read())["data"]["result"]
             return result
@@ -689,6 +690,14 @@ def classify(call: dict[str, Any]) -> str:
     return f"{verb} {resource}"
 
 
+def scrapes_during(cluster: Cluster, cycle: dict[str, Any]) -> int:
+    """How many simulator targets Prometheus scraped while the cycle ran. Each target (1,000 GPUs
+    here) has its own fixed phase in the scrape interval, and the cycle's phase against them is
+    chance: a scrape costs the simulator and Prometheus CPU on the cores the cycle needs."""
+    newest = cluster.prom("max by (instance) (timestamp(DCGM_FI_DEV_GPU_UTIL))", at=cycle["t1"])
+    return sum(1 for series in newest if float(series["value"][1]) >= cycle["t0"])
+
+
 def interval_cpu(cycles: list[dict[str, Any]]) -> dict[str, float]:
     """Median CPU seconds from one cycle's start to the next's, of the operator and of Prometheus:
     what a whole interval costs, the background refresh and Prometheus' scrapes included."""
@@ -826,6 +835,8 @@ def run_size(
             op.wait_background(steady_records[-1]["t0"], timeout=20.0)
         first = cycle_summary(op, op.cycles[0])
         steady = [cycle_summary(op, c) for c in steady_records]
+        for summary, record in zip(steady, steady_records, strict=True):
+            summary["targets_scraped_during"] = scrapes_during(cluster, record)
         cpu_steady_proc = op.cpu_seconds()
         status_after_steady = op.proc_status()
         timings["steady_s"] = time.monotonic() - t
@@ -885,6 +896,7 @@ def run_size(
             "background_queries": sorted({len(c["background_promql"]) for c in steady}),
             "background_s_max": max((q["s"] for c in steady for q in c["background_promql"]), default=0.0),
             **interval_cpu(steady),
+            "targets_scraped_during": [c["targets_scraped_during"] for c in steady],
             "queries": sorted({c["queries"] for c in steady}),
             "promql_s_max": max((q["s"] for c in steady for q in c["promql"]), default=0.0),
             "api_requests_per_cycle": steady[-1]["api_requests"],
@@ -967,6 +979,8 @@ def table(results: list[dict[str, Any]]) -> str:
         ("PromQL queries per cycle", lambda r: ",".join(str(q) for q in r["steady"]["queries"])),
         ("background refresh after a cycle: queries, slowest s", lambda r: ",".join(
             str(q) for q in r["steady"]["background_queries"]) + f"; {r['steady']['background_s_max']:.2f}"),
+        ("simulator targets scraped during each steady cycle", lambda r: ",".join(
+            str(n) for n in r["steady"]["targets_scraped_during"])),
         ("CPU s per interval, operator / Prometheus (median)", lambda r: (
             f"{r['steady'].get('interval_cpu_s_median', math.nan):.2f} / "
             f"{r['steady'].get('interval_prometheus_cpu_s_median', math.nan):.2f}")),
