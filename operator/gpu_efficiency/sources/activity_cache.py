@@ -229,12 +229,17 @@ class ActivityCache:
     _interned: dict[tuple[Signal, ...], tuple[Signal, ...]] = field(default_factory=dict)
 
     def _entry(
-        self, ident: Seen, rows: Mapping[Signal, Sequence[float]], refreshed_at: float, unsettled_at: float
+        self,
+        node: str,
+        pods: frozenset[PodRef],
+        rows: Mapping[Signal, Sequence[float]],
+        refreshed_at: float,
+        unsettled_at: float,
     ) -> Entry:
         signals = tuple(sorted(rows, key=lambda s: s.value))
         signals = self._interned.setdefault(signals, signals)
         values = array("d", (v for s in signals for v in rows[s]))
-        return Entry(ident.node, ident.pods, signals, values, refreshed_at, unsettled_at)
+        return Entry(node, pods, signals, values, refreshed_at, unsettled_at)
 
     def _unsettled_at(
         self, key: Key, plan: RefreshPlan, now: float, rows: Mapping[Signal, Sequence[float]], full: float
@@ -262,7 +267,7 @@ class ActivityCache:
         for key in plan.full:
             rows = fresh.get(key, {})
             since = self._unsettled_at(key, plan, now, rows, full_count)
-            self.entries[key] = self._entry(seen[key], rows, now, since)
+            self.entries[key] = self._entry(seen[key].node, seen[key].pods, rows, now, since)
         for key in plan.chain:
             old = self.entries[key]
             merged: dict[Signal, Sequence[float]] = {
@@ -270,7 +275,7 @@ class ActivityCache:
             }
             merged.update(fresh.get(key, {}))
             since = self._unsettled_at(key, plan, now, merged, full_count)
-            self.entries[key] = self._entry(seen[key], merged, old.refreshed_at, since)
+            self.entries[key] = self._entry(seen[key].node, seen[key].pods, merged, old.refreshed_at, since)
         for key in [k for k in self.entries if k not in seen]:
             del self.entries[key]
 
@@ -284,8 +289,9 @@ class ActivityCache:
         for key, entry in taken.items():
             if self.entries.get(key) is not entry:
                 continue
-            ident = Seen(entry.node, entry.pods, math.nan)
-            self.entries[key] = self._entry(ident, fresh.get(key, {}), at, entry.unsettled_at)
+            self.entries[key] = self._entry(
+                entry.node, entry.pods, fresh.get(key, {}), at, entry.unsettled_at
+            )
             stored += 1
         return stored
 

@@ -353,7 +353,7 @@ class PrometheusSource:
                     uuids = early_chain(cache.entries, result, idle_below)
                     cached = len({uuid for uuid, _ in cache.entries})
                 chunks = listed_chunks(sorted(uuids), seconds, matchers, chain_only=True)
-                if len(chunks) <= MAX_ACTIVITY_CHUNKS and 2 * len(uuids) <= cached:
+                if worth_listing(len(chunks), len(uuids), cached):
                     state.early, more = uuids, more + chunks
             if state.plan is None and state.identity is not None and state.idle is not None:
                 with self._cache_lock:
@@ -494,6 +494,12 @@ MAX_ACTIVITY_CHUNKS = 8
 MAX_CACHED_WINDOWS = 4
 
 
+def worth_listing(chunks: int, listed: int, total: int) -> bool:
+    """Is fetching ``listed`` of ``total`` GPUs' activity in ``chunks`` listed queries cheaper than
+    the unrestricted query? Not beyond MAX_ACTIVITY_CHUNKS queries or half the GPUs."""
+    return chunks <= MAX_ACTIVITY_CHUNKS and 2 * listed <= total
+
+
 def activity_queries(
     plan: RefreshPlan,
     seen: Mapping[Key, Seen],
@@ -508,7 +514,7 @@ def activity_queries(
     full = sorted({uuid for uuid, _ in plan.full})
     chain = sorted({uuid for uuid, _ in plan.chain})
     chunks = math.ceil(len(full) / MAX_LISTED_GPUS) + math.ceil(len(chain) / MAX_LISTED_GPUS)
-    if chunks > MAX_ACTIVITY_CHUNKS or 2 * (len(full) + len(chain)) > len({uuid for uuid, _ in seen}):
+    if not worth_listing(chunks, len(full) + len(chain), len({uuid for uuid, _ in seen})):
         return everything(seen, plan), [window_query(Window.ACTIVITY, seconds, matchers)]
     return plan, [
         *listed_chunks(full, seconds, matchers),
