@@ -151,6 +151,14 @@ def _thermal(window: Mapping[Signal, Stats], bounds: DataBounds, params: CyclePa
     return ""
 
 
+def efficiency_percent(activity: float, util: float | None) -> float | None:
+    """Activity per unit of GPU util, in percent: how much of the time a kernel ran was real work.
+    None when util is unknown or too small for the ratio to mean anything."""
+    if util is None or util < 0.01:
+        return None
+    return min(100.0, activity / util * 100.0)
+
+
 def diagnose(
     window: Mapping[Signal, Stats],
     activity: GPUActivity,
@@ -165,9 +173,7 @@ def diagnose(
     name = "SM activity" if signal is Signal.SM_ACTIVE else f"activity ({signal.value if signal else '?'})"
     util_stats = usable(window.get(Signal.GPU_UTIL), _PERCENT, bounds)
     util = util_stats.avg / 100.0 if util_stats is not None else None
-    efficiency = None
-    if util is not None and signal is not Signal.GPU_UTIL and util >= 0.01:
-        efficiency = min(100.0, sm / util * 100.0)
+    efficiency = efficiency_percent(sm, util) if signal is not Signal.GPU_UTIL else None
 
     def found(diagnosis: Diagnosis, evidence: str, recommendation: str = "") -> Finding:
         return Finding(diagnosis, evidence, recommendation or RECOMMENDATIONS[diagnosis], util, efficiency)

@@ -88,11 +88,11 @@ def test_small_numeric_changes_do_not_rewrite_annotations() -> None:
     snap = snapshot([gpu("GPU-0", b.compute_bound(), ("team-a", "p"))], [pod("p")])
     snap = apply_plan(snap, plan_cycle(snap))
     assert annotations_of(snap, "team-a", "p")[names.SM_ACTIVE] == "0.850"
-    nudged = with_signals(snap, "GPU-0", b.compute_bound() | {Signal.SM_ACTIVE: stats(0.87, 0.95)})
+    nudged = with_signals(snap, "GPU-0", b.compute_bound() | {Signal.SM_ACTIVE: stats(0.93, 0.99)})
     assert plan_cycle(nudged).actions == ()
-    moved = with_signals(snap, "GPU-0", b.compute_bound() | {Signal.SM_ACTIVE: stats(0.93, 0.99)})
+    moved = with_signals(snap, "GPU-0", b.compute_bound() | {Signal.SM_ACTIVE: stats(0.96, 0.99)})
     (patch,) = [a for a in plan_cycle(moved).actions if isinstance(a, AnnotatePod)]
-    assert patch.annotations == {names.SM_ACTIVE: "0.930", names.EFFICIENCY: "95"}
+    assert patch.annotations == {names.SM_ACTIVE: "0.960", names.EFFICIENCY: "98"}
 
 
 def test_numbers_rewritten_when_state_changes_even_if_close() -> None:
