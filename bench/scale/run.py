@@ -1025,8 +1025,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sim-port",
         type=int,
-        default=int(os.environ.get("GPUEFF_SCALE_SIM_PORT", "39400")),
-        help="first simulator port (target i: port+i; 0: free ports, a new set of series per run)",
+        default=int(os.environ.get("GPUEFF_SCALE_SIM_PORT", "61400")),
+        help="first simulator port (target i: port+i; 0: free ports, a new set of series per run); the"
+        " default is above Linux's ephemeral range (32768-60999), where a client connection may hold it",
     )
     parser.add_argument("--workers", type=int, default=16, help="concurrent API calls when creating pods")
     parser.add_argument("--reuse", action="store_true", help="keep an existing scale cluster's objects")

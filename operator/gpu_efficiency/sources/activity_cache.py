@@ -29,6 +29,9 @@ chain signal the engine picks, the peak it reads is at or above the threshold: B
 when none is usable; never IDLE. The fresh filter makes the carried verdict also *right*: a GPU
 that went idle on any chain signal is refreshed the same cycle. Carried windows take their newest
 sample time from the identity query, so a GPU whose exporter stopped still turns stale (Unknown).
+The cycle reads a carried GPU's window from the very entry the plan judged (taken under the lock
+as it plans): a background refresh replacing it later in the cycle is carried by the next cycles,
+once a plan has judged it.
 """
 
 from __future__ import annotations
@@ -295,11 +298,12 @@ class ActivityCache:
             stored += 1
         return stored
 
-    def reused_rows(self, plan: RefreshPlan, seen: Mapping[Key, Seen]) -> ReusedRows:
+    def reused_rows(self, plan: RefreshPlan, seen: Mapping[Key, Seen], carried: bool = True) -> ReusedRows:
         """Rows the cycle takes from the cache (call after ``update``): carried GPUs' whole windows
-        and chain-refreshed GPUs' whole windows (their chain already fresh in the cache), with
-        newest-sample times from the identity query; built one GPU at a time as they are read."""
-        keys = plan.carried | plan.chain
+        (unless ``carried`` is False: the caller took them when it planned) and chain-refreshed
+        GPUs' whole windows (their chain already fresh in the cache), with newest-sample times from
+        the identity query; built one GPU at a time as they are read."""
+        keys = (plan.carried | plan.chain) if carried else plan.chain
         return ReusedRows({key: self.entries[key] for key in keys}, seen, plan.chain)
 
 

@@ -299,11 +299,16 @@ class PrometheusSource:
         return FetchResult(gpus=gpus, queries=sent, seconds=time.monotonic() - started)
 
     def _run_rounds(
-        self, queries: list[Query], at: float, take: Callable[[Query, Any], list[Query]], workers: int
+        self,
+        queries: list[Query],
+        at: float,
+        take: Callable[[Query, Any], list[Query]],
+        workers: int,
+        meanwhile: Callable[[], None] | None = None,
     ) -> int:
         """Run ``queries`` concurrently; ``take`` gets each answer as it arrives and returns the
-        queries it makes necessary (a later round), which run on the same pool. Returns how many
-        queries were sent."""
+        queries it makes necessary (a later round), which run on the same pool; ``meanwhile`` is
+        called whenever queries are still in flight after that. Returns how many were sent."""
         with ThreadPoolExecutor(max_workers=workers) as pool:
             pending = {pool.submit(self._run, q, at): q for q in queries}
             sent = len(pending)
@@ -313,6 +318,8 @@ class PrometheusSource:
                     for more in take(pending.pop(future), future.result()):
                         pending[pool.submit(self._run, more, at)] = more
                         sent += 1
+                if pending and meanwhile is not None:
+                    meanwhile()
         return sent
 
     def _fault_windows(self, query: Query, result: Any, request: FetchRequest) -> list[Query]:
@@ -360,22 +367,26 @@ class PrometheusSource:
                     plan = plan_refresh(
                         cache.entries, state.seen, state.idle, idle_below, now=request.now, settle_s=settle_s
                     )
+                    # the entries the plan judged: a background refresh may replace them from now on
+                    carried = {key: cache.entries[key] for key in plan.carried}
                 state.plan, activity = activity_queries(plan, state.seen, seconds, matchers, state.early)
+                state.carried = {key: carried[key] for key in state.plan.carried}
                 more += activity
             return more
 
         with gc_paused():
-            sent = self._run_rounds(queries, request.now, take, MAX_ACTIVITY_CHUNKS + 8)
+            sent = self._run_rounds(queries, request.now, take, MAX_ACTIVITY_CHUNKS + 8, state.build_carried)
             if state.identity is None or state.plan is None:
                 raise SourceUnavailable("Prometheus answered no identity or idle-candidates query")
             plan = state.plan
+            state.build_carried()
             with self._cache_lock:
                 scrape = request.scrape_interval
                 full_count = seconds / scrape - 1 if scrape > 0 else math.inf
                 cache.update(state.seen, plan, state.fresh, request.now, full_count)
-                reused = cache.reused_rows(plan, state.seen)
+                reused = cache.reused_rows(plan, state.seen, carried=False)
             windows: dict[Window, Rows] = {**state.windows, Window.ACTIVITY: _Overlay(reused, state.fresh)}
-            gpus = samples(state.identity, windows, request)
+            gpus = samples(state.identity, windows, request, {Window.ACTIVITY: state.built})
         log.debug(
             "activity window: %d in full%s, %d chain only (new %d, idle %d, not busy %d, settling %d),"
             " %d carried, %d queries",
@@ -471,6 +482,18 @@ class _TieredRound:
     windows: dict[Window, WindowValues] = field(default_factory=dict)
     fresh: WindowValues = field(default_factory=dict)
     early: frozenset[str] = frozenset()  # UUIDs whose chain was asked for before identity answered
+    carried: dict[Key, Entry] = field(default_factory=dict)  # the plan's carried GPUs, as it judged them
+    built: dict[Key, dict[Signal, Stats]] = field(default_factory=dict)  # their Stats (build_carried)
+
+    def build_carried(self) -> None:
+        """The carried GPUs' activity Stats, from their cached windows with the identity query's
+        newest-sample times: ~130,000 frozen Stats at 8,000 GPUs (~0.25 CPU-s), built while the
+        chains and the fault candidates are still in flight instead of after the last answer."""
+        if not self.carried:
+            return
+        for key, entry in self.carried.items():
+            self.built[key] = {s: _row_stats(row) for s, row in entry.rows(self.seen[key].newest).items()}
+        self.carried = {}
 
     def take(self, query: Query, result: Any) -> None:
         if query.window is Window.ACTIVITY:
@@ -673,19 +696,27 @@ class _Overlay:
 
 
 def samples(
-    identity: Mapping[GPUKey, _Identity], windows: Mapping[Window, Rows], request: FetchRequest
+    identity: Mapping[GPUKey, _Identity],
+    windows: Mapping[Window, Rows],
+    request: FetchRequest,
+    built: Mapping[Window, dict[Key, dict[Signal, Stats]]] | None = None,
 ) -> tuple[GPUSample, ...]:
-    """Join identities with the window aggregates (consumed): one GPUSample per GPU, sorted."""
+    """Join identities with the window aggregates (consumed): one GPUSample per GPU, sorted.
+    ``built``: Stats made beforehand for some GPUs, taken instead of their rows (also consumed)."""
     expected = {
         w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0
     }
+    built = built or {}
     gpus = []
     for gpu_key, ident in identity.items():
         key = (gpu_key.uuid, gpu_key.instance_id)
         stats: dict[Window, dict[Signal, Stats]] = {}
         for window, values in windows.items():
             rows = values.pop(key, None)  # freed as it goes: rows and Stats are not both held
-            if rows is not None:
+            ready = built[window].pop(key, None) if window in built else None
+            if ready is not None:
+                stats[window] = ready
+            elif rows is not None:
                 stats[window] = {signal: _row_stats(row) for signal, row in rows.items()}
         gpus.append(
             GPUSample(

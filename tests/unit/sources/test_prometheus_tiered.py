@@ -52,6 +52,8 @@ class Model:
     hold_identity: bool = False  # answer identity only once a chain-only query came (or after 5 s)
     chain_asked: threading.Event = field(default_factory=threading.Event)
     chain_before_identity: bool = False
+    hold_chain: threading.Event | None = None  # set: chain-only queries wait for it (5 s at most)
+    chain_released: list[bool] = field(default_factory=list)  # per held chain query: released in time
     times: list[str] = field(default_factory=list)  # each query's evaluation time, as sent
 
     def answer(self, query: str) -> list[tuple[dict[str, str], Any]]:
@@ -103,6 +105,8 @@ class _Handler(QuietHandler):
             model.chain_before_identity = model.chain_asked.wait(5)
         elif AGG_LABEL in query and "FB_USED" not in query:
             model.chain_asked.set()
+            if model.hold_chain is not None:
+                model.chain_released.append(model.hold_chain.wait(5))
         if model.release is not None and listed_whole:
             model.release.wait(5)
         if model.fail_listed and listed_whole:
@@ -282,6 +286,45 @@ def test_the_chains_the_cache_names_go_out_before_identity_answers(model: Model)
     assert _sm(result, "GPU-2").max == 0.0
     assert _sm(result, "GPU-3").last_timestamp == NOW - 3  # its own, fetched
     assert (result.refreshed, result.carried) == (2, 6)
+
+
+def test_carried_gpus_are_built_while_the_chains_are_in_flight_from_the_entries_judged(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The carried GPUs' Stats are made while a chain query is still unanswered, from the cache
+    entries the plan judged clearly busy: a background refresh replacing one after the plan (here
+    with an idle-looking window) is for the next cycles, not read by this one."""
+    _busy_cluster(model, 8)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.gpus["GPU-2"].sm = 0.0  # its chain is fetched; the other 7 are carried
+    model.hold_chain = threading.Event()
+    built_while_held: list[bool] = []
+    build = prom._TieredRound.build_carried
+
+    def judged_then_replaced(state: prom._TieredRound) -> None:
+        if state.carried:
+            (cache,) = source._caches.values()
+            taken = {("GPU-5", ""): cache.entries[("GPU-5", "")]}
+            idle_rows = {Signal.SM_ACTIVE: [0.0, 0.0, 0.0, 0.0, 8.0, NOW + 197, 0.0, 0.0, 0.0]}
+            assert cache.refreshed(taken, {("GPU-5", ""): idle_rows}, NOW + 200) == 1
+            assert model.hold_chain is not None
+            built_while_held.append(not model.hold_chain.is_set())
+            build(state)
+            model.hold_chain.set()
+        else:
+            build(state)
+
+    monkeypatch.setattr(prom._TieredRound, "build_carried", judged_then_replaced)
+    result, _ = _fetch(source, model, NOW + 200)
+    assert built_while_held == [True]
+    assert model.chain_released == [True]  # by the build, not after waiting 5 s
+    assert (result.refreshed, result.carried) == (1, 7)
+    assert _sm(result, "GPU-2").max == 0.0
+    assert _sm(result, "GPU-5").max == 0.5  # the window the plan judged, not the replacement
+    assert _sm(result, "GPU-5").last_timestamp == NOW - 3  # with identity's newest-sample time
+    (cache,) = source._caches.values()
+    assert cache.entries[("GPU-5", "")].refreshed_at == NOW + 200  # the replacement, kept for later
 
 
 def test_idle_gpu_turning_active_is_refreshed(model: Model) -> None:
