@@ -492,7 +492,7 @@ class _TieredRound:
         if not self.carried:
             return
         for key, entry in self.carried.items():
-            self.built[key] = {s: _row_stats(row) for s, row in entry.rows(self.seen[key].newest).items()}
+            self.built[key] = _rows_stats(entry.rows(self.seen[key].newest))
         self.carried = {}
 
     def take(self, query: Query, result: Any) -> None:
@@ -676,6 +676,10 @@ def _row_stats(row: list[float]) -> Stats:
     )
 
 
+def _rows_stats(rows: Mapping[Signal, list[float]]) -> dict[Signal, Stats]:
+    return {signal: _row_stats(row) for signal, row in rows.items()}
+
+
 class Rows(Protocol):
     """A window's rows by GPU key, consumed by ``samples`` (a ``WindowValues`` dict, or lazier)."""
 
@@ -717,7 +721,7 @@ def samples(
             if ready is not None:
                 stats[window] = ready
             elif rows is not None:
-                stats[window] = {signal: _row_stats(row) for signal, row in rows.items()}
+                stats[window] = _rows_stats(rows)
         gpus.append(
             GPUSample(
                 node=ident.node,
