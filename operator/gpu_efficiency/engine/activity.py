@@ -6,6 +6,7 @@ samples are numerous, fresh and in range; otherwise it is Unknown and nothing de
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,7 +38,26 @@ class DataBounds:
 def data_bounds(sample: GPUSample, params: CycleParams, now: float) -> DataBounds:
     """Expected samples come from the source (window / scrape interval) or, failing that, the policy."""
     expected = sample.expected_samples.get(Window.ACTIVITY) or params.expected_activity_samples
-    return DataBounds(needed=expected * params.min_coverage, oldest=now - params.max_staleness_s)
+    bounds = DataBounds(needed=expected * params.min_coverage, oldest=now - params.max_staleness_s)
+    return carried_bounds(bounds, sample.carried_newest)
+
+
+#: ``carried_bounds``' oldest for a fresh carried window: every finite time (and +inf) passes.
+_ANY_FINITE = -sys.float_info.max
+
+
+def carried_bounds(bounds: DataBounds, carried_newest: float | None) -> DataBounds:
+    """The bounds for a window carried from an earlier fetch (``GPUSample.carried_newest``).
+
+    Its Stats keep the times they were fetched with; each present (finite) one counts as the GPU's
+    newest sample time now, as if the window had been fetched this cycle. So either every finite
+    time passes (the newest is fresh) or none does (stale, or NaN: no newest time); NaN and -inf
+    times fail as they would have. Judged once per GPU instead of rebuilding its Stats each cycle.
+    """
+    if carried_newest is None:
+        return bounds
+    fresh = carried_newest >= bounds.oldest  # False for NaN
+    return DataBounds(needed=bounds.needed, oldest=_ANY_FINITE if fresh else math.inf)
 
 
 def insufficiency(stats: Stats | None, upper: float, bounds: DataBounds) -> str:

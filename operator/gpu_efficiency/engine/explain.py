@@ -51,10 +51,12 @@ def _thresholds(params: CycleParams) -> list[str]:
 
 def _gpu_lines(sample: GPUSample, params: CycleParams, now: float) -> list[str]:
     bounds = data_bounds(sample, params, now)
+    carried = sample.carried_newest
     lines = [
         f"  GPU {sample.uuid} (index {sample.index}, {sample.model or 'unknown model'}, node {sample.node}, "
         f"source {sample.source}); {bounds.needed:.0f} samples needed, newest no older than "
-        f"{format_rfc3339(bounds.oldest)}"
+        f"{format_rfc3339(now - params.max_staleness_s)}"
+        + ("" if carried is None else "; activity window carried from an earlier fetch")
     ]
     window = sample.stats.get(Window.ACTIVITY, {})
     for signal, upper, _ in ACTIVITY_CHAIN:
@@ -64,6 +66,8 @@ def _gpu_lines(sample: GPUSample, params: CycleParams, now: float) -> list[str]:
             lines.append(f"    {signal.value}: absent")
         else:
             ts = stats.last_timestamp
+            if carried is not None and math.isfinite(ts):
+                ts = carried  # judged by the GPU's newest sample time (activity.carried_bounds)
             newest = format_rfc3339(ts) if math.isfinite(ts) else "?"
             lines.append(
                 f"    {signal.value}: avg {_num(stats.avg)} max {_num(stats.max)} count {stats.count} "

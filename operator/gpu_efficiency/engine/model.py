@@ -85,6 +85,10 @@ class GPUSample:
     source: str = "prometheus"  # or "agent"
     expected_samples: Mapping[Window, float] = field(default_factory=dict)  # window / scrape interval
     fb_total_mib: float | None = None
+    # Set when the activity window was carried from an earlier fetch (the Prometheus source's
+    # tiered refresh): its Stats keep the sample times they were fetched with, and this, the GPU's
+    # newest sample time now (NaN: none), is what their freshness is judged by (activity.data_bounds).
+    carried_newest: float | None = None
 
     def get(self, window: Window, signal: Signal) -> Stats | None:
         return self.stats.get(window, {}).get(signal)

@@ -17,6 +17,7 @@ from gpu_efficiency.engine.activity import (
     ACTIVITY_CHAIN,
     DataBounds,
     GPUActivity,
+    carried_bounds,
     gpu_activity,
     gpu_util_fraction,
 )
@@ -104,16 +105,19 @@ class _Context:
             f" < activityBelow {params.activity_below} over the {format_duration(params.window_s)} window"
         )
         self._activity: dict[str, GPUActivity] = {}
-        self._bounds: dict[float, DataBounds] = {}
+        self._bounds: dict[tuple[float, bool | None], DataBounds] = {}
 
     def bounds(self, sample: GPUSample) -> DataBounds:
         expected = sample.expected_samples.get(Window.ACTIVITY) or self.params.expected_activity_samples
-        found = self._bounds.get(expected)
+        oldest = self.now - self.params.max_staleness_s
+        newest = sample.carried_newest
+        key = (expected, None if newest is None else newest >= oldest)  # a carried window: fresh or not
+        found = self._bounds.get(key)
         if found is None:
-            found = DataBounds(
-                needed=expected * self.params.min_coverage, oldest=self.now - self.params.max_staleness_s
+            found = carried_bounds(
+                DataBounds(needed=expected * self.params.min_coverage, oldest=oldest), newest
             )
-            self._bounds[expected] = found
+            self._bounds[key] = found
         return found
 
     def activity(self, sample: GPUSample, bounds: DataBounds | None = None) -> GPUActivity:

@@ -38,6 +38,7 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.gcpause import gc_paused
 from gpu_efficiency.sources.base import (
     ActivityHints,
     FaultHints,
@@ -47,7 +48,6 @@ from gpu_efficiency.sources.base import (
     SourceUnavailable,
 )
 from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
-from gpu_efficiency.sources.prometheus import gc_paused
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ from gpu_efficiency import metrics
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.engine.model import SeniorPolicy
+from gpu_efficiency.gcpause import gc_paused
 from gpu_efficiency.handlers.cycle import CycleRunner
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,12 @@ class Scheduler:
         return ran
 
     def _run(self, entry: PolicyEntry, seniors: tuple[SeniorPolicy, ...]) -> None:
+        # The cycle's snapshot and plan (~10^5 objects at 8,000 GPUs) are freed with its report
+        # before the collector is re-enabled, so it never scans them (~0.1 s a cycle at that size).
+        with gc_paused():
+            self._run_and_log(entry, seniors)
+
+    def _run_and_log(self, entry: PolicyEntry, seniors: tuple[SeniorPolicy, ...]) -> None:
         try:
             report = self.runner.run(
                 name=entry.name,

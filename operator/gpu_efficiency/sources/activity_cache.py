@@ -27,9 +27,10 @@ carried GPU has the same pods as when cached, and every activity-chain signal it
 holds has a peak at or above the threshold (or can never be usable: no samples, NaN). Whichever
 chain signal the engine picks, the peak it reads is at or above the threshold: BUSY, or Unknown
 when none is usable; never IDLE. The fresh filter makes the carried verdict also *right*: a GPU
-that went idle on any chain signal is refreshed the same cycle. Carried windows take their newest
-sample time from the identity query, so a GPU whose exporter stopped still turns stale (Unknown).
-The cycle reads a carried GPU's window from the very entry the plan judged (taken under the lock
+that went idle on any chain signal is refreshed the same cycle. A carried window's freshness is
+the GPU's newest sample time in the identity query (``GPUSample.carried_newest``, judged by
+``engine.activity.carried_bounds``), so a GPU whose exporter stopped still turns stale (Unknown);
+its Stats are the entry's own, kept from cycle to cycle (``Entry.stats``). The cycle reads a carried GPU's window from the very entry the plan judged (taken under the lock
 as it plans): a background refresh replacing it later in the cycle is carried by the next cycles,
 once a plan has judged it.
 """
@@ -43,7 +44,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.engine.activity import ACTIVITY_CHAIN
-from gpu_efficiency.engine.model import PodRef, Signal
+from gpu_efficiency.engine.model import PodRef, Signal, Stats
 
 #: (UUID, GPU_I_ID): how window values are keyed.
 Key = tuple[str, str]
@@ -75,6 +76,16 @@ class Entry:
     values: array  # type: ignore[type-arg]  # len(signals) * _FIELDS doubles
     refreshed_at: float  # last whole-window refresh (rule 4's order)
     unsettled_at: float  # last cycle it was new, re-attributed, idle or not clearly busy
+    built: dict[Signal, Stats] | None = None  # ``stats()``, once asked for
+
+    def stats(self) -> dict[Signal, Stats]:
+        """The window's Stats with the sample times they were fetched with, built once per entry:
+        a carried GPU's window is the same objects cycle after cycle (~115,000 Stats at 8,000
+        GPUs not rebuilt), and the engine judges their freshness by the GPU's newest sample time
+        now (``GPUSample.carried_newest``). An entry is replaced, never changed, when refetched."""
+        if self.built is None:
+            self.built = rows_stats(self.rows(math.nan, exact=_ALL_SIGNALS))
+        return self.built
 
     def rows(self, newest: float, exact: Collection[Signal] = ()) -> dict[Signal, list[float]]:
         """The cached rows, every present newest-sample time replaced by ``newest`` except those of
@@ -92,6 +103,27 @@ class Entry:
             return None
         i = self.signals.index(signal)
         return self.values[i * _FIELDS : (i + 1) * _FIELDS]
+
+
+def row_stats(row: Sequence[float]) -> Stats:
+    """One signal's aggregates (``prometheus._FIELDS`` order) as Stats."""
+    avg, max_, min_, last, count, ts, stddev, changes, resets = row
+    isfinite = math.isfinite
+    return Stats(
+        avg,
+        max_,
+        min_,
+        last,
+        int(count) if isfinite(count) else 0,
+        ts,
+        stddev,
+        int(changes) if isfinite(changes) else 0,
+        int(resets) if isfinite(resets) else 0,
+    )
+
+
+def rows_stats(rows: Mapping[Signal, Sequence[float]]) -> dict[Signal, Stats]:
+    return {signal: row_stats(row) for signal, row in rows.items()}
 
 
 def clearly_busy(entry: Entry, idle_below: float) -> bool:

@@ -7,14 +7,12 @@ decoded with orjson because decoding dominates at thousands of GPUs (see bench/e
 from __future__ import annotations
 
 import functools
-import gc
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,7 +23,9 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
+from gpu_efficiency.gcpause import gc_paused
 from gpu_efficiency.sources.activity_cache import (
+    CHAIN_SIGNALS,
     ActivityCache,
     Entry,
     Key,
@@ -36,6 +36,7 @@ from gpu_efficiency.sources.activity_cache import (
     everything,
     oldest_cached,
     plan_refresh,
+    rows_stats,
 )
 from gpu_efficiency.sources.base import FetchRequest, FetchResult, SourceUnavailable
 from gpu_efficiency.sources.labels import GPUKey, key_of, node_of, pod_of
@@ -45,6 +46,7 @@ from gpu_efficiency.sources.promql import (
     CANDIDATE_LABEL,
     FILTERED_WINDOWS,
     MAX_LISTED_GPUS,
+    QUERY_PLAN,
     Query,
     candidates_query,
     cycle_queries,
@@ -486,13 +488,13 @@ class _TieredRound:
     built: dict[Key, dict[Signal, Stats]] = field(default_factory=dict)  # their Stats (build_carried)
 
     def build_carried(self) -> None:
-        """The carried GPUs' activity Stats, from their cached windows with the identity query's
-        newest-sample times: ~130,000 frozen Stats at 8,000 GPUs (~0.25 CPU-s), built while the
-        chains and the fault candidates are still in flight instead of after the last answer."""
+        """The carried GPUs' activity Stats, from the entries the plan judged: each entry's own
+        (``Entry.stats``, built once per entry and then kept), taken while the chains and the fault
+        candidates are still in flight. ``samples`` marks them carried, with identity's newest time."""
         if not self.carried:
             return
         for key, entry in self.carried.items():
-            self.built[key] = _rows_stats(entry.rows(self.seen[key].newest))
+            self.built[key] = entry.stats()
         self.carried = {}
 
     def take(self, query: Query, result: Any) -> None:
@@ -517,6 +519,20 @@ MAX_ACTIVITY_CHUNKS = 8
 MAX_CACHED_WINDOWS = 4
 
 
+#: Terms of the whole activity window and of its activity chain only (67 and 13 with today's plan).
+_FULL_TERMS = sum(len(aggs) for aggs in QUERY_PLAN[Window.ACTIVITY].values())
+_CHAIN_TERMS = sum(len(aggs) for sig, aggs in QUERY_PLAN[Window.ACTIVITY].items() if sig in CHAIN_SIGNALS)
+
+
+def chunk_gpus(chain_only: bool) -> int:
+    """GPUs listed per activity query: MAX_LISTED_GPUS whole windows, or as many chain-only
+    windows as give the same number of series (~2,500: 13 terms of 67). A chunk's cost to
+    Prometheus and to decode follows its series, so a thousand idle GPUs' chains are one query."""
+    if not chain_only:
+        return MAX_LISTED_GPUS
+    return max(1, MAX_LISTED_GPUS * _FULL_TERMS // _CHAIN_TERMS)
+
+
 def worth_listing(chunks: int, listed: int, total: int) -> bool:
     """Is fetching ``listed`` of ``total`` GPUs' activity in ``chunks`` listed queries cheaper than
     the unrestricted query? Not beyond MAX_ACTIVITY_CHUNKS queries or half the GPUs."""
@@ -531,12 +547,12 @@ def activity_queries(
     chains_sent: Collection[str] = frozenset(),
 ) -> tuple[RefreshPlan, list[Query]]:
     """The activity queries of a refresh plan: full windows and chain-only windows of its UUIDs
-    (those of ``chains_sent`` already asked for: ``early_chain``), MAX_LISTED_GPUS listed per
+    (those of ``chains_sent`` already asked for: ``early_chain``), ``chunk_gpus`` listed per
     query; the full window over every GPU (and the plan widened to all) when the refresh set is
     most GPUs or would take too many queries."""
     full = sorted({uuid for uuid, _ in plan.full})
     chain = sorted({uuid for uuid, _ in plan.chain})
-    chunks = math.ceil(len(full) / MAX_LISTED_GPUS) + math.ceil(len(chain) / MAX_LISTED_GPUS)
+    chunks = math.ceil(len(full) / chunk_gpus(False)) + math.ceil(len(chain) / chunk_gpus(True))
     if not worth_listing(chunks, len(full) + len(chain), len({uuid for uuid, _ in seen})):
         return everything(seen, plan), [window_query(Window.ACTIVITY, seconds, matchers)]
     return plan, [
@@ -548,10 +564,11 @@ def activity_queries(
 def listed_chunks(
     uuids: Sequence[str], seconds: float, matchers: str, chain_only: bool = False
 ) -> list[Query]:
-    """The activity window of these UUIDs, MAX_LISTED_GPUS listed per query."""
+    """The activity window of these UUIDs (their chain only), ``chunk_gpus`` listed per query."""
+    size = chunk_gpus(chain_only)
     return [
-        listed_window_query(Window.ACTIVITY, seconds, uuids[i : i + MAX_LISTED_GPUS], matchers, chain_only)
-        for i in range(0, len(uuids), MAX_LISTED_GPUS)
+        listed_window_query(Window.ACTIVITY, seconds, uuids[i : i + size], matchers, chain_only)
+        for i in range(0, len(uuids), size)
     ]
 
 
@@ -565,19 +582,6 @@ def _candidates(series: Iterable[tuple[Mapping[str, str], float]]) -> dict[Windo
         if window is not None and uuid:
             out.setdefault(window, set()).add(uuid)
     return out
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building ~10^5 short-lived objects: it would rescan them all
-    several times (measured 4x slower decoding at 8,000 GPUs). Nothing here forms cycles."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 @dataclass
@@ -661,25 +665,6 @@ def fold_window(chunks: Iterable[Iterable[Mapping[str, Any]]]) -> WindowValues:
     return out
 
 
-def _row_stats(row: list[float]) -> Stats:
-    avg, max_, min_, last, count, ts, stddev, changes, resets = row
-    return Stats(
-        avg=avg,
-        max=max_,
-        min=min_,
-        last=last,
-        count=int(count) if math.isfinite(count) else 0,
-        last_timestamp=ts,
-        stddev=stddev,
-        changes=int(changes) if math.isfinite(changes) else 0,
-        resets=int(resets) if math.isfinite(resets) else 0,
-    )
-
-
-def _rows_stats(rows: Mapping[Signal, list[float]]) -> dict[Signal, Stats]:
-    return {signal: _row_stats(row) for signal, row in rows.items()}
-
-
 class Rows(Protocol):
     """A window's rows by GPU key, consumed by ``samples`` (a ``WindowValues`` dict, or lazier)."""
 
@@ -706,7 +691,8 @@ def samples(
     built: Mapping[Window, dict[Key, dict[Signal, Stats]]] | None = None,
 ) -> tuple[GPUSample, ...]:
     """Join identities with the window aggregates (consumed): one GPUSample per GPU, sorted.
-    ``built``: Stats made beforehand for some GPUs, taken instead of their rows (also consumed)."""
+    ``built``: carried windows' Stats (``Entry.stats``), taken instead of rows (also consumed);
+    their GPU's sample is marked carried, with identity's newest time (``GPUSample.carried_newest``)."""
     expected = {
         w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0
     }
@@ -715,13 +701,14 @@ def samples(
     for gpu_key, ident in identity.items():
         key = (gpu_key.uuid, gpu_key.instance_id)
         stats: dict[Window, dict[Signal, Stats]] = {}
+        carried: float | None = None
         for window, values in windows.items():
             rows = values.pop(key, None)  # freed as it goes: rows and Stats are not both held
             ready = built[window].pop(key, None) if window in built else None
             if ready is not None:
-                stats[window] = ready
+                stats[window], carried = ready, ident.newest
             elif rows is not None:
-                stats[window] = _rows_stats(rows)
+                stats[window] = rows_stats(rows)
         gpus.append(
             GPUSample(
                 node=ident.node,
@@ -733,6 +720,7 @@ def samples(
                 source="prometheus",
                 expected_samples=expected,
                 fb_total_mib=_fb_total(stats.get(Window.ACTIVITY, {})),
+                carried_newest=carried,
             )
         )
     gpus.sort(key=lambda g: (g.node, g.index, g.uuid))

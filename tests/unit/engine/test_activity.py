@@ -1,6 +1,7 @@
 """Activity fallback chain and data sufficiency (safety rule 1: absence of data is never idleness)."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -12,13 +13,14 @@ from gpu_efficiency.engine.activity import (
     gpu_activity,
     insufficiency,
 )
-from gpu_efficiency.engine.model import Signal, Stats
+from gpu_efficiency.engine.model import Signal, Stats, Window
 from gpu_efficiency.engine.params import cycle_params
 
 from .builders import NOW, gpu, policy, stats
 
 PARAMS = cycle_params(policy())  # window 10m, scrape 15s, minCoverage 0.6, maxStaleness 2m
 SM, GR, UTIL = Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL
+SM_UPPER = 1.0 + 1e-6
 
 
 def activity_of(signals: dict[Signal, Stats], expected: float | None = 40.0) -> GPUActivity:
@@ -96,3 +98,32 @@ def test_insufficiency_of_unbounded_signal_rejects_infinity() -> None:
     assert insufficiency(stats(1e12), UNBOUNDED, bounds) == ""
     assert "out of range" in insufficiency(stats(math.inf), UNBOUNDED, bounds)
     assert insufficiency(None, UNBOUNDED, bounds) == "no samples"
+
+
+FRESH_NEWEST, STALE_NEWEST = NOW - 5.0, NOW - 500.0  # maxStaleness 2m
+
+
+@pytest.mark.parametrize("fetched_ts", [NOW - 900.0, NOW - 5.0, math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("newest", [FRESH_NEWEST, STALE_NEWEST, math.nan])
+def test_carried_window_is_judged_as_if_its_times_were_the_gpus_newest(
+    fetched_ts: float, newest: float
+) -> None:
+    """carried_bounds on the fetched Stats gives what substituting identity's newest time into
+    every finite sample time gave (NaN and infinite times kept as they were)."""
+    sample = gpu("GPU-0", {SM: Stats(0.4, 0.6, 0.1, 0.5, 40, fetched_ts)}, ("ns", "p"), expected=40.0)
+    substituted = Stats(0.4, 0.6, 0.1, 0.5, 40, newest if math.isfinite(fetched_ts) else fetched_ts)
+    carried = replace(sample, carried_newest=newest)
+    bounds = data_bounds(sample, PARAMS, NOW)
+    assert insufficiency(carried.stats[Window.ACTIVITY][SM], SM_UPPER, data_bounds(carried, PARAMS, NOW)) == (
+        insufficiency(substituted, SM_UPPER, bounds)
+    )
+
+
+def test_carried_freshness_decides_the_verdict_whatever_the_fetched_time() -> None:
+    old = {SM: stats(0.0, age=900.0)}  # idle figures fetched 15 minutes ago
+    sample = gpu("GPU-0", old, ("ns", "p"), expected=40.0)
+    assert "stale" in gpu_activity(sample, data_bounds(sample, PARAMS, NOW)).unknown_reason
+    fresh = replace(sample, carried_newest=FRESH_NEWEST)
+    assert gpu_activity(fresh, data_bounds(fresh, PARAMS, NOW)).peak == 0.0
+    gone = replace(sample, carried_newest=math.nan)  # identity gave no time: never fresh
+    assert not gpu_activity(gone, data_bounds(gone, PARAMS, NOW)).known

@@ -19,7 +19,8 @@ from urllib.parse import parse_qs
 import pytest
 from tests.unit.sources.fake_http import QuietHandler, serving
 
-from gpu_efficiency.engine.model import Signal, Window
+from gpu_efficiency.engine.activity import DataBounds, carried_bounds, gpu_activity
+from gpu_efficiency.engine.model import GPUSample, Signal, Window
 from gpu_efficiency.sources import prometheus as prom
 from gpu_efficiency.sources.base import ActivityHints, FaultHints, FetchRequest, FetchResult
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
@@ -221,18 +222,44 @@ def test_rule_4_is_fetched_at_the_cycles_time_and_carried_by_the_next_cycles(mod
     assert _fb(third, "GPU-0").max == 7.0  # carried from the refresh
 
 
-def test_carried_stats_take_the_identity_timestamp(model: Model) -> None:
+def _gpu(result: FetchResult, uuid: str) -> GPUSample:
+    return {g.uuid: g for g in result.gpus}[uuid]
+
+
+def test_carried_windows_keep_their_stats_and_are_judged_by_the_identity_timestamp(model: Model) -> None:
+    """A carried window is the cache entry's own Stats (fetched times), the same objects from cycle
+    to cycle; its sample carries identity's newest time, which decides its freshness."""
     _busy_cluster(model, 8)
     source = _source(model, 1)
     _fetch(source, model)
     for gpu in model.gpus.values():
-        gpu.newest = NOW + 27
-    result, _ = _fetch(source, model, NOW + 200)
-    carried = _sm(result, "GPU-2")
-    assert carried.last_timestamp == NOW + 27
-    assert carried.max == 0.5
-    fb = {g.uuid: g for g in result.gpus}["GPU-2"].get(Window.ACTIVITY, Signal.FB_USED)
-    assert fb.last_timestamp == NOW + 27
+        gpu.newest = NOW + 197
+    second, _ = _fetch(source, model, NOW + 200)
+    third, _ = _fetch(source, model, NOW + 230)
+    carried = _gpu(second, "GPU-5")
+    assert carried.carried_newest == NOW + 197
+    assert (_sm(second, "GPU-5").last_timestamp, _sm(second, "GPU-5").max) == (NOW - 3, 0.5)  # as fetched
+    assert _gpu(third, "GPU-5").stats[Window.ACTIVITY] is carried.stats[Window.ACTIVITY]  # not rebuilt
+    assert _gpu(second, "GPU-0").carried_newest == NOW + 197  # rule 4 refetched it after the cycle:
+    assert _gpu(third, "GPU-0").carried_newest == NOW + 197  # carried from the new entry
+    assert _fb(third, "GPU-0").last_timestamp == NOW - 3  # (the model's sample time)
+    assert _gpu(third, "GPU-0").stats[Window.ACTIVITY] is not _gpu(second, "GPU-0").stats[Window.ACTIVITY]
+
+    staleness = 120.0
+    fresh = gpu_activity(
+        carried, carried_bounds(DataBounds(8, NOW + 200 - staleness), carried.carried_newest)
+    )
+    assert (fresh.signal, fresh.peak) == (Signal.SM_ACTIVE, 0.5)  # fetched 203 s ago, fresh by identity
+    for gpu in model.gpus.values():
+        gpu.newest = NOW + 60  # the exporter stopped: identity's newest time ages
+    fourth, _ = _fetch(source, model, NOW + 260)
+    stopped = _gpu(fourth, "GPU-5")
+    assert stopped.carried_newest == NOW + 60
+    stale = gpu_activity(
+        stopped, carried_bounds(DataBounds(8, NOW + 260 - staleness), stopped.carried_newest)
+    )
+    assert not stale.known
+    assert "stale" in stale.unknown_reason
 
 
 def test_absent_identity_timestamp_is_not_carried(model: Model) -> None:
@@ -243,6 +270,7 @@ def test_absent_identity_timestamp_is_not_carried(model: Model) -> None:
     result, sent = _fetch(source, model, NOW + 200)
     assert "GPU-2" in set().union(*(_listed(q) for q in _activity(sent)))
     assert _sm(result, "GPU-2").last_timestamp == NOW - 3  # its own, fetched
+    assert _gpu(result, "GPU-2").carried_newest is None
 
 
 def test_identity_change_refreshes_in_full(model: Model) -> None:
@@ -322,7 +350,7 @@ def test_carried_gpus_are_built_while_the_chains_are_in_flight_from_the_entries_
     assert (result.refreshed, result.carried) == (1, 7)
     assert _sm(result, "GPU-2").max == 0.0
     assert _sm(result, "GPU-5").max == 0.5  # the window the plan judged, not the replacement
-    assert _sm(result, "GPU-5").last_timestamp == NOW - 3  # with identity's newest-sample time
+    assert _gpu(result, "GPU-5").carried_newest == NOW - 3  # with identity's newest-sample time
     (cache,) = source._caches.values()
     assert cache.entries[("GPU-5", "")].refreshed_at == NOW + 200  # the replacement, kept for later
 
@@ -361,6 +389,26 @@ def test_large_refresh_sets_are_chunked_and_most_gpus_go_unrestricted(
     result, sent = _fetch(source, model, NOW + 230)
     assert [_listed(q) for q in _activity(sent)] == [{"*"}]
     assert (result.refreshed, result.carried, model.started) == (12, 0, 0)
+
+
+def test_chain_chunks_hold_as_many_series_as_whole_window_chunks(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain-only query returns 13 of the window's 67 terms, so it lists ~5x the GPUs: at 1,000
+    nodes the idle GPUs' chains are one query, as at 100 (the count no longer grows with them)."""
+    monkeypatch.setattr(prom, "MAX_LISTED_GPUS", 2)
+    assert prom.chunk_gpus(chain_only=True) == 2 * 67 // 13
+    _busy_cluster(model, 12)
+    source = _source(model, 1)
+    _fetch(source, model)
+    idle = sorted(model.gpus)[:5]
+    for uuid in idle:
+        model.gpus[uuid].sm = 0.0
+    result, sent = _fetch(source, model, NOW + 200)
+    assert [_listed(q) for q in _activity(sent)] == [set(idle)]  # one chain-only query, not three
+    assert all("FB_USED" not in q for q in _activity(sent))
+    assert result.queries == 3 + 1
+    assert all(_sm(result, uuid).max == 0.0 for uuid in idle)
 
 
 def test_the_cycle_does_not_wait_for_rule_4(model: Model) -> None:
