@@ -66,13 +66,15 @@ PROBE = Path(__file__).resolve().parent / "probe.py"
 
 SCALE_ENV = {
     "GPUEFF_STATE_DIR": "/tmp/gpueff-scale",
-    "GPUEFF_ETCD_PORT": "32379",
-    "GPUEFF_ETCD_PEER_PORT": "32380",
-    "GPUEFF_APISERVER_PORT": "36443",
-    "GPUEFF_KCM_PORT": "37257",
-    "GPUEFF_SCHEDULER_PORT": "37259",
-    "GPUEFF_KWOK_PORT": "37247",
-    "GPUEFF_PROM_PORT": "39090",
+    # Above Linux's ephemeral range (32768-60999): a client connection holding one of these as its
+    # local port made a component fail to bind (twice in one day, at 39090 and 37247).
+    "GPUEFF_ETCD_PORT": "61379",
+    "GPUEFF_ETCD_PEER_PORT": "61380",
+    "GPUEFF_APISERVER_PORT": "61443",
+    "GPUEFF_KCM_PORT": "61257",
+    "GPUEFF_SCHEDULER_PORT": "61259",
+    "GPUEFF_KWOK_PORT": "61247",
+    "GPUEFF_PROM_PORT": "61090",
     # Fake nodes post status every 5-5.5 min, as kubelets with node leases do (the local cluster's
     # default, 20-30 s, costs the API server ~0.6 core at 1,000 nodes on the cores we measure on).
     "GPUEFF_KWOK_NODE_STATUS_PERIOD_S": "300",
