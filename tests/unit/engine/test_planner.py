@@ -232,6 +232,21 @@ def test_explain_lists_signals_thresholds_and_rule() -> None:
         assert expected in text
 
 
+def test_a_carried_window_is_judged_and_explained_by_the_gpus_newest_time() -> None:
+    """Stats fetched 15 minutes ago (kept by the Prometheus source's cache) with a fresh newest time
+    give a verdict, explained with that time; with a stale one the pod is Unknown."""
+    old = b.shift_stats(gpu("GPU-0", b.fake_load(), ("team-a", "p")), NOW - 890.0)
+    assert plan_cycle(snapshot([old], [pod("p")])).verdicts[0].verdict is Verdict.UNKNOWN
+    fresh = replace(old, carried_newest=NOW - 10.0)
+    snap = snapshot([fresh], [pod("p")])
+    assert plan_cycle(snap).verdicts[0].verdict is Verdict.UNDERUTILIZED
+    text = "\n".join(explain_pod(snap, "team-a", "p"))
+    assert "activity window carried from an earlier fetch" in text
+    assert f"newest {format_rfc3339(NOW - 10.0)} -> usable" in text
+    stale = replace(old, carried_newest=NOW - 890.0)
+    assert plan_cycle(snapshot([stale], [pod("p")])).verdicts[0].verdict is Verdict.UNKNOWN
+
+
 def test_explain_out_of_scope_and_missing_pods() -> None:
     snap = snapshot([], [pod("p", "kube-system")])
     assert "protected" in explain_pod(snap, "kube-system", "p")[-1]
