@@ -51,7 +51,7 @@ def verdicts(result_gpus: tuple, now: float) -> dict[str, int]:  # type: ignore[
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--url", default=os.environ.get("GPUEFF_PROMETHEUS_URL", "http://127.0.0.1:39090"))
+    parser.add_argument("--url", default=os.environ.get("GPUEFF_PROMETHEUS_URL", "http://127.0.0.1:61090"))
     parser.add_argument("--budgets", default="0,500,1000")
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--interval", type=float, default=30.0)

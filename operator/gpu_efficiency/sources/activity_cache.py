@@ -30,9 +30,10 @@ when none is usable; never IDLE. The fresh filter makes the carried verdict also
 that went idle on any chain signal is refreshed the same cycle. A carried window's freshness is
 the GPU's newest sample time in the identity query (``GPUSample.carried_newest``, judged by
 ``engine.activity.carried_bounds``), so a GPU whose exporter stopped still turns stale (Unknown);
-its Stats are the entry's own, kept from cycle to cycle (``Entry.stats``). The cycle reads a carried GPU's window from the very entry the plan judged (taken under the lock
-as it plans): a background refresh replacing it later in the cycle is carried by the next cycles,
-once a plan has judged it.
+its Stats are the entry's own, kept from cycle to cycle (``Entry.stats``). The cycle reads a
+carried GPU's window from the very entry the plan judged (taken under the lock as it plans): a
+background refresh replacing it later in the cycle is carried by the next cycles, once a plan has
+judged it.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from gpu_efficiency.engine.activity import (
+    ACTIVITY_CHAIN,
     UNBOUNDED,
     DataBounds,
     GPUActivity,
@@ -20,7 +21,7 @@ from .builders import NOW, gpu, policy, stats
 
 PARAMS = cycle_params(policy())  # window 10m, scrape 15s, minCoverage 0.6, maxStaleness 2m
 SM, GR, UTIL = Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL
-SM_UPPER = 1.0 + 1e-6
+SM_UPPER = ACTIVITY_CHAIN[0][1]
 
 
 def activity_of(signals: dict[Signal, Stats], expected: float | None = 40.0) -> GPUActivity:

@@ -164,12 +164,16 @@ def _listed(query: str) -> set[str]:
     return set(found.group(1).split("|")) if found else {"*"}
 
 
+def _gpu(result: FetchResult, uuid: str) -> GPUSample:
+    return {g.uuid: g for g in result.gpus}[uuid]
+
+
 def _sm(result: FetchResult, uuid: str) -> Any:
-    return {g.uuid: g for g in result.gpus}[uuid].get(Window.ACTIVITY, Signal.SM_ACTIVE)
+    return _gpu(result, uuid).get(Window.ACTIVITY, Signal.SM_ACTIVE)
 
 
 def _fb(result: FetchResult, uuid: str) -> Any:
-    return {g.uuid: g for g in result.gpus}[uuid].get(Window.ACTIVITY, Signal.FB_USED)
+    return _gpu(result, uuid).get(Window.ACTIVITY, Signal.FB_USED)
 
 
 def _busy_cluster(model: Model, n: int) -> None:
@@ -220,10 +224,6 @@ def test_rule_4_is_fetched_at_the_cycles_time_and_carried_by_the_next_cycles(mod
     third, sent = _fetch(source, model, NOW + 230)
     assert "GPU-0" not in set().union(set(), *(_listed(q) for q in _activity(sent)))
     assert _fb(third, "GPU-0").max == 7.0  # carried from the refresh
-
-
-def _gpu(result: FetchResult, uuid: str) -> GPUSample:
-    return {g.uuid: g for g in result.gpus}[uuid]
 
 
 def test_carried_windows_keep_their_stats_and_are_judged_by_the_identity_timestamp(model: Model) -> None:
@@ -283,7 +283,7 @@ def test_identity_change_refreshes_in_full(model: Model) -> None:
     full = [q for q in _activity(sent) if "FB_USED" in q]
     assert [_listed(q) for q in full] == [{"GPU-2"}]  # the new pod, in the cycle
     assert [_listed(q) for q in model.background] == [{"GPU-0"}]  # the budget's one, after it
-    fb = {g.uuid: g for g in result.gpus}["GPU-2"].get(Window.ACTIVITY, Signal.FB_USED)
+    fb = _fb(result, "GPU-2")
     assert fb.max == 5.0
 
 
