@@ -82,7 +82,15 @@ start_proc() {
   echo "==== $(date -Is) starting: $*" >> "$LOGS/$name.log"
   # 8>&-: do not leak the state lock (see lock_state) into the long-running child
   setsid "$@" >> "$LOGS/$name.log" 2>&1 < /dev/null 8>&- &
-  echo $! > "$(pidfile "$name")"
+  local pid=$! i
+  # Until the forked shell has exec'd the component its cmdline is this script's, and running_pid
+  # would take it for a stale pid and drop the pidfile ("exited while waiting"); seen once under load.
+  for ((i = 0; i < 100; i++)); do
+    [[ "$(tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null)" == *"$name"* ]] && break
+    alive "$pid" || break
+    sleep 0.05
+  done
+  echo "$pid" > "$(pidfile "$name")"
 }
 
 # alive PID: exists and is not a zombie (an exited child of ours that pid 1 has
