@@ -31,6 +31,7 @@ from gpu_efficiency.engine.conditions import condition_flipped, set_condition
 from gpu_efficiency.engine.explain import explain_lines
 from gpu_efficiency.engine.faults import evaluate_faults
 from gpu_efficiency.engine.idle import GPUState, Lifecycle, PodKey, idle_lifecycle, is_shared, shared_idleness
+from gpu_efficiency.engine.judgememo import JudgeInputs, JudgeMemo, Judgement
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -95,12 +96,19 @@ class Evaluation:
 class _Context:
     """Per-cycle caches: activity per GPU, data bounds per expected sample count."""
 
-    __slots__ = ("_activity", "_bounds", "idle_rule", "now", "params", "pod_gpus")
+    __slots__ = ("_activity", "_bounds", "idle_rule", "memo", "now", "params", "pod_gpus")
 
-    def __init__(self, params: CycleParams, now: float, pod_gpus: Mapping[PodKey, list[GPUSample]]) -> None:
+    def __init__(
+        self,
+        params: CycleParams,
+        now: float,
+        pod_gpus: Mapping[PodKey, list[GPUSample]],
+        memo: JudgeMemo | None = None,
+    ) -> None:
         self.params = params
         self.now = now
         self.pod_gpus = pod_gpus
+        self.memo = memo
         self.idle_rule = (
             f" < activityBelow {params.activity_below} over the {format_duration(params.window_s)} window"
         )
@@ -181,6 +189,28 @@ def _judge(pod: PodView, key: PodKey, ctx: _Context) -> PodRecord:
             _unknown(pod, "no DCGM samples are attributed to this pod (check the exporter's pod labels)"),
         )
     bounds = [ctx.bounds(s) for s in samples]
+    memo = ctx.memo
+    if memo is None or is_shared(samples, key) or any(s.carried_newest is None for s in samples):
+        return _judge_gpus(pod, key, ctx, samples, bounds)  # only carried windows are kept by the memo
+    inputs: JudgeInputs = tuple(
+        [
+            (s.uuid, s.stats.get(Window.ACTIVITY) or _EMPTY, b, s.fb_total_mib)
+            for s, b in zip(samples, bounds, strict=True)
+        ]
+    )
+    kept = memo.get(key, inputs)
+    if kept is not None:
+        return PodRecord(pod, kept.verdict, kept.activities, kept.findings)
+    record = _judge_gpus(pod, key, ctx, samples, bounds)
+    memo.put(key, inputs, Judgement(record.verdict, record.activities, record.findings))
+    return record
+
+
+def _judge_gpus(
+    pod: PodView, key: PodKey, ctx: _Context, samples: Sequence[GPUSample], bounds: Sequence[DataBounds]
+) -> PodRecord:
+    """``_judge`` past the warm-up: the verdict from the pod's GPUs' activity windows."""
+    params = ctx.params
     activities = tuple([ctx.activity(s, b) for s, b in zip(samples, bounds, strict=True)])
     uuids = tuple([a.uuid for a in activities])
     for activity in activities:
@@ -442,8 +472,9 @@ def _claimed_by(pod: PodView, seniors: list[tuple[str, Scope]]) -> str:
     return ""
 
 
-def evaluate(snapshot: Snapshot, focus: PodKey | None = None) -> Evaluation:
-    """The cycle's plan, and for ``focus`` the record that explains its verdict."""
+def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | None = None) -> Evaluation:
+    """The cycle's plan, and for ``focus`` the record that explains its verdict. ``memo``: the
+    previous cycle's verdicts, reused where a pod's inputs are unchanged (``judgememo.py``)."""
     params = cycle_params(snapshot.policy)
     now = snapshot.now
     scope: Scope = build_scope(
@@ -489,7 +520,9 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None) -> Evaluation:
         return Evaluation(plan, params, record, focus_exclusion)
 
     pod_gpus = _index_pods(snapshot.gpus)
-    ctx = _Context(params, now, pod_gpus)
+    if memo is not None:
+        memo.begin(params)
+    ctx = _Context(params, now, pod_gpus, memo)
     policy_name = snapshot.policy_name
     actions: list[Action] = []
     verdicts: list[PodVerdict] = []
@@ -538,12 +571,15 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None) -> Evaluation:
         for c in selection.selected
     )
     plan = Plan(actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes))
+    if memo is not None:
+        memo.end()
     return Evaluation(plan, params, focused, focus_exclusion)
 
 
-def plan_cycle(snapshot: Snapshot) -> Plan:
-    """Judge every pod in scope and plan this cycle's writes; pure: the same snapshot gives the same plan."""
-    return evaluate(snapshot).plan
+def plan_cycle(snapshot: Snapshot, memo: JudgeMemo | None = None) -> Plan:
+    """Judge every pod in scope and plan this cycle's writes; pure: the same snapshot gives the same
+    plan, with or without ``memo`` (the previous cycle's verdicts, for unchanged inputs only)."""
+    return evaluate(snapshot, memo=memo).plan
 
 
 def explain_pod(snapshot: Snapshot, namespace: str, name: str) -> list[str]:

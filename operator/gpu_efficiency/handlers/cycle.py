@@ -24,6 +24,7 @@ from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.conditions import set_condition
+from gpu_efficiency.engine.judgememo import JudgeMemo
 from gpu_efficiency.engine.model import (
     AnnotateNode,
     AnnotatePod,
@@ -115,6 +116,7 @@ class CycleRunner:
     leader: Leader
     clock: Callable[[], float] = time.time
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
+    _memos: dict[str, JudgeMemo] = field(default_factory=dict)  # per policy: last cycle's verdicts
 
     def previous_status(self, name: str, status_raw: Mapping[str, Any]) -> GPUEfficiencyPolicyStatus:
         if name in self._last_status:
@@ -133,6 +135,7 @@ class CycleRunner:
 
     def forget(self, name: str) -> None:
         self._last_status.pop(name, None)
+        self._memos.pop(name, None)
         self.status_writer.forget(name)
 
     def run(
@@ -270,7 +273,11 @@ class CycleRunner:
     ) -> CycleReport:
         with gc_paused():  # ~10^5 acyclic objects: the collector would rescan them for nothing
             snapshot, cluster, fetched = self.observe(name, generation, spec, previous, seniors)
-            plan = plan_cycle(snapshot)
+            memo = self._memos.setdefault(name, JudgeMemo())
+            plan = plan_cycle(snapshot, memo)
+        log.debug(
+            "policy %s: %d verdicts kept from the previous cycle, %d judged", name, memo.hits, memo.misses
+        )
         queries = fetched.queries if fetched is not None else 0
         writes_before = self.applier.writes
         outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)
