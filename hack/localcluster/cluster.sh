@@ -26,6 +26,7 @@ PROM_RETENTION="${GPUEFF_PROM_RETENTION:-2h}"
 SERVICE_CIDR="${GPUEFF_SERVICE_CIDR:-10.96.0.0/16}"
 WAIT_TIMEOUT="${GPUEFF_WAIT_TIMEOUT:-120}"
 NODE_STATUS_PERIOD_S="${GPUEFF_KWOK_NODE_STATUS_PERIOD_S:-}"  # fake nodes' status heartbeat (kwok.yaml)
+NODE_LEASE_S="${GPUEFF_KWOK_NODE_LEASE_DURATION_S:-40}"  # fake nodes' lease, renewed every quarter of it
 
 DEFAULT_NODES=2
 DEFAULT_GPUS=8
@@ -231,6 +232,14 @@ EOF
   mv "$file.tmp" "$file"
 }
 
+check_settings() {
+  # Before anything is made or started: a bad value changes nothing.
+  [[ -z "$NODE_STATUS_PERIOD_S" || "$NODE_STATUS_PERIOD_S" =~ ^[1-9][0-9]*$ ]] \
+    || die "GPUEFF_KWOK_NODE_STATUS_PERIOD_S must be a whole number of seconds, not '$NODE_STATUS_PERIOD_S'"
+  [[ "$NODE_LEASE_S" =~ ^[1-9][0-9]+$ ]] \
+    || die "GPUEFF_KWOK_NODE_LEASE_DURATION_S must be a whole number of seconds from 10, not '$NODE_LEASE_S'"
+}
+
 write_configs() {
   mkdir -p "$STATE/kubeconfigs"
   write_kubeconfig "$KUBECONFIG_FILE" admin
@@ -239,9 +248,8 @@ write_configs() {
     write_kubeconfig "$STATE/kubeconfigs/$c" "$c"
   done
   cp "$HERE/kwok.yaml" "$STATE/kwok.yaml"
+  sed -i "s/^\(  nodeLeaseDurationSeconds: \)[0-9]*/\1$NODE_LEASE_S/" "$STATE/kwok.yaml"
   if [[ -n "$NODE_STATUS_PERIOD_S" ]]; then  # kwok.yaml: the node-heartbeat stage's delay
-    [[ "$NODE_STATUS_PERIOD_S" =~ ^[1-9][0-9]*$ ]] \
-      || die "GPUEFF_KWOK_NODE_STATUS_PERIOD_S must be a whole number of seconds, not '$NODE_STATUS_PERIOD_S'"
     sed -i \
       -e "s/^\(    durationMilliseconds: \)[0-9]*\(  # node-heartbeat period\)/\1$((NODE_STATUS_PERIOD_S * 1000))\2/" \
       -e "s/^\(    jitterDurationMilliseconds: \)[0-9]*\(  # node-heartbeat jitter\)/\1$((NODE_STATUS_PERIOD_S * 1100))\2/" \
@@ -298,6 +306,13 @@ start_apiserver() {
   log "kube-apiserver ready on https://$HOST:$APISERVER_PORT"
 }
 
+node_grace_s() {
+  # How long the node lifecycle controller waits for a renewal before it calls a node unreachable
+  # (and taints and evicts its pods): 50 s, Kubernetes' default, or the lease's whole duration
+  # when that is longer (four renewal intervals).
+  echo $(( NODE_LEASE_S > 50 ? NODE_LEASE_S : 50 ))
+}
+
 start_kcm() {
   running_pid kube-controller-manager > /dev/null && return 0
   free_port kube-controller-manager "$KCM_PORT"
@@ -314,6 +329,7 @@ start_kcm() {
     --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --controllers '*' \
+    --node-monitor-grace-period "$(node_grace_s)s" \
     --profiling=false \
     --v=1
   wait_until kube-controller-manager "kube-controller-manager /healthz" \
@@ -346,7 +362,7 @@ start_kwok() {
     --kubeconfig "$STATE/kubeconfigs/kwok" \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --server-address "$HOST:$KWOK_PORT" \
-    --node-lease-duration-seconds 40
+    --node-lease-duration-seconds "$NODE_LEASE_S"
   wait_until kwok "kwok /healthz" curl -sf --max-time 2 "http://$HOST:$KWOK_PORT/healthz"
   log "kwok healthy on http://$HOST:$KWOK_PORT (metrics at /metrics)"
 }
@@ -556,6 +572,7 @@ cmd_up() {
       *) die "up: unknown argument $1" ;;
     esac
   done
+  check_settings
   mkdir -p "$STATE"
   if all_running && curl_k "https://$HOST:$APISERVER_PORT/readyz" > /dev/null 2>&1; then
     log "already up"

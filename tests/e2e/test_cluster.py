@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.harness import Cluster, wait_for
+from tests.e2e.harness import CLUSTER_SH, Cluster, wait_for
 
 GPU = "nvidia.com/gpu"
 
@@ -153,3 +156,38 @@ def test_job_pod_runs(k8s: client.ApiClient, namespace: str) -> None:
         ),
     )
     wait_for(lambda: _running_pods(core, namespace, "app=batch"), 60, what="the Job's pod Running")
+
+
+def test_fake_nodes_renew_leases_like_kubelets(k8s: client.ApiClient) -> None:
+    """The default lease is a kubelet's (40 s, renewed every 10 s): the benchmark's longer one is
+    opt-in (GPUEFF_KWOK_NODE_LEASE_DURATION_S)."""
+    coord = client.CoordinationV1Api(k8s)
+    leases = [
+        lease
+        for lease in coord.list_namespaced_lease("kube-node-lease").items
+        if lease.metadata.name.startswith("gpu-node-")
+    ]
+    assert leases, "no lease for the fake GPU nodes"
+    assert {lease.spec.lease_duration_seconds for lease in leases} == {40}
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("GPUEFF_KWOK_NODE_LEASE_DURATION_S", "abc", "a whole number of seconds from 10"),
+        ("GPUEFF_KWOK_NODE_LEASE_DURATION_S", "5", "a whole number of seconds from 10"),
+        ("GPUEFF_KWOK_NODE_LEASE_DURATION_S", "-40", "a whole number of seconds from 10"),
+        ("GPUEFF_KWOK_NODE_STATUS_PERIOD_S", "0", "a whole number of seconds"),
+        ("GPUEFF_KWOK_NODE_STATUS_PERIOD_S", "5m", "a whole number of seconds"),
+    ],
+)
+def test_invalid_node_timing_is_refused_before_anything_starts(
+    tmp_path: Path, name: str, value: str, message: str
+) -> None:
+    state = tmp_path / "state"
+    env = {**os.environ, "GPUEFF_STATE_DIR": str(state), name: value}
+    up = subprocess.run([str(CLUSTER_SH), "up"], capture_output=True, text=True, env=env, timeout=120)
+    assert up.returncode != 0
+    assert f"{name} must be {message}, not '{value}'" in up.stderr
+    made = {p.name for p in state.iterdir()} if state.exists() else set()
+    assert made <= {".lock"}  # nothing made but the lock: no certificates, data or pid files
