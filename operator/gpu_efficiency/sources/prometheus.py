@@ -32,6 +32,7 @@ from gpu_efficiency.sources.activity_cache import (
     RefreshPlan,
     ReusedRows,
     Seen,
+    WholeStats,
     early_chain,
     everything,
     oldest_cached,
@@ -387,8 +388,11 @@ class PrometheusSource:
                 full_count = seconds / scrape - 1 if scrape > 0 else math.inf
                 cache.update(state.seen, plan, state.fresh, request.now, full_count)
                 reused = cache.reused_rows(plan, state.seen, carried=False)
+                whole = cache.whole_stats(plan, state.fresh)
             windows: dict[Window, Rows] = {**state.windows, Window.ACTIVITY: _Overlay(reused, state.fresh)}
-            gpus = samples(state.identity, windows, request, {Window.ACTIVITY: state.built})
+            gpus = samples(
+                state.identity, windows, request, {Window.ACTIVITY: state.built}, {Window.ACTIVITY: whole}
+            )
         log.debug(
             "activity window: %d in full%s, %d chain only (new %d, idle %d, not busy %d, settling %d),"
             " %d carried, %d queries",
@@ -689,14 +693,18 @@ def samples(
     windows: Mapping[Window, Rows],
     request: FetchRequest,
     built: Mapping[Window, dict[Key, dict[Signal, Stats]]] | None = None,
+    whole: Mapping[Window, WholeStats] | None = None,
 ) -> tuple[GPUSample, ...]:
     """Join identities with the window aggregates (consumed): one GPUSample per GPU, sorted.
     ``built``: carried windows' Stats (``Entry.stats``), taken instead of rows (also consumed);
-    their GPU's sample is marked carried, with identity's newest time (``GPUSample.carried_newest``)."""
+    their GPU's sample is marked carried, with identity's newest time (``GPUSample.carried_newest``).
+    ``whole``: Stats of windows fetched whole this cycle, equal to their rows' (also consumed), not
+    marked carried."""
     expected = {
         w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0
     }
     built = built or {}
+    whole = whole or {}
     gpus = []
     for gpu_key, ident in identity.items():
         key = (gpu_key.uuid, gpu_key.instance_id)
@@ -705,8 +713,11 @@ def samples(
         for window, values in windows.items():
             rows = values.pop(key, None)  # freed as it goes: rows and Stats are not both held
             ready = built[window].pop(key, None) if window in built else None
+            own = whole[window].pop(key, None) if window in whole else None
             if ready is not None:
                 stats[window], carried = ready, ident.newest
+            elif own is not None:
+                stats[window] = own
             elif rows is not None:
                 stats[window] = rows_stats(rows)
         gpus.append(

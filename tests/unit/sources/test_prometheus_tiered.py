@@ -176,6 +176,15 @@ def _fb(result: FetchResult, uuid: str) -> Any:
     return _gpu(result, uuid).get(Window.ACTIVITY, Signal.FB_USED)
 
 
+def _values(gpus: tuple[GPUSample, ...]) -> str:
+    """The samples as text, signals in one order: NaN fields (not measured) compare equal."""
+    ordered = [
+        replace(g, stats={w: dict(sorted(v.items(), key=lambda kv: kv[0].value)) for w, v in g.stats.items()})
+        for g in gpus
+    ]
+    return repr(ordered)
+
+
 def _busy_cluster(model: Model, n: int) -> None:
     model.gpus = {f"GPU-{i}": GPU(pod=f"p{i}") for i in range(n)}
 
@@ -211,6 +220,26 @@ def test_first_cycle_fetches_everything_then_carries_busy_gpus(model: Model) -> 
     third, sent = _fetch(source, model, NOW + 230)
     assert [_listed(q) for q in model.background] == [{"GPU-1"}]
     assert third.gpus[0].stats[Window.ACTIVITY].keys() == first.gpus[0].stats[Window.ACTIVITY].keys()
+
+
+def test_whole_windows_are_carried_with_the_stats_made_when_they_were_fetched(model: Model) -> None:
+    """A window fetched whole gives the same Stats as without the cache, not marked carried, and
+    the cache keeps them: the next cycle carries those very objects instead of building them again
+    (after the first cycle, every GPU at once)."""
+    _busy_cluster(model, 4)
+    model.gpus["GPU-3"].sm = 0.0  # idle: fetched again every cycle, never carried
+    source = _source(model, 1)
+    first, _ = _fetch(source, model)
+    plain = PrometheusSource(PrometheusConfig(url=model.url))  # type: ignore[attr-defined]
+    today = plain.fetch(FetchRequest(now=NOW, windows=WINDOWS, scrape_interval=15.0, hints=HINTS))
+    assert _values(first.gpus) == _values(today.gpus)
+    assert all(g.carried_newest is None for g in first.gpus)
+    second, _ = _fetch(source, model, NOW + 200)
+    for uuid in ("GPU-0", "GPU-1", "GPU-2"):
+        assert _gpu(second, uuid).carried_newest is not None
+        assert _gpu(second, uuid).stats[Window.ACTIVITY] is _gpu(first, uuid).stats[Window.ACTIVITY]
+    assert _gpu(second, "GPU-3").carried_newest is None
+    assert _gpu(second, "GPU-3").stats[Window.ACTIVITY] is not _gpu(first, "GPU-3").stats[Window.ACTIVITY]
 
 
 def test_rule_4_is_fetched_at_the_cycles_time_and_carried_by_the_next_cycles(model: Model) -> None:
