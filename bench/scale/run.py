@@ -20,7 +20,11 @@ What it does (see RESULTS.md for the figures and how to read them):
    scrapeInterval 15s). Cycle 1 labels the new pods; the next --steady-cycles cycles are the steady
    state. Then 5 % of the busy pods are flipped to the idle profile (annotation read by the
    simulator) and every cycle is recorded until the operator counts them all Idle.
-5. Prints a table and writes bench/results/scale-<timestamp>.json.
+5. With --reclaim, at the last size: the policy turns to Enforce (bare pods allowed, idleFor 1m,
+   warningPeriod 30s, at most 40 evictions a cycle, 1 per namespace a cycle, 300 an hour), and
+   every cycle is recorded until the hour's budget is spent: the idle pods are warned, then
+   evicted, and the evictions per cycle and per namespace are checked against the budgets.
+6. Prints a table and writes bench/results/scale-<timestamp>.json.
 
 Figures per cycle: wall (the operator's own timing), process CPU seconds, phases, peak RSS
 (VmHWM), PromQL queries and their latency, API requests by verb (counted in the operator's
@@ -91,6 +95,11 @@ PART_OF = "app.kubernetes.io/part-of"
 BENCH = "gpueff-scale-bench"
 PROFILE_ANNOTATION = "sim.gpuefficiency.io/profile"
 IDLE_SINCE = "gpuefficiency.io/idle-since"
+EVICT_AFTER = "gpuefficiency.io/evict-after"
+#: --reclaim: the policy turned to Enforce after the flip. Budgets small enough that each binds
+#: within minutes at 1,000 nodes (50 namespaces x 1 > 40 a cycle; 300 an hour < the ~1,200 idle pods).
+RECLAIM_BUDGETS = {"maxPerCycle": 40, "maxPerNamespacePerCycle": 1, "maxPerHour": 300}
+RECLAIM_IDLE = {"idleFor": "1m", "warningPeriod": "30s"}
 NODE_PREFIX = "scale-"
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
@@ -774,6 +783,83 @@ def cycle_summary(op: Operator, cycle: dict[str, Any], flipped: set[str] | None 
     return out
 
 
+def reclaim_cycle(op: Operator, cycle: dict[str, Any]) -> dict[str, Any]:
+    """One Enforce cycle's evictions (per namespace: the budget's other axis) and warnings."""
+    calls = in_cycle(op.calls, cycle)
+    asked = [c for c in calls if classify(c) == "CREATE pods/eviction"]
+    done = [c for c in asked if c["c"] in (200, 201)]
+    per_namespace = Counter(m.group(1) for c in done if (m := _POD_PATH.match(c["p"])))
+    warned = {
+        c["p"]
+        for c in calls
+        if c["m"] == "PATCH" and _POD_PATH.match(c["p"]) and EVICT_AFTER in c.get("keys", ())
+    }
+    return {
+        "wall_s": cycle["wall"],
+        "evictions": len(done),
+        "eviction_calls": len(asked),
+        "namespaces": len(per_namespace),
+        "max_per_namespace": max(per_namespace.values(), default=0),
+        "warned": len(warned),
+        "writes": cycle["writes"],
+        "http_429": sum(1 for c in calls if c["c"] == 429),
+    }
+
+
+def run_reclaim(cluster: Cluster, op: Operator, done_cycles: int, interval_s: int) -> dict[str, Any]:
+    """Turn the policy to Enforce (bare pods allowed, short idle and warning periods, small budgets)
+    and record every cycle until the hour's budget (or every idle pod) is spent and two more cycles
+    evicted nothing: the idle pods are warned, then evicted no faster than the budgets allow."""
+    spec = {"mode": "Enforce", "idle": RECLAIM_IDLE, "eviction": {**RECLAIM_BUDGETS, "allowBarePods": True}}
+    cluster.kubectl(
+        "patch", "gpuefficiencypolicy", POLICY, "--type", "merge", "-p", json.dumps({"spec": spec})
+    )
+    switched = time.time()
+    log(f"policy switched to Enforce: {RECLAIM_BUDGETS}, {RECLAIM_IDLE}")
+    cycles: list[dict[str, Any]] = []
+    per_cycle, per_hour = RECLAIM_BUDGETS["maxPerCycle"], RECLAIM_BUDGETS["maxPerHour"]
+    deadline = time.monotonic() + (per_hour // per_cycle + 8) * (interval_s + 30)
+    evicted, quiet = 0, 0
+    while time.monotonic() < deadline and quiet < 2:
+        op.wait_cycles(done_cycles + 1, deadline - time.monotonic())
+        record = op.cycles[done_cycles]
+        done_cycles += 1
+        if record["t0"] < switched:  # begun before the switch: still Observe
+            continue
+        summary = reclaim_cycle(op, record)
+        cycles.append(summary)
+        evicted += summary["evictions"]
+        idle = op.gauge("gpu_efficiency_pods", {"policy": POLICY, "verdict": "Idle"}) or 0.0
+        spent = evicted >= per_hour or (evicted > 0 and idle == 0)  # the budget, or the idle pods
+        quiet = quiet + 1 if spent and summary["evictions"] == 0 else 0
+        log(
+            f"Enforce cycle: {summary['wall_s']:.2f}s, {summary['evictions']} evicted "
+            f"({summary['namespaces']} namespaces, at most {summary['max_per_namespace']} in one), "
+            f"{summary['warned']} warned, {evicted} in all"
+        )
+    counted = json.loads(cluster.kubectl("get", "gpuefficiencypolicy", POLICY, "-o", "json")).get(
+        "status", {}
+    )
+    most = max((c["evictions"] for c in cycles), default=0)
+    most_in_namespace = max((c["max_per_namespace"] for c in cycles), default=0)
+    return {
+        "budgets": RECLAIM_BUDGETS,
+        "idle": RECLAIM_IDLE,
+        "cycles": cycles,
+        "evicted": evicted,
+        "warned": sum(c["warned"] for c in cycles),
+        "max_per_cycle": most,
+        "max_per_namespace_per_cycle": most_in_namespace,
+        "within_budgets": most <= per_cycle
+        and most_in_namespace <= RECLAIM_BUDGETS["maxPerNamespacePerCycle"]
+        and evicted <= per_hour,
+        "hour_budget_spent": evicted >= per_hour,
+        "status_evictions_total": counted.get("evictionsTotal"),
+        "status_evictions_blocked_total": counted.get("evictionsBlockedTotal"),
+        "http_429": sum(c["http_429"] for c in cycles),
+    }
+
+
 def apiserver_counts(cluster: Cluster) -> dict[str, float]:
     """Cluster-wide 429s and APF rejections (all clients), to diff around a size's run."""
     totals = {"http_429": 0.0, "apf_rejected": 0.0}
@@ -802,11 +888,12 @@ class Options:
     window_s: int
     workers: int
     refresh_budget: int = 0  # the operator's --prometheus-refresh-budget (0: every GPU every cycle)
+    reclaim: bool = False  # after the flip, Enforce until the hour's eviction budget is spent (last size)
 
 
 def run_size(
     cluster: Cluster, nodes: int, opts: Options, namespaces: list[str], kubeconfig: str, workdir: Path,
-    flipped_before: set[str], sim: subprocess.Popen[bytes],
+    flipped_before: set[str], sim: subprocess.Popen[bytes], last: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     started = time.monotonic()
     timings: dict[str, float] = {}
@@ -881,6 +968,15 @@ def run_size(
             if idle_now >= target:
                 break
         timings["acting_s"] = time.monotonic() - t
+        reclaim: dict[str, Any] | None = None
+        if opts.reclaim and last:
+            t = time.monotonic()
+            try:
+                reclaim = run_reclaim(cluster, op, done_cycles, opts.interval_s)
+            except (RuntimeError, TimeoutError, subprocess.CalledProcessError, KeyError, ValueError) as exc:
+                log(f"the Enforce phase failed: {exc!r}")  # the figures so far are still written
+                reclaim = {"error": repr(exc)}
+            timings["reclaim_s"] = time.monotonic() - t
         final_status = op.proc_status()
         op.poll()
     finally:
@@ -934,6 +1030,7 @@ def run_size(
             "patched_outside_flipped": sum(c["patched_outside_flipped"] for c in acting),
             "http_429_operator": sum(c["http_429"] for c in acting),
         },
+        "reclaim": reclaim,
         "peak_rss_mib": round(final_status.get("VmHWM", 0) / 1024, 1),
         "apiserver": {k: after_api[k] - before_api[k] for k in after_api},
         "operator_429_total": sum(1 for c in op.calls if c["c"] == 429),
@@ -1003,6 +1100,12 @@ def table(results: list[dict[str, Any]]) -> str:
             r["acting"]["turned_idle"], r["acting"]["idle_events"], len(r["acting"]["acting_cycles"]))),
         ("after flip: patches/events (all)", lambda r: f"{r['acting']['pod_patches_total']} / {r['acting']['events_total']} in {len(r['acting']['cycles'])} cycles"),
         ("all flipped pods Idle", lambda r: str(r["acting"]["all_detected"])),
+        ("Enforce: evicted (warned) in cycles; budgets kept", lambda r: "{} ({}) in {}; {}".format(
+            r["reclaim"]["evicted"], r["reclaim"]["warned"], len(r["reclaim"]["cycles"]),
+            r["reclaim"]["within_budgets"]) if r.get("reclaim") and "error" not in r["reclaim"] else "-"),
+        ("Enforce: most a cycle / in a namespace a cycle", lambda r: "{} / {}".format(
+            r["reclaim"]["max_per_cycle"], r["reclaim"]["max_per_namespace_per_cycle"])
+            if r.get("reclaim") and "error" not in r["reclaim"] else "-"),
         ("429s (operator / apiserver)", lambda r: f"{r['operator_429_total']} / {r['apiserver']['http_429']:.0f}"),
         ("size wall time s", lambda r: f"{r['size_seconds']:.0f}"),
     ]  # fmt: skip
@@ -1041,6 +1144,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--refresh-budget", type=int, default=0, help="the operator's --prometheus-refresh-budget (0: off)"
     )
+    parser.add_argument(
+        "--reclaim",
+        action="store_true",
+        help="at the last size, after the flip: turn the policy to Enforce (bare pods allowed, idleFor 1m,"
+        f" warningPeriod 30s, {RECLAIM_BUDGETS}) and record evictions per cycle and namespace until"
+        " the hour's budget is spent",
+    )
     parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster up afterwards")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
@@ -1062,6 +1172,7 @@ def main(argv: list[str] | None = None) -> int:
         window_s=int(parse_duration(args.window)),
         workers=args.workers,
         refresh_budget=args.refresh_budget,
+        reclaim=args.reclaim,
     )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -1080,7 +1191,10 @@ def main(argv: list[str] | None = None) -> int:
         sim = start_simulator(cluster, workdir, args.sim_targets, args.sim_port)
         flipped: set[str] = set()
         for nodes in sizes:
-            results.append(run_size(cluster, nodes, opts, namespaces, kubeconfig, workdir, flipped, sim))
+            last = nodes == sizes[-1]
+            results.append(
+                run_size(cluster, nodes, opts, namespaces, kubeconfig, workdir, flipped, sim, last)
+            )
             print(table(results[-1:]), flush=True)
     finally:
         stop(sim)
