@@ -271,11 +271,16 @@ class Agent:
                 devices = list(self._devices)
                 ok = self._nvml_ok
             if ok:
-                result = self._attributor.resolve(devices)
-                if result.error:
+                try:
+                    result = self._attributor.resolve(devices)
+                except Exception:  # a bug or a device gone mid-pass must not end attribution for good
+                    log.exception("pod attribution failed; keeping the last result until the next pass")
                     self.metrics.attribution_errors.inc()
-                with self._lock:
-                    self._attribution = result
+                else:
+                    if result.error:
+                        self.metrics.attribution_errors.inc()
+                    with self._lock:
+                        self._attribution = result
             self._attr_wake.wait(self.config.attribution_interval_s)
             self._attr_wake.clear()
 

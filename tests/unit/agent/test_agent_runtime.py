@@ -12,7 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_efficiency.agent.nvml.fake import FakeGpu
-from gpu_efficiency.agent.nvml.types import EventKind, NvmlCode
+from gpu_efficiency.agent.nvml.types import DeviceInfo, EventKind, NvmlCode
+from gpu_efficiency.agent.pods import AttributionResult, Attributor
 
 
 def _metric(http: httpx.Client, url: str, name: str, **labels: str) -> float | None:
@@ -179,3 +180,28 @@ def test_rescan_follows_mig_reconfiguration(
     assert mig["mig"]["parent_uuid"] == parent.uuid
     backend.update(0, mig=[])
     wait_until(lambda: len(http.get(f"{url}/snapshot").json()["gpus"]) == 1)
+
+
+def test_attribution_survives_a_failing_pass(
+    serve: Callable[..., Any],
+    make_backend: Callable[[int], Any],
+    http: httpx.Client,
+    wait_until: Callable[..., Any],
+) -> None:
+    """A pass that raises (a bug, a device gone mid-pass) is counted and logged; the loop goes on
+    and the next pass's answer is served (the thread used to die, and attribution with it)."""
+    backend = make_backend(1)
+
+    class Flaky(Attributor):
+        passes = 0
+
+        def resolve(self, devices: list[DeviceInfo]) -> AttributionResult:
+            Flaky.passes += 1
+            if Flaky.passes == 1:
+                raise RuntimeError("boom")
+            return AttributionResult({}, "static")
+
+    _, url = serve(backend, Flaky(backend), attribution_interval_s=0.05)
+    wait_until(lambda: http.get(f"{url}/snapshot").json()["attribution"]["source"] == "static")
+    assert Flaky.passes >= 2
+    assert (_metric(http, url, "gpu_efficiency_agent_attribution_errors_total") or 0.0) >= 1.0

@@ -309,7 +309,10 @@ class FakeBackend:
         self._tick()
         with self._lock:
             self.calls += 1
-            g = self.gpu(uuid)
+            try:
+                g = self.gpu(uuid)
+            except KeyError:  # as NVML answers a handle lookup for a device that is gone (MIG reconfigured)
+                raise NvmlError(NvmlCode.NOT_FOUND, f"no device {uuid}") from None
             code = g.errors.get(str(probe))
         if code is not None:
             raise NvmlError(code)
