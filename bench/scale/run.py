@@ -1070,6 +1070,11 @@ def _median_known(values: Iterable[float | None]) -> float:
     return statistics.median(known) if known else math.nan
 
 
+def _reclaimed(result: dict[str, Any]) -> bool:
+    """Did this size run the --reclaim phase to its end?"""
+    return bool(result.get("reclaim")) and "error" not in result["reclaim"]
+
+
 def table(results: list[dict[str, Any]]) -> str:
     rows = [
         ("nodes / GPUs / pods", lambda r: f"{r['nodes']} / {r['gpus']} / {r['pods']}"),
@@ -1102,10 +1107,10 @@ def table(results: list[dict[str, Any]]) -> str:
         ("all flipped pods Idle", lambda r: str(r["acting"]["all_detected"])),
         ("Enforce: evicted (warned) in cycles; budgets kept", lambda r: "{} ({}) in {}; {}".format(
             r["reclaim"]["evicted"], r["reclaim"]["warned"], len(r["reclaim"]["cycles"]),
-            r["reclaim"]["within_budgets"]) if r.get("reclaim") and "error" not in r["reclaim"] else "-"),
+            r["reclaim"]["within_budgets"]) if _reclaimed(r) else "-"),
         ("Enforce: most a cycle / in a namespace a cycle", lambda r: "{} / {}".format(
             r["reclaim"]["max_per_cycle"], r["reclaim"]["max_per_namespace_per_cycle"])
-            if r.get("reclaim") and "error" not in r["reclaim"] else "-"),
+            if _reclaimed(r) else "-"),
         ("429s (operator / apiserver)", lambda r: f"{r['operator_429_total']} / {r['apiserver']['http_429']:.0f}"),
         ("size wall time s", lambda r: f"{r['size_seconds']:.0f}"),
     ]  # fmt: skip

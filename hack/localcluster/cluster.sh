@@ -248,7 +248,6 @@ write_configs() {
     write_kubeconfig "$STATE/kubeconfigs/$c" "$c"
   done
   cp "$HERE/kwok.yaml" "$STATE/kwok.yaml"
-  sed -i "s/^\(  nodeLeaseDurationSeconds: \)[0-9]*/\1$NODE_LEASE_S/" "$STATE/kwok.yaml"
   if [[ -n "$NODE_STATUS_PERIOD_S" ]]; then  # kwok.yaml: the node-heartbeat stage's delay
     sed -i \
       -e "s/^\(    durationMilliseconds: \)[0-9]*\(  # node-heartbeat period\)/\1$((NODE_STATUS_PERIOD_S * 1000))\2/" \

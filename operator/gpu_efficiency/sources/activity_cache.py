@@ -331,15 +331,13 @@ class ActivityCache:
             stored += 1
         return stored
 
-    def whole_stats(
-        self, plan: RefreshPlan, fresh: Mapping[Key, Mapping[Signal, Sequence[float]]]
-    ) -> WholeStats:
+    def whole_stats(self, plan: RefreshPlan) -> WholeStats:
         """The Stats of the windows fetched whole this cycle (call after ``update``), each built
         from its new entry when read: the same values as its rows', and kept by the entry
         (``Entry.stats``), so the next cycles carry them without building them again (after the
         first cycle or a restart, ~8,000 at once: ~0.3 CPU-s of the first steady cycle). A GPU
-        whose fetch returned nothing has no Stats, as before."""
-        return WholeStats({key: self.entries[key] for key in plan.full if fresh.get(key)})
+        whose fetch returned nothing (an entry without signals) has no Stats, as before."""
+        return WholeStats({key: entry for key in plan.full if (entry := self.entries[key]).signals})
 
     def reused_rows(self, plan: RefreshPlan, seen: Mapping[Key, Seen], carried: bool = True) -> ReusedRows:
         """Rows the cycle takes from the cache (call after ``update``): carried GPUs' whole windows

@@ -388,7 +388,7 @@ class PrometheusSource:
                 full_count = seconds / scrape - 1 if scrape > 0 else math.inf
                 cache.update(state.seen, plan, state.fresh, request.now, full_count)
                 reused = cache.reused_rows(plan, state.seen, carried=False)
-                whole = cache.whole_stats(plan, state.fresh)
+                whole = cache.whole_stats(plan)
             windows: dict[Window, Rows] = {**state.windows, Window.ACTIVITY: _Overlay(reused, state.fresh)}
             gpus = samples(
                 state.identity, windows, request, {Window.ACTIVITY: state.built}, {Window.ACTIVITY: whole}
