@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpu_efficiency.api.durations import format_duration
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.engine.model import PodView
 from gpu_efficiency.engine.params import CycleParams
 from gpu_efficiency.engine.timefmt import parse_rfc3339
@@ -45,13 +46,44 @@ def temporary_blocker(pod: PodView, params: CycleParams, now: float) -> str:
 
 
 def recent_within_hour(recent: Iterable[str], now: float) -> list[str]:
-    """Eviction times of the last hour (unparsable entries dropped): the rolling per-hour budget."""
+    """Eviction times of the last hour (unparsable entries dropped): the rolling per-hour budget.
+
+    A time ahead of ``now`` (by less than the hour) is kept: another replica whose clock runs ahead
+    stamped it, and dropping it would free that eviction's share of the budget at once."""
     kept = []
     for text in recent:
         ts = parse_rfc3339(text)
-        if ts is not None and now - HOUR_S < ts <= now:
+        if ts is not None and now - HOUR_S < ts < now + HOUR_S:
             kept.append(text)
     return kept
+
+
+def merge_recent(ours: Iterable[str], theirs: Iterable[str], now: float) -> list[str]:
+    """The union of two records of the hour's evictions, pruned to the hour, oldest first.
+
+    Status keeps one time per eviction (evictions of one cycle share its time), so the union is per
+    time: each time as often as the record that has it more often. Merging a record with itself,
+    or with an older copy of itself, changes nothing."""
+    counts = Counter(recent_within_hour(ours, now))
+    for text, n in Counter(recent_within_hour(theirs, now)).items():
+        counts[text] = max(counts[text], n)
+    return sorted(counts.elements(), key=lambda text: (parse_rfc3339(text) or 0.0, text))
+
+
+def merge_budgets(
+    base: GPUEfficiencyPolicyStatus, other: GPUEfficiencyPolicyStatus, now: float
+) -> GPUEfficiencyPolicyStatus:
+    """``base`` with the eviction budget state of both: recent evictions united, totals the larger.
+
+    Used where two views of one policy's status meet (the server's at a term start or after a
+    write conflict, and this replica's): neither may drop an eviction the other counted."""
+    return base.model_copy(
+        update={
+            "recent_evictions": merge_recent(base.recent_evictions, other.recent_evictions, now),
+            "evictions_total": max(base.evictions_total, other.evictions_total),
+            "evictions_blocked_total": max(base.evictions_blocked_total, other.evictions_blocked_total),
+        }
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
-from gpu_efficiency.engine.budgets import recent_within_hour
+from gpu_efficiency.engine.budgets import merge_budgets, merge_recent, recent_within_hour
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, PodView
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.timefmt import format_rfc3339
@@ -93,6 +93,32 @@ def test_young_pod_not_evicted_until_min_pod_age() -> None:
 
 def test_recent_within_hour_prunes_old_and_garbage() -> None:
     kept = recent_within_hour(
-        [format_rfc3339(NOW - 10), format_rfc3339(NOW - 3700), "garbage", format_rfc3339(NOW + 100)], NOW
+        [format_rfc3339(NOW - 10), format_rfc3339(NOW - 3700), "garbage", format_rfc3339(NOW + 3700)], NOW
     )
     assert kept == [format_rfc3339(NOW - 10)]
+
+
+def test_a_time_stamped_by_a_replica_whose_clock_runs_ahead_still_counts() -> None:
+    ahead = format_rfc3339(NOW + 12)
+    assert recent_within_hour([ahead], NOW) == [ahead]
+    pods = [due(f"p{i}", f"ns{i}") for i in range(3)]
+    status = GPUEfficiencyPolicyStatus(recent_evictions=[ahead, ahead])
+    assert len(evicted(pods, status, eviction={"max_per_hour": 3})) == 1
+
+
+def test_merged_records_keep_every_eviction_of_either_once() -> None:
+    t1, t2, t3 = (format_rfc3339(NOW - s) for s in (300, 200, 100))
+    old = format_rfc3339(NOW - 4000)
+    server, local = [t1, t1, t2, old], [t1, t2, t2, t3]
+    assert merge_recent(server, local, NOW) == [t1, t1, t2, t2, t3]
+    assert merge_recent(server, server, NOW) == [t1, t1, t2]
+    assert merge_recent(local, [t1], NOW) == local
+
+
+def test_merging_budgets_keeps_the_base_and_the_larger_totals() -> None:
+    t1 = format_rfc3339(NOW - 60)
+    base = GPUEfficiencyPolicyStatus(evictions_total=3, evictions_blocked_total=1, warned_pods=7)
+    other = GPUEfficiencyPolicyStatus(recent_evictions=[t1], evictions_total=4, warned_pods=2)
+    merged = merge_budgets(base, other, NOW)
+    assert (merged.recent_evictions, merged.evictions_total, merged.evictions_blocked_total) == ([t1], 4, 1)
+    assert merged.warned_pods == 7
