@@ -68,6 +68,18 @@ PROM_QUERIES = Counter(
 API_WRITES = Counter(
     "gpu_efficiency_api_writes", "Kubernetes API writes made.", ["policy"], registry=REGISTRY
 )
+EVENTS_FAILED = Counter(
+    "gpu_efficiency_events_failed",
+    "Follow-up events (after an eviction) the API refused; the action itself stands.",
+    ["reason"],
+    registry=REGISTRY,
+)
+STATUS_WRITES_FAILED = Counter(
+    "gpu_efficiency_status_writes_failed",
+    "Policy status writes that failed; the status is kept in memory and written next cycle.",
+    ["policy"],
+    registry=REGISTRY,
+)
 LEADER = Gauge("gpu_efficiency_leader", "1 while this replica holds the leader lease.", registry=REGISTRY)
 
 # The watch-based cache of pods, nodes and namespaces (sources/watch.py), labelled by resource.

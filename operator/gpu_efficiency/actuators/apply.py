@@ -2,6 +2,11 @@
 
 Evictions are followed by the event their outcome calls for (``GPUIdleEvicted`` or, on the first
 refusal only, ``EvictionBlocked`` plus the ``eviction-blocked`` annotation so it is not repeated).
+Those follow-up events are best effort: an eviction the API accepted is done, and counted against
+the budgets, whatever happens to its event.
+
+Every write first asks ``still_leader``: a term can end mid-cycle, and what is left of the plan is
+then the new leader's to make.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass, replace
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_efficiency import metrics
 from gpu_efficiency.actuators import nodes
 from gpu_efficiency.actuators.events import EventRecorder, ObjectRef, node_ref, pod_ref, policy_ref
 from gpu_efficiency.actuators.outcomes import Outcome, Result
@@ -49,6 +55,8 @@ class Applier:
     #: watch cache reads its own writes. The outcomes returned drop ``obj`` (a first cycle patches
     #: thousands of pods: their JSON is not kept until the plan is done).
     on_written: Callable[[Outcome], None] | None = None
+    #: Asked right before every write (the leader election's guard; always true without one).
+    still_leader: Callable[[], bool] = lambda: True
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api_client)
@@ -67,6 +75,9 @@ class Applier:
         for action in actions:
             if self.dry_run:
                 outcomes.append(Outcome(action, Result.SKIPPED, "dry run"))
+                continue
+            if not self.still_leader():
+                outcomes.append(Outcome(action, Result.SKIPPED, "not the leader any more"))
                 continue
             if (
                 isinstance(action, AnnotateNode)
@@ -98,8 +109,15 @@ class Applier:
         return outcomes
 
     def _follow_up_event(self, ref: ObjectRef, reason: str, message: str, type_: str) -> None:
-        """An event that follows another action's outcome (it has no outcome of its own to count)."""
-        self.recorder.record(ref, reason, message, type_)
+        """An event that follows another action's outcome (it has no outcome of its own to count).
+
+        Best effort: a failure is logged and counted, and never changes the outcome it follows."""
+        try:
+            self.recorder.record(ref, reason, message, type_)
+        except Exception as exc:
+            log.warning("event %s on %s %s failed: %s", reason, ref.kind, ref.name, exc)
+            metrics.EVENTS_FAILED.labels(reason).inc()
+            return
         self.writes += 1
 
     def _apply_one(self, action: Action, policy: ObjectRef) -> Outcome:

@@ -3,15 +3,20 @@
 Accumulating counters (idle GPU-hours, waste) and the evaluation time change every cycle; writing
 them each cycle would make a steady cluster busy. They are written with any other change, or at
 most every ``refresh_seconds``.
+
+Writes carry the policy's ``resourceVersion`` (from the last read or write): a status another
+replica wrote meanwhile makes the API server answer 409 Conflict rather than be overwritten.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
@@ -21,6 +26,15 @@ VOLATILE_FIELDS = frozenset({"lastEvaluationTime", "idleGpuHours", "estimatedWas
 
 def status_body(status: GPUEfficiencyPolicyStatus) -> dict[str, Any]:
     return status.model_dump(by_alias=True, mode="json")
+
+
+def parse_status(raw: Mapping[str, Any]) -> GPUEfficiencyPolicyStatus:
+    """The status as this version models it (unknown fields ignored; an unreadable one: empty)."""
+    fields = GPUEfficiencyPolicyStatus.model_json_schema(by_alias=True)["properties"]
+    try:
+        return GPUEfficiencyPolicyStatus.model_validate({k: v for k, v in raw.items() if k in fields})
+    except ValidationError:
+        return GPUEfficiencyPolicyStatus()
 
 
 def _stable(body: dict[str, Any]) -> dict[str, Any]:
@@ -34,6 +48,7 @@ class StatusWriter:
         self.custom = client.CustomObjectsApi(api_client)
         self.refresh_seconds = refresh_seconds
         self._last: dict[str, tuple[dict[str, Any], float]] = {}
+        self._versions: dict[str, str] = {}  # resourceVersion of each policy as last read or written
         self.writes = 0
 
     def needs_write(self, name: str, body: dict[str, Any], now: float | None = None) -> bool:
@@ -51,22 +66,52 @@ class StatusWriter:
         if name not in self._last and current:
             self._last[name] = (current, time.monotonic())
 
+    def read(self, name: str) -> GPUEfficiencyPolicyStatus | None:
+        """The policy's status as the server has it now (None: the policy is gone). Its version is
+        kept for the next write, and its content as what the server holds."""
+        try:
+            obj: Any = self.custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                self.forget(name)
+                return None
+            raise
+        self._remember_version(name, obj)
+        status = parse_status(obj.get("status") or {})
+        self._last[name] = (status_body(status), time.monotonic())
+        return status
+
     def write(self, name: str, status: GPUEfficiencyPolicyStatus, *, force: bool = False) -> bool:
+        """Write when needed; raises ApiException 409 when the policy changed since it was last read."""
         body = status_body(status)
         if not force and not self.needs_write(name, body):
             return False
+        patch: dict[str, Any] = {"status": body}
+        if name in self._versions:
+            patch["metadata"] = {"resourceVersion": self._versions[name]}
         try:
-            self.custom.patch_cluster_custom_object_status(
-                GROUP, VERSION, PLURAL, name, {"status": body}, _content_type="application/merge-patch+json"
+            written: Any = self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, PLURAL, name, patch, _content_type="application/merge-patch+json"
             )
         except ApiException as exc:
             if exc.status == 404:  # policy deleted meanwhile
-                self._last.pop(name, None)
+                self.forget(name)
                 return False
             raise
+        self._remember_version(name, written)
         self._last[name] = (body, time.monotonic())
         self.writes += 1
         return True
 
+    def _remember_version(self, name: str, obj: Any) -> None:
+        version = (
+            ((obj or {}).get("metadata") or {}).get("resourceVersion") if isinstance(obj, Mapping) else None
+        )
+        if version:
+            self._versions[name] = str(version)
+        else:  # unknown: the next write goes without a precondition rather than with a stale one
+            self._versions.pop(name, None)
+
     def forget(self, name: str) -> None:
         self._last.pop(name, None)
+        self._versions.pop(name, None)

@@ -1,6 +1,12 @@
 """One evaluation cycle of one policy: parse → observe → plan → act → status.
 
 Kept free of Kopf so the CLI's ``report``/``explain`` and the benchmarks drive the same code.
+
+The eviction budget (``recentEvictions``) is never lost to a failing write or a leader change: a
+cycle's status is kept in memory before it is written (a failed write is retried next cycle), each
+leadership term starts by re-reading the policy's status from the server and merging it with what
+this replica holds, and a write that meets a newer status (409) re-reads and merges before its one
+retry.
 """
 
 from __future__ import annotations
@@ -12,17 +18,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gpu_efficiency import metrics
 from gpu_efficiency.actuators.apply import Applier, rfc3339
 from gpu_efficiency.actuators.outcomes import Outcome, Result
-from gpu_efficiency.actuators.status import StatusWriter
+from gpu_efficiency.actuators.status import StatusWriter, parse_status
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
+from gpu_efficiency.engine.budgets import merge_budgets
 from gpu_efficiency.engine.conditions import set_condition
 from gpu_efficiency.engine.judgememo import JudgeMemo
 from gpu_efficiency.engine.model import (
@@ -54,7 +62,11 @@ log = logging.getLogger(__name__)
 
 
 class Leader(Protocol):
+    #: Terms won so far: a new value is a new term, which starts by re-reading the server's status.
+    transitions: int
+
     def is_leader(self) -> bool: ...
+    def still_leader(self) -> bool: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
 
@@ -117,26 +129,60 @@ class CycleRunner:
     clock: Callable[[], float] = time.time
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
     _memos: dict[str, JudgeMemo] = field(default_factory=dict)  # per policy: last cycle's verdicts
+    _terms: dict[str, int] = field(default_factory=dict)  # per policy: the term its status was read in
 
     def previous_status(self, name: str, status_raw: Mapping[str, Any]) -> GPUEfficiencyPolicyStatus:
         if name in self._last_status:
             return self._last_status[name]
-        known = {
-            k: v
-            for k, v in status_raw.items()
-            if k in GPUEfficiencyPolicyStatus.model_json_schema(by_alias=True)["properties"]
-        }
-        try:
-            previous = GPUEfficiencyPolicyStatus.model_validate(known)
-        except ValidationError:
-            previous = GPUEfficiencyPolicyStatus()
+        previous = parse_status(status_raw)
         self.status_writer.seed(name, previous.model_dump(by_alias=True, mode="json"))
         return previous
 
     def forget(self, name: str) -> None:
         self._last_status.pop(name, None)
         self._memos.pop(name, None)
+        self._terms.pop(name, None)
         self.status_writer.forget(name)
+
+    def start_term(self, name: str) -> bool:
+        """At the first cycle of a leadership term: the server's status, with this replica's own
+        budget record merged in (evictions it counted but could not write). False: not read."""
+        if self._terms.get(name) == self.leader.transitions:
+            return True
+        try:
+            server = self.status_writer.read(name)
+        except Exception as exc:
+            log.warning("policy %s: could not read its status at the start of the term: %s", name, exc)
+            return False
+        if server is None:
+            return False  # the policy is gone; its deletion reaches the scheduler next
+        local = self._last_status.get(name)
+        self._last_status[name] = server if local is None else merge_budgets(server, local, self.clock())
+        self._terms[name] = self.leader.transitions
+        return True
+
+    def write_status(self, name: str, status: GPUEfficiencyPolicyStatus) -> GPUEfficiencyPolicyStatus:
+        """Write the status; it is kept in memory first, so a failed write is retried next cycle
+        with nothing lost. A conflict (another writer since our last read) is merged and retried once."""
+        self._last_status[name] = status
+        try:
+            try:
+                wrote = self.status_writer.write(name, status)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                server = self.status_writer.read(name)
+                if server is None:
+                    return status
+                status = self._last_status[name] = merge_budgets(status, server, self.clock())
+                wrote = self.status_writer.write(name, status)
+        except Exception as exc:
+            metrics.STATUS_WRITES_FAILED.labels(name).inc()
+            log.warning("policy %s: status write failed, kept and retried next cycle: %s", name, exc)
+            return status
+        if wrote:
+            self.applier.writes += 1
+        return status
 
     def run(
         self,
@@ -149,12 +195,15 @@ class CycleRunner:
         seniors: tuple[SeniorPolicy, ...] = (),
     ) -> CycleReport:
         started = time.monotonic()
+        leading = self.leader.is_leader()
+        if leading and not self.start_term(name):
+            return CycleReport(policy=name, ran=False, reason="the policy's status could not be read")
         previous = self.previous_status(name, status_raw)
         try:
             spec = GPUEfficiencyPolicySpec.model_validate(dict(spec_raw))
         except ValidationError as exc:
             return self._invalid(name, uid, generation, previous, format_validation_error(exc), started)
-        if not self.leader.is_leader():
+        if not leading:
             return CycleReport(policy=name, ran=False, reason="not the leader")
         report = self._evaluate(name, uid, generation, spec, previous, seniors)
         report.seconds = time.monotonic() - started
@@ -193,8 +242,8 @@ class CycleRunner:
             self.applier.apply(
                 [PolicyEvent(names.EV_POLICY_INVALID, message, "Warning")], policy_name=name, policy_uid=uid
             )
-        if self.leader.is_leader():
-            self.status_writer.write(name, status)
+        if self.leader.still_leader():
+            status = self.write_status(name, status)
         self._last_status[name] = status
         metrics.CYCLES.labels(name, "invalid").inc()
         return CycleReport(
@@ -282,8 +331,8 @@ class CycleRunner:
         writes_before = self.applier.writes
         outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)
         status = fold_outcomes(plan.status, outcomes, snapshot.now)
-        if self.status_writer.write(name, status):
-            self.applier.writes += 1
+        if self.leader.still_leader():
+            status = self.write_status(name, status)
         self._last_status[name] = status
         writes = self.applier.writes - writes_before
         _record_metrics(name, snapshot, plan, outcomes, status, queries, writes)

@@ -118,7 +118,13 @@ def build_runner(
     return CycleRunner(
         config=config,
         reader=reader,
-        applier=Applier(api_client, recorder, dry_run=config.dry_run, on_written=partial(feed_write, reader)),
+        applier=Applier(
+            api_client,
+            recorder,
+            dry_run=config.dry_run,
+            on_written=partial(feed_write, reader),
+            still_leader=leader.still_leader,
+        ),
         status_writer=StatusWriter(api_client, refresh_seconds=config.status_refresh_seconds),
         source_for=SourceCache(config, api_client),
         leader=leader,

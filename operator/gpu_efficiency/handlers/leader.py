@@ -4,6 +4,12 @@ Kopf's peering is priority-based (equal priorities all freeze), so replicas run 
 gate every cycle on this lease instead. Updates carry the lease's resourceVersion: two candidates
 racing for an expired lease cannot both win. A replica that cannot renew stops acting when its
 term ends, before another can take over.
+
+No decision reads another host's wall clock (``renewTime`` is written for people only). As in
+client-go, a candidate measures a foreign lease's age on its own monotonic clock, from the moment
+it last saw the lease record change; the holder counts its term from before the request that won
+it. With clocks skewed by any amount, the holder's term (2/3 of the duration) ends before any peer
+can see the lease as expired (a full duration after it last changed).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from kubernetes import client
@@ -32,18 +39,27 @@ class LeaderElector:
         name: str,
         identity: str,
         lease_seconds: float = 15.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = _now,
     ) -> None:
         self.api = client.CoordinationV1Api(api_client)
         self.namespace, self.name, self.identity = namespace, name, identity
         self.lease_seconds = lease_seconds
+        self._monotonic, self._wall = monotonic, wall
         self._valid_until = 0.0  # monotonic deadline of our current term
+        self._observed: tuple[object, ...] | None = None  # the lease record as last read
+        self._observed_at = 0.0  # monotonic time it was first seen in that form
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.transitions = 0
         self._warned_missing = False
 
     def is_leader(self) -> bool:
-        return time.monotonic() < self._valid_until
+        return self._monotonic() < self._valid_until
+
+    def still_leader(self) -> bool:
+        """The guard the actuators call right before each write: the term may end mid-cycle."""
+        return self.is_leader()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
@@ -66,9 +82,22 @@ class LeaderElector:
                 log.warning("leader election: %s", exc)
             self._stop.wait(self.lease_seconds / 3)
 
+    def _observe(self, spec: client.V1LeaseSpec, at: float) -> float:
+        """When (monotonic) this lease record was first seen as it is now."""
+        record = (
+            spec.holder_identity,
+            spec.renew_time,
+            spec.acquire_time,
+            spec.lease_duration_seconds,
+            spec.lease_transitions,
+        )
+        if record != self._observed:
+            self._observed, self._observed_at = record, at
+        return self._observed_at
+
     def try_acquire_or_renew(self) -> bool:
-        started = time.monotonic()
-        now = _now()
+        started = self._monotonic()
+        now = self._wall()
         try:
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
         except ApiException as exc:
@@ -77,9 +106,9 @@ class LeaderElector:
             return self._create(now, started)
         spec = lease.spec or client.V1LeaseSpec()
         holder = spec.holder_identity or ""
-        renewed = spec.renew_time or spec.acquire_time
         duration = spec.lease_duration_seconds or int(self.lease_seconds)
-        expired = renewed is None or (now - renewed).total_seconds() > duration
+        unchanged_since = self._observe(spec, started)
+        expired = started - unchanged_since > duration
         if holder and holder != self.identity and not expired:
             self._valid_until = 0.0
             return False
@@ -97,6 +126,7 @@ class LeaderElector:
                 self._valid_until = 0.0
                 return False
             raise
+        self._observe(spec, started)
         self._won(holder, started)
         return True
 
@@ -150,7 +180,12 @@ class LeaderElector:
 class AlwaysLeader:
     """For a single replica run without leader election."""
 
+    transitions = 1  # one term, from start-up
+
     def is_leader(self) -> bool:
+        return True
+
+    def still_leader(self) -> bool:
         return True
 
     def start(self) -> None:
