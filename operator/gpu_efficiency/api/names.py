@@ -54,6 +54,7 @@ COND_READY: Final = "Ready"
 COND_METRICS: Final = "MetricsAvailable"
 COND_BREAKER: Final = "CircuitBreakerOpen"
 COND_VALID: Final = "PolicyValid"
+COND_SHADOWED: Final = "Shadowed"  # True: an older policy judges some of the pods this one selects
 
 # Event reasons.
 EV_UNDERUTILIZED: Final = "GPUUnderutilized"
@@ -68,6 +69,7 @@ EV_UNTAINTED: Final = "NodeUntainted"
 EV_BREAKER: Final = "CircuitBreakerOpen"
 EV_METRICS_UNAVAILABLE: Final = "MetricsUnavailable"
 EV_POLICY_INVALID: Final = "PolicyInvalid"
+EV_POLICY_SHADOWED: Final = "PolicyShadowed"  # Warning when the set of older policies winning pods changes
 
 #: Resource name of GPUs on nodes and in pod requests.
 GPU_RESOURCE: Final = "nvidia.com/gpu"

@@ -180,9 +180,9 @@ def test_conditions_keep_transition_time_across_cycles() -> None:
 
 
 def test_unrelated_conditions_are_preserved() -> None:
-    valid = Condition(type=names.COND_VALID, status="True", reason="Valid", last_transition_time="t")
-    plan = plan_cycle(replace(mixed_cluster(), status=GPUEfficiencyPolicyStatus(conditions=[valid])))
-    assert valid in plan.status.conditions
+    other = Condition(type="NotificationsHealthy", status="True", reason="Sent", last_transition_time="t")
+    plan = plan_cycle(replace(mixed_cluster(), status=GPUEfficiencyPolicyStatus(conditions=[other])))
+    assert other.model_copy(update={"observed_generation": 1}) in plan.status.conditions
 
 
 def test_fault_outcome_is_folded_in(monkeypatch: pytest.MonkeyPatch) -> None:
