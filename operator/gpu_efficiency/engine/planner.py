@@ -156,13 +156,13 @@ def _index_pods(gpus: Sequence[GPUSample]) -> dict[PodKey, list[GPUSample]]:
     return pod_gpus
 
 
-def _unknown(pod: PodView, reason: str, uuids: tuple[str, ...] = ()) -> PodVerdict:
+def _unknown(pod: PodView, reason: str, uuids: tuple[str, ...] = (), recommendation: str = "") -> PodVerdict:
     return PodVerdict(
         namespace=pod.namespace,
         name=pod.name,
         verdict=Verdict.UNKNOWN,
         diagnosis=Diagnosis.INSUFFICIENT_DATA,
-        recommendation=RECOMMENDATIONS[Diagnosis.INSUFFICIENT_DATA],
+        recommendation=recommendation or RECOMMENDATIONS[Diagnosis.INSUFFICIENT_DATA],
         activity_signal=None,
         activity_peak=None,
         activity_avg=None,
@@ -173,15 +173,25 @@ def _unknown(pod: PodView, reason: str, uuids: tuple[str, ...] = ()) -> PodVerdi
     )
 
 
+def _warming_up(pod: PodView, min_age_s: float) -> PodVerdict:
+    """Unknown for a pod younger than minPodAge, saying so and until when (nothing is wrong yet)."""
+    if pod.start_time is None:
+        text = "not started yet: judged once it has run " + format_duration(min_age_s)
+    else:
+        text = (
+            f"warming up: judged from {format_rfc3339(pod.start_time + min_age_s)}, once it has run "
+            f"{format_duration(min_age_s)} (until then the window may hold the GPU's previous tenant)"
+        )
+    return _unknown(pod, text, recommendation=text)
+
+
 def _judge(pod: PodView, key: PodKey, ctx: _Context) -> PodRecord:
     """The pod's verdict: Unknown if a GPU lacks data, Idle if all are idle (sharing rule), else diagnosis."""
     params = ctx.params
     if pod.start_time is None or ctx.now - pod.start_time < params.min_pod_age_s:
         # Warm-up (minPodAge, default the window): the window's samples are per GPU and may still be
         # the previous tenant's, so a young pod gets no verdict and no idle clock yet.
-        return PodRecord(
-            pod, _unknown(pod, f"warming up: the pod has run less than {params.min_pod_age_s:.0f}s")
-        )
+        return PodRecord(pod, _warming_up(pod, params.min_pod_age_s))
     samples = ctx.pod_gpus.get(key)
     if not samples:
         return PodRecord(

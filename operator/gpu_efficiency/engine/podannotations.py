@@ -43,13 +43,18 @@ def desired_annotations(
     """Operator annotations for this verdict; None removes a key.
 
     An Unknown pod keeps its last known diagnosis and numbers (only the state says Unknown), so data
-    gaps do not churn annotations or repeat GPUUnderutilized events when data comes back.
+    gaps do not churn annotations or repeat GPUUnderutilized events when data comes back. A pod that
+    never had a diagnosis gets the verdict's own recommendation (warming up until when, or what to
+    check), kept current while it stays without one.
     """
     if verdict.verdict is Verdict.UNKNOWN:
         desired: dict[str, str | None] = {names.STATE: state, names.POLICY: policy_name}
-        if names.DIAGNOSIS not in current:
-            desired[names.DIAGNOSIS] = Diagnosis.INSUFFICIENT_DATA.value
-            desired[names.RECOMMENDATION] = RECOMMENDATIONS[Diagnosis.INSUFFICIENT_DATA]
+        insufficient = _TEXT[Diagnosis.INSUFFICIENT_DATA]
+        if current.get(names.DIAGNOSIS, insufficient) == insufficient:
+            desired[names.DIAGNOSIS] = insufficient
+            desired[names.RECOMMENDATION] = (
+                verdict.recommendation or RECOMMENDATIONS[Diagnosis.INSUFFICIENT_DATA]
+            )
         return desired
     efficiency = verdict.efficiency
     return {
