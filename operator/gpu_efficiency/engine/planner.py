@@ -321,7 +321,8 @@ def _act(record: PodRecord, params: CycleParams, now: float, policy_name: str, n
         events.append(
             PodEvent(
                 pod.namespace, pod.name, pod.uid, names.EV_UNDERUTILIZED,
-                f"{verdict.reason}. Recommendation: {verdict.recommendation}",
+                f"this GPU is underused ({_VALUE[verdict.diagnosis].replace('-', ' ')}): "
+                f"{verdict.recommendation}. Evidence: {verdict.reason}",
             )
         )  # fmt: skip
     record.events = tuple(events)
@@ -634,7 +635,7 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | 
     )  # fmt: skip
     actions.extend(policy_events)
     actions.extend(
-        EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} by policy {policy_name}")
+        EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} (policy {policy_name})")
         for c in selection.selected
     )
     plan = Plan(actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes))
