@@ -56,6 +56,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo_main(args)
 
 
+def installed_version() -> str:
+    """The installed distribution's version (pyproject's ``version``; the image installs the wheel)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpu-efficiency-operator")
+    except PackageNotFoundError:
+        return "unknown (not installed: run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gpu_efficiency.config import add_run_arguments
 
@@ -63,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpu-efficiency",
         description="Run the GPU efficiency operator or its node agent, play the DCGM simulator, report and explain.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the operator")

@@ -39,7 +39,11 @@ EVICTIONS = Counter(
     registry=REGISTRY,
 )
 IDLE_GPU_HOURS = Counter(
-    "gpu_efficiency_idle_gpu_hours", "GPU-hours observed idle.", ["policy"], registry=REGISTRY
+    "gpu_efficiency_idle_gpu_hours",
+    "GPU-hours spent idle: each cycle adds its idle GPUs times the time since the previous cycle "
+    "(at most two intervals), as status.idleGpuHours does.",
+    ["policy"],
+    registry=REGISTRY,
 )
 WASTE_PER_HOUR = Gauge(
     "gpu_efficiency_estimated_waste_per_hour",
@@ -80,7 +84,75 @@ STATUS_WRITES_FAILED = Counter(
     ["policy"],
     registry=REGISTRY,
 )
-LEADER = Gauge("gpu_efficiency_leader", "1 while this replica holds the leader lease.", registry=REGISTRY)
+LEADER = Gauge(
+    "gpu_efficiency_leader",
+    "1 while this replica holds the leader lease (and acts), 0 on a standby replica.",
+    registry=REGISTRY,
+)
+
+#: Per-policy gauges: what the leader saw in its last cycle. A standby exports none of them.
+POLICY_GAUGES: tuple[Gauge, ...] = (
+    PODS,
+    DIAGNOSES,
+    IDLE_GPUS,
+    WASTE_PER_HOUR,
+    METRICS_AVAILABLE,
+    BREAKER_OPEN,
+    TAINTED_NODES,
+)
+#: Every per-policy series (label ``policy`` first): dropped with the policy.
+POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
+    CYCLES,
+    CYCLE_SECONDS,
+    EVICTIONS,
+    IDLE_GPU_HOURS,
+    PROM_QUERIES,
+    API_WRITES,
+    STATUS_WRITES_FAILED,
+    *POLICY_GAUGES,
+)
+
+
+def _policy_label_sets(metric: Counter | Gauge | Histogram, policy: str | None) -> set[tuple[str, ...]]:
+    """The label values of ``metric``'s children for ``policy`` (every policy when None)."""
+    label_sets = set()
+    for family in metric.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if "policy" in labels and (policy is None or labels["policy"] == policy):
+                label_sets.add(tuple(labels[n] for n in metric._labelnames))
+    return label_sets
+
+
+def forget_policy(policy: str) -> None:
+    """Drop every series of a deleted policy, so no alert fires for a policy that is gone."""
+    for metric in POLICY_METRICS:
+        for labels in _policy_label_sets(metric, policy):
+            metric.remove(*labels)
+
+
+def forget_policy_gauges(policy: str) -> None:
+    """Drop one policy's gauges (its spec turned invalid: it judges nothing now)."""
+    for gauge in POLICY_GAUGES:
+        for labels in _policy_label_sets(gauge, policy):
+            gauge.remove(*labels)
+
+
+def clear_policy_gauges() -> None:
+    """Drop every policy's gauges: this replica stopped acting, so what it saw is no longer current."""
+    for gauge in POLICY_GAUGES:
+        gauge.clear()
+
+
+def reset_labelled(gauge: Gauge, policy: str, values: dict[str, int]) -> None:
+    """Set ``gauge{policy, <second label>}`` to exactly ``values``: labels absent from it are removed,
+    so a diagnosis or fault kind that is gone stops being exported."""
+    for labels in _policy_label_sets(gauge, policy):
+        if labels[1] not in values:
+            gauge.remove(*labels)
+    for value_label, value in values.items():
+        gauge.labels(policy, value_label).set(value)
+
 
 # The watch-based cache of pods, nodes and namespaces (sources/watch.py), labelled by resource.
 CACHE_EVENTS = Counter(

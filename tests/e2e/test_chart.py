@@ -295,11 +295,13 @@ def test_monitoring_objects_and_alert_rules(helm_bin: str, tmp_path: Path) -> No
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert set(alerts) == {
         "GPUEfficiencyOperatorDown",
+        "GPUEfficiencyNoLeader",
         "GPUEfficiencyMetricsUnavailable",
         "GPUEfficiencyCircuitBreakerOpen",
         "GPUEfficiencyEvictionsBlocked",
     }
     assert alerts["GPUEfficiencyOperatorDown"]["expr"].startswith("absent(up{")
+    assert "absent(gpu_efficiency_leader{" in alerts["GPUEfficiencyNoLeader"]["expr"]
     assert "gpu_efficiency_metrics_available" in alerts["GPUEfficiencyMetricsUnavailable"]["expr"]
     assert alerts["GPUEfficiencyMetricsUnavailable"]["for"] == "10m"
     assert "gpu_efficiency_circuit_breaker_open" in alerts["GPUEfficiencyCircuitBreakerOpen"]["expr"]
@@ -309,7 +311,7 @@ def test_monitoring_objects_and_alert_rules(helm_bin: str, tmp_path: Path) -> No
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     out = run(promtool, "check", "rules", str(rules_file)).stdout
-    assert "SUCCESS: 4 rules found" in out, out
+    assert "SUCCESS: 5 rules found" in out, out
     # The dashboard is valid JSON, labelled for the Grafana sidecar, and charts every operator metric.
     dashboard_cm = one(docs, "ConfigMap", "-dashboard")
     assert dashboard_cm["metadata"]["labels"]["grafana_dashboard"] == "1"

@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 
 from gpu_efficiency.api.policy import (
+    DURATION_NOTE,
+    DURATION_PATTERN,
     GROUP,
     KIND,
     PLURAL,
@@ -92,6 +94,8 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
             out = {**non_null[0], **out, "nullable": True}
             if out.get("default", 0) is None:
                 del out["default"]
+    if out.get("pattern") == DURATION_PATTERN:
+        out["description"] = f"{out.get('description', '')} {DURATION_NOTE}".strip()
     if out.get("additionalProperties") is False:
         # Not allowed beside properties in a structural schema; the API server's strict field
         # validation (kubectl's default) rejects unknown fields instead.
@@ -105,6 +109,17 @@ def _default_nested_objects(schema: dict[str, Any]) -> None:
         if prop.get("type") == "object" and "properties" in prop:
             prop.setdefault("default", {})
             _default_nested_objects(prop)
+
+
+def _conditions_schema(status_schema: dict[str, Any]) -> None:
+    """Conditions as Kubernetes conventions declare them: a map keyed by type (so a server-side
+    apply or strategic merge treats each condition on its own) and RFC3339 transition times."""
+    conditions = status_schema["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    transition = conditions["items"]["properties"]["lastTransitionTime"]
+    transition.pop("default", None)  # '' is no date-time; the operator always sets it
+    transition["format"] = "date-time"
 
 
 def openapi_schema(model: type[Any]) -> dict[str, Any]:
@@ -121,6 +136,7 @@ def build_crd() -> dict[str, Any]:
     _default_nested_objects(spec_schema)
     spec_schema["x-kubernetes-validations"] = SPEC_CEL_RULES
     status_schema = openapi_schema(GPUEfficiencyPolicyStatus)
+    _conditions_schema(status_schema)
     status_schema["x-kubernetes-preserve-unknown-fields"] = True  # Kopf keeps its own bookkeeping here
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -14,7 +14,7 @@ STATE: Final = PREFIX + "state"  # Idle | Underutilized | Efficient | Unknown | 
 SM_ACTIVE: Final = PREFIX + "sm-active"  # activity 0-1, 3 decimals
 ACTIVITY_SIGNAL: Final = PREFIX + "activity-signal"  # which signal the activity came from
 GPU_UTIL: Final = PREFIX + "gpu-util"  # 0-1, 3 decimals
-EFFICIENCY: Final = PREFIX + "efficiency"  # SM activity / GPU util x 100, integer percent
+EFFICIENCY: Final = PREFIX + "efficiency"  # SM activity / GPU util, 0-1, 3 decimals (like sm-active)
 DIAGNOSIS: Final = PREFIX + "diagnosis"
 RECOMMENDATION: Final = PREFIX + "recommendation"
 IDLE_SINCE: Final = PREFIX + "idle-since"  # RFC3339
@@ -54,6 +54,7 @@ COND_READY: Final = "Ready"
 COND_METRICS: Final = "MetricsAvailable"
 COND_BREAKER: Final = "CircuitBreakerOpen"
 COND_VALID: Final = "PolicyValid"
+COND_SHADOWED: Final = "Shadowed"  # True: an older policy judges some of the pods this one selects
 
 # Event reasons.
 EV_UNDERUTILIZED: Final = "GPUUnderutilized"
@@ -68,6 +69,7 @@ EV_UNTAINTED: Final = "NodeUntainted"
 EV_BREAKER: Final = "CircuitBreakerOpen"
 EV_METRICS_UNAVAILABLE: Final = "MetricsUnavailable"
 EV_POLICY_INVALID: Final = "PolicyInvalid"
+EV_POLICY_SHADOWED: Final = "PolicyShadowed"  # Warning when the set of older policies winning pods changes
 
 #: Resource name of GPUs on nodes and in pod requests.
 GPU_RESOURCE: Final = "nvidia.com/gpu"

@@ -23,13 +23,11 @@ PREFIX = f"{GROUP}/"
 #: Namespaces the operator never touches, whatever a policy says.
 ALWAYS_PROTECTED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
-Duration = Annotated[
-    str,
-    Field(
-        pattern=r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$",
-        description="A Go-style duration such as 30s, 5m or 1h30m.",
-    ),
-]
+#: The form of every duration field; the CRD generator appends ``DURATION_NOTE`` to each such
+#: field's own description (a description here would replace the field's docstring).
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+DURATION_NOTE = "A Go-style duration such as 30s, 5m or 1h30m."
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
 
 
 class Model(BaseModel):

@@ -14,7 +14,7 @@ class Condition(StatusModel):
     """A standard Kubernetes condition."""
 
     type: str
-    """Ready, MetricsAvailable, CircuitBreakerOpen or PolicyValid."""
+    """Ready, MetricsAvailable, CircuitBreakerOpen, PolicyValid or Shadowed."""
     status: str
     """True, False or Unknown."""
     reason: str = ""
@@ -61,7 +61,7 @@ class GPUEfficiencyPolicyStatus(StatusModel):
     observed_generation: int = 0
     """The spec generation the last cycle used."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Ready, MetricsAvailable, CircuitBreakerOpen, PolicyValid."""
+    """Ready, MetricsAvailable, CircuitBreakerOpen, PolicyValid, Shadowed."""
     last_evaluation_time: str = ""
     """End of the last evaluation cycle (RFC3339)."""
     gpus_evaluated: int = 0

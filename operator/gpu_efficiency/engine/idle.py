@@ -182,8 +182,8 @@ def idle_lifecycle(
             out.events.append(
                 PodEventSpec(
                     names.EV_ACTIVE_AGAIN,
-                    f"GPU active again ({evidence}): the scheduled eviction "
-                    f"(evict-after {ann[names.EVICT_AFTER]}) is cancelled",
+                    f"this GPU is working again, so the scheduled eviction "
+                    f"(evict-after {ann[names.EVICT_AFTER]}) is cancelled. Evidence: {evidence}",
                 )
             )
         return out
@@ -196,7 +196,13 @@ def idle_lifecycle(
         out.updates[names.IDLE_SINCE] = format_rfc3339(now)
         if names.EVICT_AFTER in ann:
             out.updates[names.EVICT_AFTER] = None
-        out.events.append(PodEventSpec(names.EV_IDLE, f"GPU idle: {evidence}"))
+        out.events.append(
+            PodEventSpec(
+                names.EV_IDLE,
+                f"this GPU has done no work for the last {format_duration(params.window_s)}. "
+                f"Evidence: {evidence}",
+            )
+        )
 
     hold = hold_reason(ann, params, now, seen) or blocker
     if not hold and not params.enforce:
@@ -218,9 +224,10 @@ def idle_lifecycle(
         out.events.append(
             PodEventSpec(
                 names.EV_EVICTION_SCHEDULED,
-                f"GPU idle since {format_rfc3339(idle_since)} ({evidence}): the pod will be evicted "
-                f"after {text} unless its GPU becomes active"
-                + (f" or it is acknowledged with {names.KEEP_UNTIL}" if params.allow_keep_until else ""),
+                f"this GPU has done no work for {format_duration(now - idle_since + params.window_s)}: "
+                f"the pod will be evicted after {text} unless its GPU becomes active"
+                + (f" or it is acknowledged with {names.KEEP_UNTIL}" if params.allow_keep_until else "")
+                + f". Idle since {format_rfc3339(idle_since)}; evidence: {evidence}",
                 "Warning",
             )
         )
@@ -235,8 +242,9 @@ def idle_lifecycle(
         pod=pod,
         idle_since=idle_since,
         message=(
-            f"GPU idle since {format_rfc3339(idle_since)} ({evidence}); warned with evict-after "
-            f"{format_rfc3339(evict_after)}; evicted to free the GPU"
+            f"this GPU did no work for {format_duration(now - idle_since + params.window_s)} and its "
+            f"warning ran out: evicted to free the GPU. Idle since {format_rfc3339(idle_since)}, "
+            f"evict-after {format_rfc3339(evict_after)}; evidence: {evidence}"
         ),
     )
     return out

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
-from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, QuarantinedNode, VerdictCounts
+from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus, QuarantinedNode, VerdictCounts
 from gpu_efficiency.engine.activity import (
     ACTIVITY_CHAIN,
     DataBounds,
@@ -27,7 +27,7 @@ from gpu_efficiency.engine.budgets import (
     recent_within_hour,
     select_evictions,
 )
-from gpu_efficiency.engine.conditions import condition_flipped, set_condition
+from gpu_efficiency.engine.conditions import condition_flipped, find_condition, set_condition
 from gpu_efficiency.engine.explain import explain_lines
 from gpu_efficiency.engine.faults import evaluate_faults
 from gpu_efficiency.engine.idle import GPUState, Lifecycle, PodKey, idle_lifecycle, is_shared, shared_idleness
@@ -156,13 +156,13 @@ def _index_pods(gpus: Sequence[GPUSample]) -> dict[PodKey, list[GPUSample]]:
     return pod_gpus
 
 
-def _unknown(pod: PodView, reason: str, uuids: tuple[str, ...] = ()) -> PodVerdict:
+def _unknown(pod: PodView, reason: str, uuids: tuple[str, ...] = (), recommendation: str = "") -> PodVerdict:
     return PodVerdict(
         namespace=pod.namespace,
         name=pod.name,
         verdict=Verdict.UNKNOWN,
         diagnosis=Diagnosis.INSUFFICIENT_DATA,
-        recommendation=RECOMMENDATIONS[Diagnosis.INSUFFICIENT_DATA],
+        recommendation=recommendation or RECOMMENDATIONS[Diagnosis.INSUFFICIENT_DATA],
         activity_signal=None,
         activity_peak=None,
         activity_avg=None,
@@ -173,15 +173,25 @@ def _unknown(pod: PodView, reason: str, uuids: tuple[str, ...] = ()) -> PodVerdi
     )
 
 
+def _warming_up(pod: PodView, min_age_s: float) -> PodVerdict:
+    """Unknown for a pod younger than minPodAge, saying so and until when (nothing is wrong yet)."""
+    if pod.start_time is None:
+        text = "not started yet: judged once it has run " + format_duration(min_age_s)
+    else:
+        text = (
+            f"warming up: judged from {format_rfc3339(pod.start_time + min_age_s)}, once it has run "
+            f"{format_duration(min_age_s)} (until then the window may hold the GPU's previous tenant)"
+        )
+    return _unknown(pod, text, recommendation=text)
+
+
 def _judge(pod: PodView, key: PodKey, ctx: _Context) -> PodRecord:
     """The pod's verdict: Unknown if a GPU lacks data, Idle if all are idle (sharing rule), else diagnosis."""
     params = ctx.params
     if pod.start_time is None or ctx.now - pod.start_time < params.min_pod_age_s:
         # Warm-up (minPodAge, default the window): the window's samples are per GPU and may still be
         # the previous tenant's, so a young pod gets no verdict and no idle clock yet.
-        return PodRecord(
-            pod, _unknown(pod, f"warming up: the pod has run less than {params.min_pod_age_s:.0f}s")
-        )
+        return PodRecord(pod, _warming_up(pod, params.min_pod_age_s))
     samples = ctx.pod_gpus.get(key)
     if not samples:
         return PodRecord(
@@ -311,7 +321,8 @@ def _act(record: PodRecord, params: CycleParams, now: float, policy_name: str, n
         events.append(
             PodEvent(
                 pod.namespace, pod.name, pod.uid, names.EV_UNDERUTILIZED,
-                f"{verdict.reason}. Recommendation: {verdict.recommendation}",
+                f"this GPU is underused ({_VALUE[verdict.diagnosis].replace('-', ' ')}): "
+                f"{verdict.recommendation}. Evidence: {verdict.reason}",
             )
         )  # fmt: skip
     record.events = tuple(events)
@@ -325,11 +336,15 @@ def _status(
     warned: int,
     idle_gpu_models: Sequence[tuple[str, str]],
     faults: FaultOutcome | None,
+    shadowed: Mapping[str, int],
     unattributed: str = "",
 ) -> tuple[GPUEfficiencyPolicyStatus, list[PolicyEvent]]:
     """The new status and the policy events its condition flips call for.
 
+    ``shadowed``: pods this policy selects that older policies judge, counted by policy.
     ``unattributed`` (see ``_unattributed``) makes MetricsAvailable False although the source answered.
+    The spec parsed (an invalid one never reaches the planner), so PolicyValid is True; every
+    condition, carried or set, is stamped with the generation this cycle read.
     """
     previous = snapshot.status
     now, generation = snapshot.now, snapshot.generation
@@ -384,6 +399,11 @@ def _status(
             conditions, names.COND_READY, "False", "MetricsUnavailable",
             "metrics unavailable: verdicts Unknown, nothing evicted", now, generation,
         )  # fmt: skip
+    conditions = set_condition(
+        conditions, names.COND_VALID, "True", "Valid", "the spec is valid", now, generation
+    )
+    conditions, shadow_events = _shadowed_condition(conditions, shadowed, now, generation)
+    events.extend(shadow_events)
     quarantined = previous.quarantined_nodes
     if faults is not None:
         state = "True" if faults.breaker_open else "False"
@@ -408,7 +428,7 @@ def _status(
     status = previous.model_copy(
         update={
             "observed_generation": generation,
-            "conditions": conditions,
+            "conditions": [c.model_copy(update={"observed_generation": generation}) for c in conditions],
             "last_evaluation_time": format_rfc3339(now),
             "gpus_evaluated": gpus_evaluated,
             "pods_evaluated": len(verdicts),
@@ -425,7 +445,9 @@ def _status(
     return status, events
 
 
-def _metrics_unavailable(snapshot: Snapshot, params: CycleParams, in_scope: list[PodView]) -> Plan:
+def _metrics_unavailable(
+    snapshot: Snapshot, params: CycleParams, in_scope: list[PodView], shadowed: Mapping[str, int]
+) -> Plan:
     """Prometheus down: every pod Unknown, no pod writes, a condition and (on the flip) an event.
 
     The faults engine still runs (it detects nothing without data but applies manual recoveries);
@@ -439,7 +461,7 @@ def _metrics_unavailable(snapshot: Snapshot, params: CycleParams, in_scope: list
     notes = [reason, *faults.notes]
     if len(fault_actions) < len(faults.actions):
         notes.append("taints dropped: no new taint while metrics are unavailable")
-    status, events = _status(snapshot, params, verdicts, 0, warned, [], faults)
+    status, events = _status(snapshot, params, verdicts, 0, warned, [], faults, shadowed)
     return Plan(actions=(*fault_actions, *events), verdicts=verdicts, status=status, notes=tuple(notes))
 
 
@@ -465,11 +487,51 @@ def _unattributed(
 
 
 def _claimed_by(pod: PodView, seniors: list[tuple[str, Scope]]) -> str:
-    """Overlapping policies: the oldest (then by name) judges the pod, so annotations never flap."""
+    """Overlapping policies: the oldest (then by name) judges the pod, so annotations never flap.
+    Returns that policy's name ('' when no senior selects the pod)."""
     for name, senior in seniors:
         if not senior.exclusion(pod):
-            return f"judged by policy {name}, which takes precedence (created earlier)"
+            return name
     return ""
+
+
+def _shadowed_condition(
+    conditions: list[Condition], shadowed: Mapping[str, int], now: float, generation: int
+) -> tuple[list[Condition], list[PolicyEvent]]:
+    """The Shadowed condition: which older policies judge pods this policy selects, and how many.
+
+    A Warning event goes out when the set of winning policies changes (not on every pod count
+    change, which churns with the workload), so an admin learns once why this policy acts on less.
+    """
+    if not shadowed:
+        return set_condition(
+            conditions, names.COND_SHADOWED, "False", "NoOverlap",
+            "no older policy selects this policy's pods", now, generation,
+        ), []  # fmt: skip
+    winners = ", ".join(
+        f"{name} ({count} pod{'' if count == 1 else 's'})" for name, count in sorted(shadowed.items())
+    )
+    total = sum(shadowed.values())
+    message = (
+        f"{total} GPU pods this policy selects are judged by older policies, which take precedence: "
+        f"{winners}; narrow the selections so they do not overlap"
+    )
+    previous = find_condition(conditions, names.COND_SHADOWED)
+    previous_winners = previous.message.split(": ", 1)[-1] if previous and previous.status == "True" else ""
+    events: list[PolicyEvent] = []
+    if previous is None or previous.status != "True" or _names_in(previous_winners) != sorted(shadowed):
+        events.append(PolicyEvent(names.EV_POLICY_SHADOWED, message, "Warning"))
+    updated = set_condition(
+        conditions, names.COND_SHADOWED, "True", "OlderPolicyOverlaps", message, now, generation
+    )
+    return updated, events
+
+
+def _names_in(winners: str) -> list[str]:
+    """The policy names in a Shadowed message's list ("a (3 pods), b (1 pod); ..."): policy names
+    are DNS subdomains, so they hold no comma, semicolon or space."""
+    listed = winners.split(";", 1)[0]
+    return sorted(part.strip().split(" (", 1)[0] for part in listed.split(",") if part.strip())
 
 
 def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | None = None) -> Evaluation:
@@ -489,13 +551,19 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | 
     ]
     in_scope: list[PodView] = []
     cleanups: list[Action] = []
+    shadowed: dict[str, int] = {}
     focus_exclusion = ""
     for pod in snapshot.pods:
         if pod.namespace in scope.protected:  # never touched, not even cleaned up
             if focus == (pod.namespace, pod.name):
                 focus_exclusion = scope.exclusion(pod)
             continue
-        why = scope.exclusion(pod) or _claimed_by(pod, seniors)
+        why = scope.exclusion(pod)
+        if not why:
+            winner = _claimed_by(pod, seniors)
+            if winner:
+                shadowed[winner] = shadowed.get(winner, 0) + 1
+                why = f"judged by policy {winner}, which takes precedence (created earlier)"
         if not why:
             in_scope.append(pod)
             continue
@@ -511,7 +579,7 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | 
                 cleanups.append(AnnotatePod(pod.namespace, pod.name, pod.uid, patch))
 
     if not snapshot.metrics_available:
-        plan = _metrics_unavailable(snapshot, params, in_scope)
+        plan = _metrics_unavailable(snapshot, params, in_scope, shadowed)
         record = None
         if focus is not None:
             for verdict, pod in zip(plan.verdicts, in_scope, strict=True):
@@ -563,11 +631,11 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | 
     notes.extend(selection.notes)
     status, policy_events = _status(
         snapshot, params, verdicts, len(evaluated_gpus), warned, list(idle_gpus.values()), faults,
-        _unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx),
+        shadowed, _unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx),
     )  # fmt: skip
     actions.extend(policy_events)
     actions.extend(
-        EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} by policy {policy_name}")
+        EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} (policy {policy_name})")
         for c in selection.selected
     )
     plan = Plan(actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes))

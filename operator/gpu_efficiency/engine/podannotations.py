@@ -1,9 +1,11 @@
 """The pod annotations a verdict should leave, and the minimal merge patch to get there.
 
+One unit for every number: a fraction 0-1 with 3 decimals (sm-active, gpu-util and efficiency =
+SM activity / GPU util, so "0.450" next to "0.330", never "33").
+
 Steady state makes no writes (safety rule 6): a key is patched only when its value differs, and the
-numeric keys (sm-active, gpu-util: 3 decimals; efficiency: integer percent) are rewritten only when
-the state or diagnosis changes or the value moved by at least ``NUMERIC_TOLERANCE``: 0.1 of a
-fraction, 10 points of efficiency (the Horizontal Pod Autoscaler's default tolerance is 10 % too).
+numeric keys are rewritten only when the state or diagnosis changes or the value moved by at least
+``NUMERIC_TOLERANCE``: 0.1 of a fraction (the Horizontal Pod Autoscaler's default tolerance is 10 % too).
 Window averages of a steady workload scatter, most with short windows: at 5 points the scale
 bench (2-minute window, 8,000 simulated pods) patched an efficiency, a ratio of two noisy averages
 whose written value is also rounded, in 3 of 36 steady cycles. The numbers are evidence for the
@@ -20,7 +22,7 @@ from gpu_efficiency.engine.model import Diagnosis, PodVerdict, Signal, Verdict
 from gpu_efficiency.engine.underutilization import RECOMMENDATIONS
 
 #: Smallest change of a numeric annotation worth a write, per key.
-NUMERIC_TOLERANCE: Mapping[str, float] = {names.SM_ACTIVE: 0.1, names.GPU_UTIL: 0.1, names.EFFICIENCY: 10.0}
+NUMERIC_TOLERANCE: Mapping[str, float] = {names.SM_ACTIVE: 0.1, names.GPU_UTIL: 0.1, names.EFFICIENCY: 0.1}
 STATE_WARNED = "Warned"
 #: Plain strings of enum members (``.value`` is a slow descriptor, and annotations want plain str).
 _TEXT: Mapping[Verdict | Diagnosis | Signal, str] = {
@@ -43,13 +45,18 @@ def desired_annotations(
     """Operator annotations for this verdict; None removes a key.
 
     An Unknown pod keeps its last known diagnosis and numbers (only the state says Unknown), so data
-    gaps do not churn annotations or repeat GPUUnderutilized events when data comes back.
+    gaps do not churn annotations or repeat GPUUnderutilized events when data comes back. A pod that
+    never had a diagnosis gets the verdict's own recommendation (warming up until when, or what to
+    check), kept current while it stays without one.
     """
     if verdict.verdict is Verdict.UNKNOWN:
         desired: dict[str, str | None] = {names.STATE: state, names.POLICY: policy_name}
-        if names.DIAGNOSIS not in current:
-            desired[names.DIAGNOSIS] = Diagnosis.INSUFFICIENT_DATA.value
-            desired[names.RECOMMENDATION] = RECOMMENDATIONS[Diagnosis.INSUFFICIENT_DATA]
+        insufficient = _TEXT[Diagnosis.INSUFFICIENT_DATA]
+        if current.get(names.DIAGNOSIS, insufficient) == insufficient:
+            desired[names.DIAGNOSIS] = insufficient
+            desired[names.RECOMMENDATION] = (
+                verdict.recommendation or RECOMMENDATIONS[Diagnosis.INSUFFICIENT_DATA]
+            )
         return desired
     efficiency = verdict.efficiency
     return {
@@ -57,7 +64,9 @@ def desired_annotations(
         names.SM_ACTIVE: _fraction(verdict.activity_avg),
         names.ACTIVITY_SIGNAL: _TEXT[verdict.activity_signal] if verdict.activity_signal else None,
         names.GPU_UTIL: _fraction(verdict.gpu_util_avg),
-        names.EFFICIENCY: None if efficiency is None else str(round(efficiency)),
+        names.EFFICIENCY: None
+        if efficiency is None
+        else _fraction(efficiency / 100.0),  # a percent in the engine
         names.DIAGNOSIS: _TEXT[verdict.diagnosis],
         names.RECOMMENDATION: verdict.recommendation or None,
         names.POLICY: policy_name,

@@ -139,10 +139,12 @@ class CycleRunner:
         return previous
 
     def forget(self, name: str) -> None:
+        """The policy was deleted: drop what this runner and the metrics hold for it."""
         self._last_status.pop(name, None)
         self._memos.pop(name, None)
         self._terms.pop(name, None)
         self.status_writer.forget(name)
+        metrics.forget_policy(name)
 
     def start_term(self, name: str) -> bool:
         """At the first cycle of a leadership term: the server's status, with this replica's own
@@ -246,6 +248,7 @@ class CycleRunner:
             status = self.write_status(name, status)
         self._last_status[name] = status
         metrics.CYCLES.labels(name, "invalid").inc()
+        metrics.forget_policy_gauges(name)  # it judges nothing until fixed: no stale verdicts or alerts
         return CycleReport(
             policy=name,
             ran=False,
@@ -408,9 +411,9 @@ def _record_metrics(
     diagnoses: dict[str, int] = {}
     for v in plan.verdicts:
         diagnoses[v.diagnosis.value] = diagnoses.get(v.diagnosis.value, 0) + 1
-    for diagnosis, value in diagnoses.items():
-        metrics.DIAGNOSES.labels(name, diagnosis).set(value)
+    metrics.reset_labelled(metrics.DIAGNOSES, name, diagnoses)
     metrics.IDLE_GPUS.labels(name).set(status.idle_gpus)
+    metrics.IDLE_GPU_HOURS.labels(name).inc(max(0.0, status.idle_gpu_hours - snapshot.status.idle_gpu_hours))
     metrics.WASTE_PER_HOUR.labels(name).set(status.estimated_waste_per_hour)
     metrics.BREAKER_OPEN.labels(name).set(
         1 if any(c.type == names.COND_BREAKER and c.status == "True" for c in status.conditions) else 0
@@ -419,8 +422,7 @@ def _record_metrics(
     for q in status.quarantined_nodes:
         if q.tainted:
             kinds[q.kind] = kinds.get(q.kind, 0) + 1
-    for kind, value in kinds.items():
-        metrics.TAINTED_NODES.labels(name, kind).set(value)
+    metrics.reset_labelled(metrics.TAINTED_NODES, name, kinds)
     for o in outcomes:
         if isinstance(o.action, EvictPod):
             metrics.EVICTIONS.labels(name, o.result.value).inc()

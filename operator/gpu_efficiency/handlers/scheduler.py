@@ -113,6 +113,7 @@ class Scheduler:
         self._generation: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._leading = False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="policy-scheduler", daemon=True)
@@ -132,6 +133,7 @@ class Scheduler:
 
     def run_due(self) -> list[str]:
         """Run the cycles that are due (a new or edited policy at once); return their names."""
+        self.export_leadership()
         now = self.clock()
         entries = self.registry.entries()
         live = {e.name for e in entries}
@@ -153,6 +155,15 @@ class Scheduler:
             if senior is not None:
                 seniors.append(senior)
         return ran
+
+    def export_leadership(self) -> None:
+        """``gpu_efficiency_leader`` on every replica; a replica that lost the lease drops the
+        per-policy gauges it exported, so only the leader's view is current (and alerted on)."""
+        leading = self.runner.leader.is_leader()
+        metrics.LEADER.set(1 if leading else 0)
+        if self._leading and not leading:
+            metrics.clear_policy_gauges()
+        self._leading = leading
 
     def _run(self, entry: PolicyEntry, seniors: tuple[SeniorPolicy, ...]) -> None:
         # The cycle's snapshot and plan (~10^5 objects at 8,000 GPUs) are freed with its report

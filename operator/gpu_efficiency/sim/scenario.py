@@ -525,9 +525,9 @@ class Scenario(Model):
 
     @property
     def namespace_names(self) -> list[str]:
-        names = list(self.namespaces)
-        names += [w.namespace for w in self.workloads if w.namespace not in names]
-        return names
+        # Each once, in order: several workloads share a namespace (the demo's view listed each
+        # namespace's pods and events once per workload in it).
+        return list(dict.fromkeys([*self.namespaces, *(w.namespace for w in self.workloads)]))
 
     @model_validator(mode="after")
     def _references(self) -> Scenario:

@@ -74,3 +74,43 @@ def test_readme_policy_reference_is_current() -> None:
 
     readme = (ROOT / "README.md").read_text()
     assert update_readme(readme) == readme, "README policy reference drifted: run `make docs`"
+
+
+def _spec_schema() -> dict[str, Any]:
+    spec: dict[str, Any] = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "spec"
+    ]
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("path", "own_words"),
+    [
+        (("idle", "idleFor"), "idle"),
+        (("idle", "warningPeriod"), "warn"),
+        (("window",), "window"),
+        (("faults", "thermal", "recoveryAfter"), "healthy"),
+    ],
+)
+def test_duration_fields_keep_their_own_description_and_the_format_note(
+    path: tuple[str, ...], own_words: str
+) -> None:
+    node = _spec_schema()
+    for name in path:
+        node = node["properties"][name]
+    description = node["description"]
+    assert description.endswith("A Go-style duration such as 30s, 5m or 1h30m.")
+    assert description != "A Go-style duration such as 30s, 5m or 1h30m."
+    assert own_words in description.lower()
+
+
+def test_conditions_are_a_map_keyed_by_type_with_date_time_transitions() -> None:
+    status = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    conditions = status["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert "type" in conditions["items"]["required"]
+    item = conditions["items"]["properties"]
+    assert item["lastTransitionTime"]["format"] == "date-time"
+    assert "default" not in item["lastTransitionTime"]
+    assert item["observedGeneration"]["type"] == "integer"

@@ -22,3 +22,11 @@ def test_sample_is_valid(path: Path) -> None:
     assert "namespace" not in doc["metadata"], "policies are cluster-scoped"
     spec = GPUEfficiencyPolicySpec.model_validate(doc["spec"])
     assert spec.mode in (Mode.OBSERVE, Mode.ENFORCE)
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_samples_ship_in_observe_mode(path: Path) -> None:
+    """Observe first (safety rule 5): a sample applied as is never evicts; its comments say how to
+    switch to Enforce."""
+    doc = yaml.safe_load(path.read_text())
+    assert GPUEfficiencyPolicySpec.model_validate(doc["spec"]).mode is Mode.OBSERVE

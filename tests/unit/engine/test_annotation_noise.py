@@ -94,4 +94,4 @@ def test_a_real_change_is_still_written() -> None:
     patch = annotation_patch(
         current, desired_annotations(verdict(kind, diagnosis, 0.63, 1.0), kind.value, "p", current)
     )
-    assert patch == {names.SM_ACTIVE: "0.630", names.EFFICIENCY: "63"}
+    assert patch == {names.SM_ACTIVE: "0.630", names.EFFICIENCY: "0.630"}

@@ -68,12 +68,14 @@ def test_enforce_idle_warn_then_evict() -> None:
     assert reasons(warning.actions) == [names.EV_EVICTION_SCHEDULED]
     (event,) = [a for a in warning.actions if isinstance(a, PodEvent)]
     assert event.type == "Warning"
+    assert event.message.startswith("this GPU has done no work for 15m: the pod will be evicted after")
     (patch,) = [a for a in warning.actions if isinstance(a, AnnotatePod)]
     assert patch.annotations == {names.STATE: "Warned", names.EVICT_AFTER: format_rfc3339(NOW + 600)}
     assert warning.status.warned_pods == 1
     (evict,) = evictions(plans)
     assert evict in plans[10].actions
-    assert "idle since" in evict.reason
+    assert evict.reason.startswith("this GPU did no work for 20m")  # plain words first, numbers second
+    assert "Idle since" in evict.reason
     assert "evict-after" in evict.reason
     assert (evict.namespace, evict.name, evict.uid) == ("team-a", "p", "uid-team-a-p")
     assert after.pods == ()
@@ -259,3 +261,9 @@ def test_idle_disabled_clears_clock_without_events() -> None:
     assert reasons(plan.actions) == [names.EV_UNDERUTILIZED]  # zero activity is now low compute
     (patch,) = [a for a in plan.actions if isinstance(a, AnnotatePod)]
     assert patch.annotations[names.EVICT_AFTER] is None
+
+
+def test_event_texts_lead_with_plain_words_and_give_numbers_second() -> None:
+    plans, _ = run(idle_snapshot(), 1)
+    (idle,) = [a for a in plans[0].actions if isinstance(a, PodEvent)]
+    assert idle.message.startswith("this GPU has done no work for the last 10m. Evidence: peak ")

@@ -1,5 +1,6 @@
 """Whole cycles: steady state, metrics outage, status and conditions, churn rules, faults, explain."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -92,7 +93,7 @@ def test_small_numeric_changes_do_not_rewrite_annotations() -> None:
     assert plan_cycle(nudged).actions == ()
     moved = with_signals(snap, "GPU-0", b.compute_bound() | {Signal.SM_ACTIVE: stats(0.96, 0.99)})
     (patch,) = [a for a in plan_cycle(moved).actions if isinstance(a, AnnotatePod)]
-    assert patch.annotations == {names.SM_ACTIVE: "0.960", names.EFFICIENCY: "98"}
+    assert patch.annotations == {names.SM_ACTIVE: "0.960", names.EFFICIENCY: "0.980"}
 
 
 def test_numbers_rewritten_when_state_changes_even_if_close() -> None:
@@ -180,9 +181,9 @@ def test_conditions_keep_transition_time_across_cycles() -> None:
 
 
 def test_unrelated_conditions_are_preserved() -> None:
-    valid = Condition(type=names.COND_VALID, status="True", reason="Valid", last_transition_time="t")
-    plan = plan_cycle(replace(mixed_cluster(), status=GPUEfficiencyPolicyStatus(conditions=[valid])))
-    assert valid in plan.status.conditions
+    other = Condition(type="NotificationsHealthy", status="True", reason="Sent", last_transition_time="t")
+    plan = plan_cycle(replace(mixed_cluster(), status=GPUEfficiencyPolicyStatus(conditions=[other])))
+    assert other.model_copy(update={"observed_generation": 1}) in plan.status.conditions
 
 
 def test_fault_outcome_is_folded_in(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -276,3 +277,33 @@ def test_outage_runs_faults_for_manual_recovery_but_drops_taints(monkeypatch: py
     assert UntaintNode("n2", "xid") in plan.actions
     assert not [a for a in plan.actions if isinstance(a, TaintNode | AnnotatePod | EvictPod | PodEvent)]
     assert any("taints dropped" in note for note in plan.notes)
+
+
+def test_every_numeric_annotation_is_a_fraction_with_three_decimals() -> None:
+    """One unit convention: sm-active, gpu-util and efficiency all read 0-1 ("0.450", "0.330")."""
+    plan = plan_cycle(mixed_cluster())
+    numbers = [
+        (key, value)
+        for a in plan.actions
+        if isinstance(a, AnnotatePod)
+        for key, value in a.annotations.items()
+        if key in (names.SM_ACTIVE, names.GPU_UTIL, names.EFFICIENCY)
+    ]
+    assert {key for key, _ in numbers} == {names.SM_ACTIVE, names.GPU_UTIL, names.EFFICIENCY}
+    for key, value in numbers:
+        assert value is not None
+        assert re.fullmatch(r"[01]\.\d{3}", value), (key, value)
+
+
+def test_the_activity_signal_says_which_signal_sm_active_holds_after_a_fallback() -> None:
+    no_sm = {s: v for s, v in b.idle().items() if s is not Signal.SM_ACTIVE}
+    plan = plan_cycle(snapshot([gpu("GPU-0", no_sm, ("team-a", "p"))], [pod("p")], enforce()))
+    (patch,) = [a.annotations for a in plan.actions if isinstance(a, AnnotatePod)]
+    assert patch[names.ACTIVITY_SIGNAL] == Signal.GR_ENGINE_ACTIVE.value
+
+
+def test_underutilized_event_leads_with_plain_words() -> None:
+    plan = plan_cycle(snapshot([gpu("GPU-0", b.input_starved(), ("team-a", "p"))], [pod("p")], enforce()))
+    (event,) = [a for a in plan.actions if isinstance(a, PodEvent) and a.reason == names.EV_UNDERUTILIZED]
+    assert event.message.startswith("this GPU is underused (input starved): ")
+    assert "Evidence: " in event.message

@@ -35,3 +35,31 @@ def test_min_pod_age_sets_the_warm_up() -> None:
         snapshot([gpu("GPU-0", b.idle(), ("team-a", "p"))], [young], enforce(eviction={"min_pod_age": "1m"}))
     )
     assert plan.verdicts[0].verdict is Verdict.IDLE
+
+
+def test_a_warming_up_pod_is_told_so_and_until_when() -> None:
+    young = pod("p", start_time=NOW - 60)  # the default window, and so minPodAge, is 10m
+    plan = plan_cycle(snapshot([gpu("GPU-0", b.idle(), ("team-a", "p"))], [young], enforce()))
+    (patch,) = [a.annotations for a in plan.actions if isinstance(a, AnnotatePod)]
+    recommendation = patch[names.RECOMMENDATION]
+    assert recommendation is not None
+    assert recommendation.startswith("warming up: judged from 2023-11-14T22:22:20Z")  # NOW - 60 + 600
+    assert "dcgm-exporter" not in recommendation
+    assert patch[names.DIAGNOSIS] == "insufficient-data"
+
+
+def test_once_warm_a_pod_without_samples_is_told_what_to_check() -> None:
+    """The warming-up text does not outlive the warm-up: a pod still without a diagnosis gets the
+    recommendation of its new reason."""
+    warming = "warming up: judged from 2023-11-14T22:22:20Z, once it has run 10m"
+    grown = pod(
+        "p",
+        annotations={
+            names.STATE: "Unknown",
+            names.DIAGNOSIS: "insufficient-data",
+            names.RECOMMENDATION: warming,
+        },
+    )
+    plan = plan_cycle(snapshot([gpu("GPU-0", b.idle(), ("team-a", "other"))], [grown], enforce()))
+    (patch,) = [a.annotations for a in plan.actions if isinstance(a, AnnotatePod)]
+    assert "dcgm-exporter" in (patch[names.RECOMMENDATION] or "")

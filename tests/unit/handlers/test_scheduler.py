@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_efficiency.handlers.leader import AlwaysLeader
 from gpu_efficiency.handlers.scheduler import PolicyRegistry, Scheduler
 
 
@@ -15,6 +16,7 @@ class FakeRunner:
 
     calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
+    leader: AlwaysLeader = field(default_factory=AlwaysLeader)
 
     def run(self, *, name: str, seniors: tuple[Any, ...], **_: Any) -> Any:
         self.calls.append((name, tuple(s.name for s in seniors)))

@@ -205,3 +205,14 @@ def test_json_schema_describes_the_format_and_the_inline_policy_spec() -> None:
     refs = json.dumps(schema["properties"]["policies"])
     assert "#/$defs/PolicyFile" in refs
     assert "#/$defs/GPUEfficiencyPolicySpec" in refs
+
+
+def test_namespaces_are_listed_once_however_many_workloads_share_one() -> None:
+    """The demo's live view lists pods and events per namespace: a namespace named twice showed
+    every pod and event twice."""
+    demo = load_scenario(
+        Path(__file__).resolve().parents[3] / "operator/gpu_efficiency/sim/scenarios/demo.yaml"
+    )
+    names = demo.scenario.namespace_names
+    assert len(names) == len(set(names))
+    assert {"demo-research", "demo-training", "demo-serving"} <= set(names)
