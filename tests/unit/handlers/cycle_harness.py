@@ -78,6 +78,9 @@ class MemoryStatusWriter:
         self.written[name] = status
         return changed
 
+    def read(self, name: str) -> GPUEfficiencyPolicyStatus | None:
+        return self.written.get(name, GPUEfficiencyPolicyStatus())
+
     def forget(self, name: str) -> None:
         self.written.pop(name, None)
 
@@ -85,8 +88,12 @@ class MemoryStatusWriter:
 @dataclass
 class SwitchLeader:
     leading: bool = True
+    transitions: int = 1
 
     def is_leader(self) -> bool:
+        return self.leading
+
+    def still_leader(self) -> bool:
         return self.leading
 
     def start(self) -> None:
