@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -67,7 +68,7 @@ def installed_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gpu_efficiency.config import add_run_arguments
+    from gpu_efficiency.config import add_connection_arguments, add_run_arguments
 
     parser = argparse.ArgumentParser(
         prog="gpu-efficiency",
@@ -92,12 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
         ("explain", cmd_explain, "every signal, threshold and rule behind one pod's verdict"),
     ):
         p = sub.add_parser(name, help=helptext)
-        add_run_arguments(p)
+        add_connection_arguments(p)  # only what observing needs, not every `run` flag
         p.add_argument(
             "--policy", help="name of a GPUEfficiencyPolicy in the cluster (default: built-in defaults)"
         )
         p.add_argument("--policy-file", help="a policy YAML file instead of one in the cluster")
         p.add_argument("--output", "-o", choices=("table", "json"), default="table")
+        if name == "report":
+            p.add_argument(
+                "--currency",
+                default=os.environ.get("GPUEFF_CURRENCY", "USD"),
+                help="currency of the policy's pricePerGpuHour, shown with the waste (default: USD)",
+            )
         if name == "explain":
             p.add_argument("pod", help="NAMESPACE/POD")
         p.set_defaults(func=func)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpu_efficiency.api.policy import ALWAYS_PROTECTED_NAMESPACES
 
@@ -49,7 +50,12 @@ class OperatorConfig:
         return frozenset((*ALWAYS_PROTECTED_NAMESPACES, self.namespace, *self.protected_namespaces))
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every command that observes needs: Prometheus and how to reach it, and the scope.
+
+    `report` and `explain` take only these, so they reach Prometheus wherever `run` does (the chart
+    sets them as GPUEFF_* variables, which a `kubectl exec` into the operator's container inherits).
+    """
     a = parser.add_argument
     a("--prometheus-url", default=_env("PROMETHEUS_URL", "http://127.0.0.1:9090"), help="Prometheus base URL")
     a("--prometheus-token-file", default=_env("PROMETHEUS_TOKEN_FILE") or None, help="bearer token file")
@@ -69,6 +75,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=_env("PROMETHEUS_MATCHERS"),
         help='extra label matchers, e.g. job="dcgm"',
     )
+    a("--namespace", default=_env("NAMESPACE", "gpu-efficiency-system"), help="the operator's own namespace")
+    a("--protected-namespaces", default=_env("PROTECTED_NAMESPACES"), help="comma list never touched")
+    a("--agent-urls", default=_env("AGENT_URLS"), help="comma list of node-agent base URLs")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The connection flags and those only the long-running operator uses."""
+    add_connection_arguments(parser)
+    a = parser.add_argument
     a(
         "--prometheus-refresh-budget",
         type=int,
@@ -78,8 +93,6 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "cheap filter); after each cycle, refresh this many least recently refreshed ones in the "
         "background for later cycles; 0 (default): every GPU every cycle",
     )
-    a("--namespace", default=_env("NAMESPACE", "gpu-efficiency-system"), help="the operator's own namespace")
-    a("--protected-namespaces", default=_env("PROTECTED_NAMESPACES"), help="comma list never touched")
     a(
         "--dry-run",
         action="store_true",
@@ -99,7 +112,6 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     a("--metrics-port", type=int, default=int(_env("METRICS_PORT", "8080")), help="0 disables /metrics")
     a("--health-port", type=int, default=int(_env("HEALTH_PORT", "8081")), help="0 disables /healthz")
     a("--status-refresh-seconds", type=float, default=float(_env("STATUS_REFRESH_SECONDS", "300")))
-    a("--agent-urls", default=_env("AGENT_URLS"), help="comma list of node-agent base URLs")
     a(
         "--watch-cache",
         dest="watch_cache",
@@ -118,9 +130,24 @@ def _split(value: str | None) -> tuple[str, ...]:
 
 
 def config_from_args(args: argparse.Namespace) -> OperatorConfig:
-    kwargs = {}
-    if args.identity:
+    """The configuration from parsed flags; a command without `run`'s own flags keeps their defaults."""
+    kwargs: dict[str, Any] = {}
+    if getattr(args, "identity", None):
         kwargs["identity"] = args.identity
+    if hasattr(args, "dry_run"):  # parsed with add_run_arguments
+        kwargs.update(
+            prometheus_refresh_budget=max(0, args.prometheus_refresh_budget),
+            dry_run=args.dry_run,
+            leader_election=args.leader_election,
+            lease_name=args.lease_name,
+            lease_seconds=args.lease_seconds,
+            metrics_port=args.metrics_port,
+            health_port=args.health_port,
+            status_refresh_seconds=args.status_refresh_seconds,
+            watch_cache=args.watch_cache,
+            log_level=args.log_level,
+            log_format=args.log_format,
+        )
     return OperatorConfig(
         prometheus_url=args.prometheus_url,
         prometheus_token_file=args.prometheus_token_file,
@@ -128,19 +155,8 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         prometheus_ca_file=args.prometheus_ca_file,
         prometheus_insecure=args.prometheus_insecure_skip_verify,
         prometheus_matchers=args.prometheus_matchers,
-        prometheus_refresh_budget=max(0, args.prometheus_refresh_budget),
         namespace=args.namespace,
         protected_namespaces=_split(args.protected_namespaces),
-        dry_run=args.dry_run,
-        leader_election=args.leader_election,
-        lease_name=args.lease_name,
-        lease_seconds=args.lease_seconds,
-        metrics_port=args.metrics_port,
-        health_port=args.health_port,
-        status_refresh_seconds=args.status_refresh_seconds,
         agent_urls=_split(args.agent_urls),
-        watch_cache=args.watch_cache,
-        log_level=args.log_level,
-        log_format=args.log_format,
         **kwargs,
     )

@@ -112,6 +112,7 @@ class NamespaceRow:
             "gpus": self.gpus,
             "meanSmActive": _mean(self.sm_active),
             "meanGpuUtil": _mean(self.gpu_util),
+            "idleGpus": self.idle_gpus,
             "idleGpuHoursPerDay": self.idle_gpus * 24.0,
             "estimatedWastePerDay": round(self.waste_per_day, 2),
         }
@@ -121,7 +122,11 @@ def _mean(values: list[float]) -> float | None:
     return round(sum(values) / len(values), 3) if values else None
 
 
-def build_report(snapshot: Snapshot, plan: Plan) -> dict[str, Any]:
+PROJECTION = "the GPUs idle now, held idle for 24 h"
+
+
+def build_report(snapshot: Snapshot, plan: Plan, *, currency: str = "USD") -> dict[str, Any]:
+    """The report as data; the per-day figures are a projection (:data:`PROJECTION`), not a history."""
     prices = cycle_params(snapshot.policy).prices  # normalised keys, as price_for expects
     pods = {(p.namespace, p.name): p for p in snapshot.pods}
     nodes = {n.name: n for n in snapshot.nodes}
@@ -160,6 +165,8 @@ def build_report(snapshot: Snapshot, plan: Plan) -> dict[str, Any]:
         "policy": snapshot.policy_name,
         "metricsAvailable": snapshot.metrics_available,
         "metricsError": snapshot.metrics_error,
+        "currency": currency,
+        "perDayProjection": PROJECTION,
         "namespaces": [rows[k].as_dict() for k in sorted(rows)],
         "pods": [
             {
@@ -202,7 +209,16 @@ def render_table(report: dict[str, Any]) -> str:
     out.append("")
     out.append(
         _table(
-            ["NAMESPACE", "PODS", "GPUS", "SM ACTIVE", "GPU UTIL", "IDLE GPU-H/DAY", "WASTE/DAY"],
+            [
+                "NAMESPACE",
+                "PODS",
+                "GPUS",
+                "SM ACTIVE",
+                "GPU UTIL",
+                "IDLE GPUS",
+                "IDLE GPU-H/DAY*",
+                f"WASTE/DAY* ({report['currency']})",
+            ],
             [
                 [
                     r["namespace"],
@@ -210,12 +226,17 @@ def render_table(report: dict[str, Any]) -> str:
                     str(r["gpus"]),
                     _fmt(r["meanSmActive"]),
                     _fmt(r["meanGpuUtil"]),
+                    str(r["idleGpus"]),
                     f"{r['idleGpuHoursPerDay']:.0f}",
                     f"{r['estimatedWastePerDay']:.2f}",
                 ]
                 for r in report["namespaces"]
             ],
         )
+    )
+    out.append(
+        f"* projected: {report['perDayProjection']}; waste at the policy's pricePerGpuHour, "
+        f"in {report['currency']} (--currency)"
     )
     out.append("")
     out.append(
@@ -246,7 +267,7 @@ def report_main(args: argparse.Namespace) -> int:
     except ReportError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.code
-    report = build_report(snapshot, plan)
+    report = build_report(snapshot, plan, currency=args.currency)
     sys.stdout.write((json.dumps(report, indent=2) if args.output == "json" else render_table(report)) + "\n")
     return EXIT_OK if snapshot.metrics_available else EXIT_METRICS
 

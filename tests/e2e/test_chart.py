@@ -44,7 +44,7 @@ EXPECTED_OPERATOR_RULES = {
     ("", "nodes/status"): {"patch"},
     ("", "namespaces"): {"list", "watch"},
     ("", "events"): {"create"},
-    ("gpuefficiency.io", "gpuefficiencypolicies"): {"list", "watch"},
+    ("gpuefficiency.io", "gpuefficiencypolicies"): {"get", "list", "watch"},  # get: report --policy
     ("gpuefficiency.io", "gpuefficiencypolicies/status"): {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
@@ -156,6 +156,10 @@ def test_default_render_is_the_minimal_operator(helm_bin: str) -> None:
         assert all(k in labels for k in PART_OF_LABELS), (doc["kind"], labels)
     # Monitoring objects need the Prometheus Operator's APIs even when enabled.
     assert "ServiceMonitor" not in kinds(render(helm_bin, "metrics.serviceMonitor.enabled=true"))
+    # An empty priorityClassName leaves the field out (the cluster's default priority).
+    unset = render(helm_bin, "priorityClassName=", "agent.enabled=true", "agent.priorityClassName=")
+    assert "priorityClassName" not in one(unset, "Deployment")["spec"]["template"]["spec"]
+    assert "priorityClassName" not in one(unset, "DaemonSet")["spec"]["template"]["spec"]
 
 
 def test_operator_deployment_meets_restricted_pod_security(helm_bin: str) -> None:
@@ -183,7 +187,10 @@ def test_operator_deployment_meets_restricted_pod_security(helm_bin: str) -> Non
     assert "--leader-election" in args
     assert "--metrics-port=8080" in args
     assert "--health-port=8081" in args
-    assert "--protected-namespaces=gpu-eff" in args
+    assert (
+        env["GPUEFF_PROTECTED_NAMESPACES"]["value"] == "gpu-eff"
+    )  # env: `kubectl exec ... report` reads it too
+    assert pod["priorityClassName"] == "system-cluster-critical"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["resources"]["limits"]["memory"] == "512Mi"
     anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
@@ -210,11 +217,13 @@ def test_operator_args_follow_values(helm_bin: str, tmp_path: Path) -> None:
     args = container["args"]
     assert "--dry-run" in args
     assert "--log-format=text" in args
-    assert "--protected-namespaces=gpu-eff,ml-prod" in args
-    assert "--prometheus-url=https://thanos.example:9091" in args
-    assert '--prometheus-matchers=job="dcgm"' in args
-    assert "--prometheus-token-file=/etc/gpu-efficiency/prometheus-token/token" in args
-    assert "--prometheus-ca-file=/etc/gpu-efficiency/prometheus-ca/ca.crt" in args
+    # Connection settings travel as GPUEFF_* variables, so `report` run in the container uses them too.
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GPUEFF_PROTECTED_NAMESPACES"] == "gpu-eff,ml-prod"
+    assert env["GPUEFF_PROMETHEUS_URL"] == "https://thanos.example:9091"
+    assert env["GPUEFF_PROMETHEUS_MATCHERS"] == 'job="dcgm"'
+    assert env["GPUEFF_PROMETHEUS_TOKEN_FILE"] == "/etc/gpu-efficiency/prometheus-token/token"
+    assert env["GPUEFF_PROMETHEUS_CA_FILE"] == "/etc/gpu-efficiency/prometheus-ca/ca.crt"
     assert container["image"] == "gpu-efficiency-operator@sha256:" + "a" * 64
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["prometheus-token"]["secret"]["secretName"] == "prom-token"
@@ -253,6 +262,7 @@ def test_agent_daemonset(helm_bin: str) -> None:
     (container,) = pod["containers"]
     assert pod["automountServiceAccountToken"] is False
     assert pod["runtimeClassName"] == "nvidia"
+    assert pod["priorityClassName"] == "system-node-critical"  # the kubelet evicts it last
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     tolerations = pod["tolerations"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tolerations
@@ -462,6 +472,7 @@ def test_helm_install_and_least_privilege(
         ("watch", "nodes"),
         ("create", "events", "-n", "default"),
         ("list", "gpuefficiencypolicies.gpuefficiency.io"),
+        ("get", "gpuefficiencypolicies.gpuefficiency.io"),
         ("patch", "gpuefficiencypolicies.gpuefficiency.io", "--subresource=status"),
         ("list", "customresourcedefinitions.apiextensions.k8s.io"),
         ("create", "leases.coordination.k8s.io", "-n", namespace),

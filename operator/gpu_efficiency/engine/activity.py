@@ -19,7 +19,7 @@ UNBOUNDED = sys.float_info.max
 #: Tolerance for fractions a sampler reports as 1.0000001.
 _EPS = 1e-6
 
-#: The activity fallback chain of DESIGN.md: (signal, largest valid value, scale to a 0-1 fraction).
+#: The activity fallback chain (SM active, GR engine active, GPU util): (signal, largest valid value, scale to a 0-1 fraction).
 ACTIVITY_CHAIN: tuple[tuple[Signal, float, float], ...] = (
     (Signal.SM_ACTIVE, 1.0 + _EPS, 1.0),
     (Signal.GR_ENGINE_ACTIVE, 1.0 + _EPS, 1.0),

@@ -238,7 +238,7 @@ class PodEvent:
     namespace: str
     name: str
     uid: str
-    reason: str  # CamelCase, DESIGN.md's list
+    reason: str  # CamelCase, one of api/names.py's EV_* reasons
     message: str
     type: str = "Normal"  # or "Warning"
 

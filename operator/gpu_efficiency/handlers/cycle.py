@@ -167,6 +167,7 @@ class CycleRunner:
         """Write the status; it is kept in memory first, so a failed write is retried next cycle
         with nothing lost. A conflict (another writer since our last read) is merged and retried once."""
         self._last_status[name] = status
+        metrics.STATUS_WRITES_FAILED.labels(name)  # exported at 0 from the first cycle, so rate() works
         try:
             try:
                 wrote = self.status_writer.write(name, status)

@@ -22,7 +22,7 @@ aggregates and fetches fresh, per cycle, only:
    rest of the cycle's queries (1.1-1.9 s at 8,000 GPUs), so the source fetches them in the
    background once the cycle has its samples, and the next cycles carry them.
 
-Safety (DESIGN.md rule 1; an idle verdict, hence an eviction, never comes from carried data): a
+Safety (missing data never evicts; an idle verdict, hence an eviction, never comes from carried data): a
 carried GPU has the same pods as when cached, and every activity-chain signal its cached window
 holds has a peak at or above the threshold (or can never be usable: no samples, NaN). Whichever
 chain signal the engine picks, the peak it reads is at or above the threshold: BUSY, or Unknown
