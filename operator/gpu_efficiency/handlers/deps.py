@@ -8,13 +8,13 @@ from typing import Any
 
 import orjson
 from kubernetes import client
-from kubernetes import config as kube_config
 
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.events import EventRecorder
 from gpu_efficiency.actuators.status import StatusWriter
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.apiclient import load_api_client
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.handlers.cycle import CycleRunner, feed_write
 from gpu_efficiency.handlers.leader import AlwaysLeader, LeaderElector
@@ -24,17 +24,6 @@ from gpu_efficiency.sources.cluster import ClusterReader, ClusterSource
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader, ClusterCache
 from gpu_efficiency.sources.combined import CombinedSource
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
-
-
-def load_api_client() -> client.ApiClient:
-    """In-cluster credentials when running in a pod, else KUBECONFIG / ~/.kube/config."""
-    try:
-        kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except kube_config.ConfigException:
-        kube_config.load_kube_config()  # type: ignore[no-untyped-call]
-    configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = 16
-    return client.ApiClient(configuration)
 
 
 class SourceCache:
@@ -101,7 +90,7 @@ def build_runner(
     config: OperatorConfig, api_client: client.ApiClient | None = None, *, watch: bool = False
 ) -> CycleRunner:
     """Everything a cycle needs; ``watch``: the long-running operator (start ``runner.reader``)."""
-    api_client = api_client or load_api_client()
+    api_client = api_client or load_api_client(config.api_timeout)
     recorder = EventRecorder(api_client, instance=config.identity)
     leader: LeaderElector | AlwaysLeader
     if config.leader_election:
