@@ -68,6 +68,15 @@ PROM_QUERIES = Counter(
 API_WRITES = Counter(
     "gpu_efficiency_api_writes", "Kubernetes API writes made.", ["policy"], registry=REGISTRY
 )
+LAST_CYCLE = Gauge(
+    "gpu_efficiency_last_cycle_timestamp_seconds",
+    "Unix time this replica last completed a cycle of the policy (as leader; invalid specs count).",
+    ["policy"],
+    registry=REGISTRY,
+)
+POLICIES = Gauge(
+    "gpu_efficiency_policies", "Policies the scheduler runs (seen by this replica).", registry=REGISTRY
+)
 LEADER = Gauge("gpu_efficiency_leader", "1 while this replica holds the leader lease.", registry=REGISTRY)
 
 # The watch-based cache of pods, nodes and namespaces (sources/watch.py), labelled by resource.

@@ -21,6 +21,7 @@ class FakeRunner:
 
         class Report:
             ran = False
+            status = None
 
         return Report()
 
