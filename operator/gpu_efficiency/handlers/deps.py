@@ -28,11 +28,15 @@ from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
 
 class SourceCache:
     """One Prometheus source per distinct URL (policies may override the operator's default), and
-    the node agents (found by --agent-urls or by their pods' label in the operator's namespace)."""
+    the node agents (found by --agent-urls or by their pods' label in the operator's namespace).
+
+    A source no policy uses any more (its policy deleted, or edited to another URL) is dropped, so
+    its connections and cached activity windows do not outlive it."""
 
     def __init__(self, config: OperatorConfig, api_client: client.ApiClient) -> None:
         self.config = config
         self._sources: dict[tuple[str, float], PrometheusSource] = {}
+        self._used_by: dict[str, tuple[str, float]] = {}  # policy -> the key of its source
         self._lock = threading.Lock()
         core = client.CoreV1Api(api_client)
 
@@ -50,16 +54,34 @@ class SourceCache:
         )
         self.agents = AgentSource(discover)
 
-    def __call__(self, spec: GPUEfficiencyPolicySpec) -> SampleSource:
-        prometheus = self._prometheus(spec)
+    def __call__(self, policy: str, spec: GPUEfficiencyPolicySpec) -> SampleSource:
+        prometheus = self._prometheus(policy, spec)
         if not spec.metrics.node_agent:
             return prometheus
         return CombinedSource(prometheus, self.agents, parse_duration(spec.metrics.prometheus.max_staleness))
 
-    def _prometheus(self, spec: GPUEfficiencyPolicySpec) -> PrometheusSource:
+    def forget(self, policy: str) -> None:
+        with self._lock:
+            self._used_by.pop(policy, None)
+            self._prune()
+
+    def cached(self) -> list[tuple[str, float]]:
+        """The (URL, query timeout) of each source held."""
+        with self._lock:
+            return sorted(self._sources)
+
+    def _prune(self) -> None:
+        used = set(self._used_by.values())
+        for key in [k for k in self._sources if k not in used]:
+            del self._sources[key]
+
+    def _prometheus(self, policy: str, spec: GPUEfficiencyPolicySpec) -> PrometheusSource:
         url = spec.metrics.prometheus.url or self.config.prometheus_url
         timeout = parse_duration(spec.metrics.prometheus.query_timeout)
         with self._lock:
+            if self._used_by.get(policy) != (url, timeout):
+                self._used_by[policy] = (url, timeout)
+                self._prune()
             source = self._sources.get((url, timeout))
             if source is None:
                 source = self._sources[(url, timeout)] = PrometheusSource(
