@@ -38,6 +38,7 @@ class OperatorConfig:
     )
     metrics_port: int = 8080
     health_port: int = 8081
+    api_timeout: float = 30.0  # seconds to connect and per read of every Kubernetes API call
     status_refresh_seconds: float = 300.0
     agent_urls: tuple[str, ...] = ()
     watch_cache: bool = True  # run: read pods, nodes and namespaces from watches (report/explain LIST)
@@ -111,6 +112,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     a("--identity", default=_env("IDENTITY") or None, help="leader-election identity (default: pod name)")
     a("--metrics-port", type=int, default=int(_env("METRICS_PORT", "8080")), help="0 disables /metrics")
     a("--health-port", type=int, default=int(_env("HEALTH_PORT", "8081")), help="0 disables /healthz")
+    a(
+        "--api-timeout",
+        type=float,
+        default=float(_env("API_TIMEOUT", "30")),
+        help="seconds to connect and per read of every Kubernetes API call (watches keep their own)",
+    )
     a("--status-refresh-seconds", type=float, default=float(_env("STATUS_REFRESH_SECONDS", "300")))
     a(
         "--watch-cache",
@@ -143,6 +150,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
             lease_seconds=args.lease_seconds,
             metrics_port=args.metrics_port,
             health_port=args.health_port,
+            api_timeout=args.api_timeout,
             status_refresh_seconds=args.status_refresh_seconds,
             watch_cache=args.watch_cache,
             log_level=args.log_level,

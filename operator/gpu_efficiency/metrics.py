@@ -84,6 +84,15 @@ STATUS_WRITES_FAILED = Counter(
     ["policy"],
     registry=REGISTRY,
 )
+LAST_CYCLE = Gauge(
+    "gpu_efficiency_last_cycle_timestamp_seconds",
+    "Unix time this replica last completed a cycle of the policy (as leader; invalid specs count).",
+    ["policy"],
+    registry=REGISTRY,
+)
+POLICIES = Gauge(
+    "gpu_efficiency_policies", "Policies the scheduler runs (seen by this replica).", registry=REGISTRY
+)
 LEADER = Gauge(
     "gpu_efficiency_leader",
     "1 while this replica holds the leader lease (and acts), 0 on a standby replica.",
@@ -109,6 +118,7 @@ POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
     PROM_QUERIES,
     API_WRITES,
     STATUS_WRITES_FAILED,
+    LAST_CYCLE,
     *POLICY_GAUGES,
 )
 

@@ -22,13 +22,14 @@ from urllib3.exceptions import HTTPError
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolicySpec, Mode
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.apiclient import load_api_client
 from gpu_efficiency.config import config_from_args
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, Snapshot, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
 from gpu_efficiency.engine.waste import price_for
 from gpu_efficiency.handlers.cycle import CycleRunner, format_validation_error
-from gpu_efficiency.handlers.deps import build_runner, load_api_client
+from gpu_efficiency.handlers.deps import build_runner
 
 EXIT_OK, EXIT_USAGE, EXIT_CLUSTER, EXIT_METRICS = 0, 2, 3, 4
 
@@ -76,7 +77,7 @@ def load_policy(
 def observe(args: argparse.Namespace) -> tuple[Snapshot, Plan]:
     config = config_from_args(args)
     try:
-        api_client = load_api_client()
+        api_client = load_api_client(config.api_timeout)
     except Exception as exc:
         raise ReportError(f"cannot load Kubernetes credentials: {exc}", EXIT_CLUSTER) from exc
     _progress("reading the policy")

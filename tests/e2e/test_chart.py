@@ -309,6 +309,9 @@ def test_monitoring_objects_and_alert_rules(helm_bin: str, tmp_path: Path) -> No
         "GPUEfficiencyMetricsUnavailable",
         "GPUEfficiencyCircuitBreakerOpen",
         "GPUEfficiencyEvictionsBlocked",
+        "GPUEfficiencyCyclesFailing",
+        "GPUEfficiencyCycleStalled",
+        "GPUEfficiencyCyclesAbsent",
     }
     assert alerts["GPUEfficiencyOperatorDown"]["expr"].startswith("absent(up{")
     assert "absent(gpu_efficiency_leader{" in alerts["GPUEfficiencyNoLeader"]["expr"]
@@ -316,12 +319,15 @@ def test_monitoring_objects_and_alert_rules(helm_bin: str, tmp_path: Path) -> No
     assert alerts["GPUEfficiencyMetricsUnavailable"]["for"] == "10m"
     assert "gpu_efficiency_circuit_breaker_open" in alerts["GPUEfficiencyCircuitBreakerOpen"]["expr"]
     assert 'result="blocked"' in alerts["GPUEfficiencyEvictionsBlocked"]["expr"]
+    assert 'result="error"' in alerts["GPUEfficiencyCyclesFailing"]["expr"]
+    assert "gpu_efficiency_last_cycle_timestamp_seconds" in alerts["GPUEfficiencyCycleStalled"]["expr"]
+    assert "gpu_efficiency_policies" in alerts["GPUEfficiencyCyclesAbsent"]["expr"]
     # promtool (built with the local cluster's Prometheus) parses every expression.
     promtool = built_tool("promtool", "PROMTOOL")
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     out = run(promtool, "check", "rules", str(rules_file)).stdout
-    assert "SUCCESS: 5 rules found" in out, out
+    assert "SUCCESS: 8 rules found" in out, out
     # The dashboard is valid JSON, labelled for the Grafana sidecar, and charts every operator metric.
     dashboard_cm = one(docs, "ConfigMap", "-dashboard")
     assert dashboard_cm["metadata"]["labels"]["grafana_dashboard"] == "1"

@@ -38,7 +38,8 @@ def annotate_pod(core: client.CoreV1Api, action: AnnotatePod) -> Outcome:
 
 
 def evict_pod(core: client.CoreV1Api, action: EvictPod) -> Outcome:
-    """Evict through the front door: PodDisruptionBudgets apply; 429 means blocked, retry later."""
+    """Evict through the front door: PodDisruptionBudgets apply; their 429 means blocked (annotated,
+    an event, retried later); a 429 from API Priority and Fairness is no block, only retried."""
     body = client.V1Eviction(
         metadata=client.V1ObjectMeta(name=action.name, namespace=action.namespace),
         delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=action.uid)),
@@ -46,9 +47,14 @@ def evict_pod(core: client.CoreV1Api, action: EvictPod) -> Outcome:
     try:
         core.create_namespaced_pod_eviction(action.name, action.namespace, body)
     except ApiException as exc:
-        if exc.status == 429:
+        if exc.status == 429 and _budget_refusal(exc):
+            return Outcome(action, Result.BLOCKED, _reason(exc))
+        if exc.status == 429:  # API Priority and Fairness: the server is busy, the pod may go
+            wait = (exc.headers or {}).get("Retry-After") or "?"
             return Outcome(
-                action, Result.BLOCKED, _reason(exc) or "a PodDisruptionBudget allows no disruption"
+                action,
+                Result.SKIPPED,
+                f"API server throttled the eviction (HTTP 429, Retry-After {wait}s): retried next cycle",
             )
         if exc.status in (404, 409):
             return Outcome(action, Result.SKIPPED, f"pod gone or replaced (HTTP {exc.status})")
@@ -56,13 +62,26 @@ def evict_pod(core: client.CoreV1Api, action: EvictPod) -> Outcome:
     return Outcome(action, Result.DONE)
 
 
-def _reason(exc: ApiException) -> str:
-    import json
-
+def _status(exc: ApiException) -> dict[str, Any]:
     try:
-        doc = json.loads(exc.body or "{}")
-    except ValueError:
-        return ""
+        doc = orjson.loads(exc.body or "{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _budget_refusal(exc: ApiException) -> bool:
+    """Is this 429 a PodDisruptionBudget's refusal (a ``DisruptionBudget`` cause, or the Eviction
+    API's message), not API Priority and Fairness throttling the request (``Retry-After``, no cause)?"""
+    doc = _status(exc)
+    causes = (doc.get("details") or {}).get("causes") or []
+    if any(isinstance(c, dict) and c.get("reason") == "DisruptionBudget" for c in causes):
+        return True
+    return "disruption budget" in str(doc.get("message", "")).lower()
+
+
+def _reason(exc: ApiException) -> str:
+    doc = _status(exc)
     causes = (doc.get("details") or {}).get("causes") or []
     parts = [c.get("message", "") for c in causes] or [doc.get("message", "")]
     return "; ".join(p for p in parts if p)

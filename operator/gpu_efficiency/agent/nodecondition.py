@@ -100,17 +100,15 @@ class NodeConditionWriter:
     def __init__(
         self, agent: Agent, node: str, critical_xids: Collection[int] | None = None, resync_s: float = 30.0
     ) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call,unused-ignore]
-        except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call,unused-ignore]
+        from gpu_efficiency.apiclient import load_api_client
+
         if critical_xids is None:
             from gpu_efficiency.api.policy import DEFAULT_CRITICAL_XIDS
 
             critical_xids = DEFAULT_CRITICAL_XIDS
-        self._api = client.CoreV1Api()
+        self._api = client.CoreV1Api(load_api_client(pool_size=1))
         self._agent = agent
         self._node = node
         self._critical = frozenset(critical_xids)

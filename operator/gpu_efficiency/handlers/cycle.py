@@ -71,6 +71,13 @@ class Leader(Protocol):
     def stop(self) -> None: ...
 
 
+class SourceFor(Protocol):
+    """The metrics source of a policy's spec; ``forget`` a deleted policy (its sources may go)."""
+
+    def __call__(self, policy: str, spec: GPUEfficiencyPolicySpec) -> SampleSource: ...
+    def forget(self, policy: str) -> None: ...
+
+
 def windows_for(spec: GPUEfficiencyPolicySpec) -> dict[Window, float]:
     """The aggregation windows a policy needs, in seconds."""
     windows = {Window.ACTIVITY: parse_duration(spec.window)}
@@ -124,7 +131,7 @@ class CycleRunner:
     reader: ClusterSource
     applier: Applier
     status_writer: StatusWriter
-    source_for: Callable[[GPUEfficiencyPolicySpec], SampleSource]
+    source_for: SourceFor
     leader: Leader
     clock: Callable[[], float] = time.time
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
@@ -144,6 +151,7 @@ class CycleRunner:
         self._memos.pop(name, None)
         self._terms.pop(name, None)
         self.status_writer.forget(name)
+        self.source_for.forget(name)
         metrics.forget_policy(name)
 
     def start_term(self, name: str) -> bool:
@@ -285,7 +293,7 @@ class CycleRunner:
         available, error = True, ""
         result: FetchResult | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fetch") as pool:
-            fetching = pool.submit(self.source_for(spec).fetch, request)
+            fetching = pool.submit(self.source_for(name, spec).fetch, request)
             cluster = self.reader.read_pods(nodes)
             try:
                 result = fetching.result()

@@ -8,13 +8,13 @@ from typing import Any
 
 import orjson
 from kubernetes import client
-from kubernetes import config as kube_config
 
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.events import EventRecorder
 from gpu_efficiency.actuators.status import StatusWriter
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.apiclient import load_api_client
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.handlers.cycle import CycleRunner, feed_write
 from gpu_efficiency.handlers.leader import AlwaysLeader, LeaderElector
@@ -26,24 +26,17 @@ from gpu_efficiency.sources.combined import CombinedSource
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
 
 
-def load_api_client() -> client.ApiClient:
-    """In-cluster credentials when running in a pod, else KUBECONFIG / ~/.kube/config."""
-    try:
-        kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except kube_config.ConfigException:
-        kube_config.load_kube_config()  # type: ignore[no-untyped-call]
-    configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = 16
-    return client.ApiClient(configuration)
-
-
 class SourceCache:
     """One Prometheus source per distinct URL (policies may override the operator's default), and
-    the node agents (found by --agent-urls or by their pods' label in the operator's namespace)."""
+    the node agents (found by --agent-urls or by their pods' label in the operator's namespace).
+
+    A source no policy uses any more (its policy deleted, or edited to another URL) is dropped, so
+    its connections and cached activity windows do not outlive it."""
 
     def __init__(self, config: OperatorConfig, api_client: client.ApiClient) -> None:
         self.config = config
         self._sources: dict[tuple[str, float], PrometheusSource] = {}
+        self._used_by: dict[str, tuple[str, float]] = {}  # policy -> the key of its source
         self._lock = threading.Lock()
         core = client.CoreV1Api(api_client)
 
@@ -61,16 +54,34 @@ class SourceCache:
         )
         self.agents = AgentSource(discover)
 
-    def __call__(self, spec: GPUEfficiencyPolicySpec) -> SampleSource:
-        prometheus = self._prometheus(spec)
+    def __call__(self, policy: str, spec: GPUEfficiencyPolicySpec) -> SampleSource:
+        prometheus = self._prometheus(policy, spec)
         if not spec.metrics.node_agent:
             return prometheus
         return CombinedSource(prometheus, self.agents, parse_duration(spec.metrics.prometheus.max_staleness))
 
-    def _prometheus(self, spec: GPUEfficiencyPolicySpec) -> PrometheusSource:
+    def forget(self, policy: str) -> None:
+        with self._lock:
+            self._used_by.pop(policy, None)
+            self._prune()
+
+    def cached(self) -> list[tuple[str, float]]:
+        """The (URL, query timeout) of each source held."""
+        with self._lock:
+            return sorted(self._sources)
+
+    def _prune(self) -> None:
+        used = set(self._used_by.values())
+        for key in [k for k in self._sources if k not in used]:
+            del self._sources[key]
+
+    def _prometheus(self, policy: str, spec: GPUEfficiencyPolicySpec) -> PrometheusSource:
         url = spec.metrics.prometheus.url or self.config.prometheus_url
         timeout = parse_duration(spec.metrics.prometheus.query_timeout)
         with self._lock:
+            if self._used_by.get(policy) != (url, timeout):
+                self._used_by[policy] = (url, timeout)
+                self._prune()
             source = self._sources.get((url, timeout))
             if source is None:
                 source = self._sources[(url, timeout)] = PrometheusSource(
@@ -101,7 +112,7 @@ def build_runner(
     config: OperatorConfig, api_client: client.ApiClient | None = None, *, watch: bool = False
 ) -> CycleRunner:
     """Everything a cycle needs; ``watch``: the long-running operator (start ``runner.reader``)."""
-    api_client = api_client or load_api_client()
+    api_client = api_client or load_api_client(config.api_timeout)
     recorder = EventRecorder(api_client, instance=config.identity)
     leader: LeaderElector | AlwaysLeader
     if config.leader_election:

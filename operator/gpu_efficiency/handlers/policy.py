@@ -54,6 +54,17 @@ def track(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> N
     memo.registry.observe(event.get("type"), body)
 
 
+@kopf.on.probe(id="scheduler")
+def scheduler_alive(memo: kopf.Memo, **_: Any) -> str:
+    """Fail /healthz (liveness) while no policy cycle completes: one thread runs every policy, so a
+    call hung past every timeout would otherwise stop them all while the process looks healthy."""
+    scheduler: Scheduler | None = getattr(memo, "scheduler", None)
+    problem = scheduler.stalled() if scheduler is not None else None
+    if problem is not None:
+        raise kopf.PermanentError(problem)  # permanent: a probe must answer now, not retry
+    return "ok"
+
+
 @kopf.on.cleanup()
 def cleanup(memo: kopf.Memo, **_: Any) -> None:
     scheduler: Scheduler | None = getattr(memo, "scheduler", None)

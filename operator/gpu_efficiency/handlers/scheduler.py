@@ -7,6 +7,7 @@ worker keeps cycles of overlapping policies from interleaving their writes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -27,6 +28,8 @@ from gpu_efficiency.handlers.cycle import CycleRunner
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 60.0
+#: Beyond three intervals, the time a slow cycle may take before the liveness probe fails.
+STALL_SLACK = 60.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,18 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._leading = False
+        self.last_pass = clock()  # when run_due last returned: the liveness probe reads its age
+
+    def stalled(self, slack: float = STALL_SLACK) -> str | None:
+        """Why the scheduler is stuck, or None: no pass over the policies has completed within three
+        of the longest interval plus ``slack`` (a hung call, or the thread gone). A pass runs every
+        ``tick`` and returns once the due cycles are done, so its age is the running cycle's age."""
+        longest = max((e.interval() for e in self.registry.entries()), default=DEFAULT_INTERVAL)
+        limit = 3 * longest + slack
+        age = self.clock() - self.last_pass
+        if age <= limit:
+            return None
+        return f"no policy cycle completed for {age:.0f}s (limit {limit:.0f}s: 3 x {longest:g}s + {slack:g}s)"
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="policy-scheduler", daemon=True)
@@ -141,6 +156,8 @@ class Scheduler:
             self._due.pop(gone, None)
             self._generation.pop(gone, None)
             self.runner.forget(gone)
+            with contextlib.suppress(KeyError):
+                metrics.LAST_CYCLE.remove(gone)
         ran = []
         seniors: list[SeniorPolicy] = []
         for entry in entries:
@@ -154,6 +171,8 @@ class Scheduler:
             senior = entry.senior()
             if senior is not None:
                 seniors.append(senior)
+        metrics.POLICIES.set(len(entries))
+        self.last_pass = self.clock()
         return ran
 
     def export_leadership(self) -> None:
@@ -185,6 +204,8 @@ class Scheduler:
             metrics.CYCLES.labels(entry.name, "error").inc()
             log.exception("policy %s: cycle failed; retrying next interval", entry.name)
             return
+        if report.ran or report.status is not None:
+            metrics.LAST_CYCLE.labels(entry.name).set(time.time())
         if report.ran:
             log.info(
                 "policy %s: cycle %.2fs, %d verdicts, %d actions, %d writes, %d queries, %d API reads",

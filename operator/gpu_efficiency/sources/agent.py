@@ -25,6 +25,7 @@ import orjson
 
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
 from gpu_efficiency.sources.base import FetchRequest, FetchResult, SourceUnavailable
+from gpu_efficiency.sources.deadline import deadline, httpx_socket
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ class AgentSource:
         self._concurrency = max(1, concurrency)
         self._uid_resolver = uid_resolver
         self._clock = clock
+        self._timeout_s = timeout_s
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout_s),
             limits=httpx.Limits(
@@ -206,15 +208,28 @@ class AgentSource:
             return []
         return list(result.gpus)
 
+    def _get(self, url: str) -> tuple[int, bytes]:
+        """GET ``url`` by the wall-clock deadline ``timeout_s``, body included (a trickled body
+        must not hold the fetch: see ``sources/deadline.py``)."""
+        with deadline(self._timeout_s) as limit:
+            try:
+                with self._client.stream("GET", url, timeout=limit.remaining()) as response:
+                    limit.hold(httpx_socket(response))
+                    return response.status_code, response.read()
+            except httpx.HTTPError as exc:
+                if limit.expired or time.monotonic() >= limit.end:
+                    raise httpx.TimeoutException(f"no answer within {limit.seconds:g}s") from exc
+                raise
+
     def _one(
         self, endpoint: AgentEndpoint, query: str, windows: Mapping[Window, float]
     ) -> tuple[list[GPUSample], str]:
         try:
-            response = self._client.get(f"{endpoint.url}/snapshot?{query}")
+            status, content = self._get(f"{endpoint.url}/snapshot?{query}")
             received = self._clock()
-            if response.status_code != 200:
-                return [], f"HTTP {response.status_code}"
-            snap = orjson.loads(response.content)
+            if status != 200:
+                return [], f"HTTP {status}"
+            snap = orjson.loads(content)
             if endpoint.node is not None and snap.get("node") != endpoint.node:
                 return [], f"answers for node {snap.get('node')!r}, expected {endpoint.node!r}"
             offset = received - float(snap["timestamp"])

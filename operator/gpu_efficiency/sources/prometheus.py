@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 import requests
@@ -40,6 +40,7 @@ from gpu_efficiency.sources.activity_cache import (
     rows_stats,
 )
 from gpu_efficiency.sources.base import FetchRequest, FetchResult, SourceUnavailable
+from gpu_efficiency.sources.deadline import Deadline, deadline, requests_fileno
 from gpu_efficiency.sources.labels import GPUKey, key_of, node_of, pod_of
 from gpu_efficiency.sources.promql import (
     AGG_LABEL,
@@ -60,6 +61,7 @@ from gpu_efficiency.sources.promql import (
 
 log = logging.getLogger(__name__)
 NAN = math.nan
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -209,9 +211,9 @@ class PrometheusSource:
         user, _, password = Path(self.config.basic_auth_file).read_text().strip().partition(":")
         return (user, password)
 
-    def _request(self, text: str, at: float | None, stream: bool) -> requests.Response:
-        """POST one instant query; SourceUnavailable on transport, auth or HTTP errors (PromQL
-        errors are found when the body is decoded)."""
+    def _request(self, text: str, at: float | None, limit: Deadline) -> requests.Response:
+        """POST one instant query, streamed, its socket held by ``limit``; SourceUnavailable on
+        transport, auth or HTTP errors (PromQL errors are found when the body is decoded)."""
         body = "query=" + form_value(text) + ("" if at is None else f"&time={at:.3f}")
         try:
             response = self._session.post(
@@ -219,12 +221,13 @@ class PrometheusSource:
                 data=body.encode(),
                 headers={**self._headers(), "Content-Type": FORM},
                 auth=self._auth(),
-                timeout=self.config.timeout,
-                stream=stream,
+                timeout=limit.remaining(),
+                stream=True,
             )
         except (requests.RequestException, OSError) as exc:
             raise SourceUnavailable(f"Prometheus at {self.config.url} unreachable: {exc}") from exc
         self.queries_total += 1
+        limit.hold_fileno(requests_fileno(response))
         if response.status_code in (401, 403):
             response.close()
             raise SourceUnavailable(f"Prometheus refused the credentials (HTTP {response.status_code})")
@@ -234,9 +237,29 @@ class PrometheusSource:
             raise SourceUnavailable(f"Prometheus answered HTTP {response.status_code}: {text}")
         return response
 
+    def _exchange(self, text: str, at: float | None, read: Callable[[requests.Response], _T]) -> _T:
+        """Send one query and ``read`` its answer, all by the wall-clock deadline ``queryTimeout``
+        (see ``sources/deadline.py``); SourceUnavailable when it passes or the transport fails."""
+        with deadline(self.config.timeout) as limit:
+            try:
+                response = self._request(text, at, limit)
+                try:
+                    return read(response)
+                finally:
+                    response.close()
+            except (requests.RequestException, OSError, SourceUnavailable) as exc:
+                if limit.expired or time.monotonic() >= limit.end:
+                    raise SourceUnavailable(
+                        f"Prometheus at {self.config.url} did not answer within {limit.seconds:g}s ({exc})"
+                    ) from exc
+                if isinstance(exc, SourceUnavailable):
+                    raise
+                raise SourceUnavailable(
+                    f"reading from Prometheus at {self.config.url} failed: {exc}"
+                ) from exc
+
     def _body(self, text: str, at: float | None = None) -> bytes:
-        body: bytes = self._request(text, at, stream=False).content
-        return body
+        return self._exchange(text, at, lambda response: response.content)
 
     def query(self, text: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
         """Run one instant query; SourceUnavailable on any transport, auth or PromQL error."""
@@ -244,13 +267,9 @@ class PrometheusSource:
 
     def window_values(self, query: Query, at: float | None = None) -> WindowValues:
         """Run a window query, folding its series as they stream in (see ``iter_vector``)."""
-        response = self._request(query.text, at, stream=True)
-        try:
-            return fold_window(iter_vector(response.iter_content(1 << 20)))
-        except (requests.RequestException, OSError) as exc:
-            raise SourceUnavailable(f"reading from Prometheus at {self.config.url} failed: {exc}") from exc
-        finally:
-            response.close()
+        return self._exchange(
+            query.text, at, lambda response: fold_window(iter_vector(response.iter_content(1 << 20)))
+        )
 
     def _run(self, query: Query, at: float) -> Any:
         """What the fetch needs from one query: identities, candidates or a window's values."""

@@ -86,6 +86,19 @@ class MemoryStatusWriter:
 
 
 @dataclass
+class OneSource:
+    """Every policy reads the same source (the cycle's ``SourceFor``)."""
+
+    source: Any
+
+    def __call__(self, policy: str, spec: Any) -> Any:
+        return self.source
+
+    def forget(self, policy: str) -> None:
+        return None
+
+
+@dataclass
 class SwitchLeader:
     leading: bool = True
     transitions: int = 1
@@ -124,7 +137,7 @@ def runner(
         reader=MemoryReader(pods, nodes),
         applier=MemoryApplier(),  # type: ignore[arg-type]
         status_writer=MemoryStatusWriter(),  # type: ignore[arg-type]
-        source_for=lambda spec: StaticSource(gpus),
+        source_for=OneSource(StaticSource(gpus)),
         leader=leader or SwitchLeader(),
         clock=lambda: b.NOW,
     )

@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from tests.unit.engine import builders as b
 from tests.unit.engine.builders import NOW, no_faults  # noqa: F401 (fixture)
+from tests.unit.handlers.cycle_harness import OneSource
 
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.status import StatusWriter
@@ -185,7 +186,7 @@ def replica(cluster: Cluster, api: PolicyApi) -> Replica:
         reader=cluster,  # type: ignore[arg-type]
         applier=applier,
         status_writer=writer,
-        source_for=lambda spec: Source(cluster),
+        source_for=OneSource(Source(cluster)),
         leader=leader,
         clock=lambda: now[0],
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.unit.engine import builders as b
+from tests.unit.handlers.test_scheduler import body
 
 from gpu_efficiency import metrics
 from gpu_efficiency.api import names
@@ -19,7 +20,7 @@ from gpu_efficiency.engine.model import Verdict
 from gpu_efficiency.engine.podannotations import STATE_WARNED
 from gpu_efficiency.handlers.scheduler import PolicyRegistry, Scheduler
 
-from .cycle_harness import SwitchLeader, run_cycle, runner, warned_idle_pod
+from .cycle_harness import ENFORCE_SPEC, SwitchLeader, run_cycle, runner, warned_idle_pod
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "gpu-efficiency-operator"
@@ -78,9 +79,9 @@ def mixed_cycle() -> None:
     ]
     pods = [warned_idle_pod("idle", b.NOW), b.pod("busy"), b.pod("starved")]
     cycle_runner = runner(gpus, pods)
-    scheduler = Scheduler(cycle_runner, PolicyRegistry())
-    scheduler.export_leadership()
-    run_cycle(cycle_runner)
+    registry = PolicyRegistry()
+    registry.observe("ADDED", body("truth", "2026-01-01T00:00:00Z", spec=ENFORCE_SPEC))
+    assert Scheduler(cycle_runner, registry).run_due() == ["truth"]
 
 
 def test_every_metric_the_docs_dashboard_and_alerts_name_is_exported_with_samples() -> None:

@@ -17,7 +17,7 @@ def _budget(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     add_run_arguments(parser)
     config = config_from_args(parser.parse_args([*argv, "--agent-urls=http://agent:1"]))
-    source = SourceCache(config, client.ApiClient())(GPUEfficiencyPolicySpec())
+    source = SourceCache(config, client.ApiClient())("p", GPUEfficiencyPolicySpec())
     assert isinstance(source, PrometheusSource)
     return source.refresh_budget
 

@@ -23,6 +23,7 @@ class FakeRunner:
 
         class Report:
             ran = False
+            status = None
 
         return Report()
 
