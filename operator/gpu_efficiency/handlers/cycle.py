@@ -238,6 +238,9 @@ class CycleRunner:
                 result = fetching.result()
             except SourceUnavailable as exc:
                 available, error = False, str(exc)
+            except Exception as exc:  # a source's bug or an answer it failed to decode: blind, not idle
+                log.exception("policy %s: the metric source failed", name)
+                available, error = False, f"metric source failed: {type(exc).__name__}: {exc}"
         gpus = result.gpus if result is not None else ()
         if available and not gpus and cluster.pods:
             available, error = (
