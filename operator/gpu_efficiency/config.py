@@ -26,6 +26,8 @@ class OperatorConfig:
     prometheus_insecure: bool = False
     prometheus_matchers: str = ""
     prometheus_refresh_budget: int = 0  # > 0: tiered activity refresh (sources/activity_cache.py)
+    #: URL prefixes that may receive the Prometheus credentials; empty: only ``prometheus_url``
+    prometheus_credentials_for: tuple[str, ...] = ()
     namespace: str = "gpu-efficiency-system"
     protected_namespaces: tuple[str, ...] = ()
     dry_run: bool = False
@@ -42,6 +44,11 @@ class OperatorConfig:
     watch_cache: bool = True  # run: read pods, nodes and namespaces from watches (report/explain LIST)
     log_level: str = "INFO"
     log_format: str = "text"
+
+    @property
+    def credential_prefixes(self) -> tuple[str, ...]:
+        """Prometheus URL prefixes the token and basic auth may be sent to (sources/credentials.py)."""
+        return self.prometheus_credentials_for or (self.prometheus_url,)
 
     @property
     def all_protected_namespaces(self) -> frozenset[str]:
@@ -77,6 +84,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "re-attributed, idle or possibly idle GPUs and reuse the others' (busy, and still busy by a "
         "cheap filter); after each cycle, refresh this many least recently refreshed ones in the "
         "background for later cycles; 0 (default): every GPU every cycle",
+    )
+    a(
+        "--prometheus-credentials-for",
+        default=_env("PROMETHEUS_CREDENTIALS_FOR"),
+        help="comma list of Prometheus URL prefixes that may receive the token and basic auth "
+        "(default: --prometheus-url only); a policy's spec.metrics.prometheus.url elsewhere is "
+        "queried without credentials",
     )
     a("--namespace", default=_env("NAMESPACE", "gpu-efficiency-system"), help="the operator's own namespace")
     a("--protected-namespaces", default=_env("PROTECTED_NAMESPACES"), help="comma list never touched")
@@ -129,6 +143,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         prometheus_insecure=args.prometheus_insecure_skip_verify,
         prometheus_matchers=args.prometheus_matchers,
         prometheus_refresh_budget=max(0, args.prometheus_refresh_budget),
+        prometheus_credentials_for=_split(args.prometheus_credentials_for),
         namespace=args.namespace,
         protected_namespaces=_split(args.protected_namespaces),
         dry_run=args.dry_run,
