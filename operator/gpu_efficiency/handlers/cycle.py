@@ -24,6 +24,7 @@ from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.conditions import set_condition
+from gpu_efficiency.engine.idleledger import IdleLedger
 from gpu_efficiency.engine.judgememo import JudgeMemo
 from gpu_efficiency.engine.model import (
     AnnotateNode,
@@ -117,6 +118,7 @@ class CycleRunner:
     clock: Callable[[], float] = time.time
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
     _memos: dict[str, JudgeMemo] = field(default_factory=dict)  # per policy: last cycle's verdicts
+    _ledgers: dict[str, IdleLedger] = field(default_factory=dict)  # per policy: idle clocks we wrote
 
     def previous_status(self, name: str, status_raw: Mapping[str, Any]) -> GPUEfficiencyPolicyStatus:
         if name in self._last_status:
@@ -136,6 +138,7 @@ class CycleRunner:
     def forget(self, name: str) -> None:
         self._last_status.pop(name, None)
         self._memos.pop(name, None)
+        self._ledgers.pop(name, None)
         self.status_writer.forget(name)
 
     def run(
@@ -155,6 +158,7 @@ class CycleRunner:
         except ValidationError as exc:
             return self._invalid(name, uid, generation, previous, format_validation_error(exc), started)
         if not self.leader.is_leader():
+            self._ledgers.pop(name, None)  # another replica may reset clocks meanwhile
             return CycleReport(policy=name, ran=False, reason="not the leader")
         report = self._evaluate(name, uid, generation, spec, previous, seniors)
         report.seconds = time.monotonic() - started
@@ -277,7 +281,7 @@ class CycleRunner:
         with gc_paused():  # ~10^5 acyclic objects: the collector would rescan them for nothing
             snapshot, cluster, fetched = self.observe(name, generation, spec, previous, seniors)
             memo = self._memos.setdefault(name, JudgeMemo())
-            plan = plan_cycle(snapshot, memo)
+            plan = plan_cycle(snapshot, memo, self._ledgers.setdefault(name, IdleLedger()))
         log.debug(
             "policy %s: %d verdicts kept from the previous cycle, %d judged", name, memo.hits, memo.misses
         )
