@@ -153,7 +153,11 @@ def iter_vector(chunks: Iterable[bytes], chunk_bytes: int = CHUNK_BYTES) -> Iter
             continue
         cut = buf.rfind(_SERIES_BOUNDARY, start)
         if cut > start:
-            yield orjson.loads(b"[" + buf[start : cut + 1] + b"]")
+            try:
+                items = orjson.loads(b"[" + buf[start : cut + 1] + b"]")
+            except orjson.JSONDecodeError as exc:  # the boundary's text nested inside a series
+                raise SourceUnavailable(f"Prometheus returned a malformed vector: {exc}") from exc
+            yield items
             del buf[: cut + 2]
             start = 0
     # The last series ends at the first "]}" after its "value":[ (a [time, "number"] pair); the

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpu_efficiency.engine.model import GPUSample, Window
@@ -61,8 +61,19 @@ FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=list(Heal
 REQUEST = FetchRequest(now=1000.0, windows={Window.ACTIVITY: 60.0}, scrape_interval=15.0)
 
 
+#: The series boundary iter_vector cuts at, nested inside a series (found by this property).
+NESTED_BOUNDARY = {
+    "status": "success",
+    "data": {
+        "resultType": "vector",
+        "result": [{"metric": {}, "value": [{}, {"metric": 1}]}, {"metric": {}}],
+    },
+}
+
+
 @FUZZ
 @given(ANSWERS)
+@example(NESTED_BOUNDARY)
 def test_prometheus_answers_decode_or_are_unavailable(answer: Any) -> None:
     body = orjson.dumps(answer)
     try:
@@ -75,7 +86,7 @@ def test_prometheus_answers_decode_or_are_unavailable(answer: Any) -> None:
     identity = _identities(series)
     _candidates(series)
     try:
-        rows = fold_window(iter_vector([body[i : i + 7] for i in range(0, len(body), 7)], 64))
+        rows = fold_window(iter_vector([body[i : i + 7] for i in range(0, len(body), 7)], 16))
     except SourceUnavailable:
         rows = {}
     assert all(type(u) is str and type(i) is str for u, i in rows)
