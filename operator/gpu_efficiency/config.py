@@ -27,6 +27,8 @@ class OperatorConfig:
     prometheus_insecure: bool = False
     prometheus_matchers: str = ""
     prometheus_refresh_budget: int = 0  # > 0: tiered activity refresh (sources/activity_cache.py)
+    #: URL prefixes that may receive the Prometheus credentials; empty: only ``prometheus_url``
+    prometheus_credentials_for: tuple[str, ...] = ()
     namespace: str = "gpu-efficiency-system"
     protected_namespaces: tuple[str, ...] = ()
     dry_run: bool = False
@@ -44,6 +46,11 @@ class OperatorConfig:
     watch_cache: bool = True  # run: read pods, nodes and namespaces from watches (report/explain LIST)
     log_level: str = "INFO"
     log_format: str = "text"
+
+    @property
+    def credential_prefixes(self) -> tuple[str, ...]:
+        """Prometheus URL prefixes the token and basic auth may be sent to (sources/credentials.py)."""
+        return self.prometheus_credentials_for or (self.prometheus_url,)
 
     @property
     def all_protected_namespaces(self) -> frozenset[str]:
@@ -75,6 +82,13 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
         "--prometheus-matchers",
         default=_env("PROMETHEUS_MATCHERS"),
         help='extra label matchers, e.g. job="dcgm"',
+    )
+    a(
+        "--prometheus-credentials-for",
+        default=_env("PROMETHEUS_CREDENTIALS_FOR"),
+        help="comma list of Prometheus URL prefixes that may receive the token and basic auth "
+        "(default: --prometheus-url only); a policy's spec.metrics.prometheus.url elsewhere is "
+        "queried without credentials",
     )
     a("--namespace", default=_env("NAMESPACE", "gpu-efficiency-system"), help="the operator's own namespace")
     a("--protected-namespaces", default=_env("PROTECTED_NAMESPACES"), help="comma list never touched")
@@ -163,6 +177,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         prometheus_ca_file=args.prometheus_ca_file,
         prometheus_insecure=args.prometheus_insecure_skip_verify,
         prometheus_matchers=args.prometheus_matchers,
+        prometheus_credentials_for=_split(args.prometheus_credentials_for),
         namespace=args.namespace,
         protected_namespaces=_split(args.protected_namespaces),
         agent_urls=_split(args.agent_urls),

@@ -63,6 +63,7 @@ EV_EVICTION_SCHEDULED: Final = "GPUIdleEvictionScheduled"
 EV_EVICTED: Final = "GPUIdleEvicted"
 EV_EVICTION_BLOCKED: Final = "EvictionBlocked"
 EV_ACTIVE_AGAIN: Final = "GPUActiveAgain"
+EV_BOOKKEEPING_RESTORED: Final = "GPUIdleBookkeepingRestored"  # our idle annotations edited by others
 EV_FAULT: Final = "GPUFaultDetected"
 EV_TAINTED: Final = "NodeTainted"
 EV_UNTAINTED: Final = "NodeUntainted"

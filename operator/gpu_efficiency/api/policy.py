@@ -90,11 +90,17 @@ class Selection(Model):
     """Namespaces never touched, on top of kube-system, kube-public, kube-node-lease and the operator's own."""
 
 
+#: An http(s) base URL without user info, query or fragment (or empty: the operator's own).
+PROMETHEUS_URL_PATTERN = (
+    r"^$|^https?://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$'()*+,;=:@%/\-]*)?$"
+)
+
+
 class PrometheusSource(Model):
     """Where DCGM metrics are read from. Credentials come from the operator's flags/environment."""
 
-    url: str | None = None
-    """Prometheus base URL; empty uses the operator's --prometheus-url."""
+    url: str | None = Field(default=None, max_length=2048, pattern=PROMETHEUS_URL_PATTERN)
+    """http(s) base URL of Prometheus; empty: --prometheus-url. Credentials only go where allowed."""
     scrape_interval: Duration = "15s"
     """The scrape interval of the DCGM metrics, used to judge how many samples a window should hold."""
     min_coverage: float = Field(default=0.6, ge=0.05, le=1.0)

@@ -135,6 +135,8 @@ def explain_lines(snapshot: Snapshot, evaluation: Evaluation, namespace: str, na
     lines.append(f"idle lifecycle: current {clock or 'no idle state'}")
     if lifecycle is not None and lifecycle.hold:
         lines.append(f"  held: {lifecycle.hold}")
+    for note in lifecycle.notes if lifecycle is not None else ():
+        lines.append(f"  bookkeeping: {note}")
     for key, value in record.patch.items():
         lines.append(f"  annotate {key} = {value if value is not None else '(remove)'}")
     for event in record.events:

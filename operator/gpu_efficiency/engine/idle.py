@@ -18,16 +18,23 @@ Enforce to Observe removes pending warnings. The same holds for pods that can ne
 they stay annotated Idle, without a warning. ``keep-until`` is honoured until the earlier of its value
 and ``keep-until-seen + maxKeep``; ``keep-until-seen`` is set the first time the engine sees a
 ``keep-until`` and removed with it, so a bound cannot be extended by editing the timestamp.
+
+The annotations are the pod owner's to edit, so they are not trusted alone: a time in the future is
+ignored (``evict-after`` later than one warning period is clamped to it), and the clock this
+process wrote (``remembered``, idleledger.py) wins over a later or missing annotation, which is
+then restored with a GPUIdleBookkeepingRestored event.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.engine.budgets import EvictionCandidate
+from gpu_efficiency.engine.idleledger import IdleClock
 from gpu_efficiency.engine.model import GPUSample, PodView, Verdict
 from gpu_efficiency.engine.params import CycleParams
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
@@ -114,6 +121,8 @@ class Lifecycle:
     candidate: EvictionCandidate | None = None
     warned: bool = False  # carries evict-after after this cycle
     hold: str = ""  # why no warning/eviction progresses (explain and notes)
+    clock: IdleClock | None = None  # the bookkeeping as the operator keeps it (idleledger.py)
+    notes: list[str] = field(default_factory=list)  # bookkeeping values ignored or clamped, and why
 
 
 #: Shared result for active pods without lifecycle state (most pods): callers must not mutate it.
@@ -136,6 +145,51 @@ def hold_reason(annotations: Mapping[str, str], params: CycleParams, now: float,
     return ""
 
 
+class _Book:
+    """Reads the operator's bookkeeping annotations against what it remembers writing: a time in
+    the future is ignored, the earlier of annotation and memory wins, and an annotation that lost
+    a remembered value (removed, or moved later) is rewritten and reported as tampered."""
+
+    __slots__ = ("ann", "now", "out", "tampered")
+
+    def __init__(self, ann: Mapping[str, str], now: float, out: Lifecycle) -> None:
+        self.ann, self.now, self.out = ann, now, out
+        self.tampered: list[str] = []
+
+    def read(self, key: str, latest: float) -> float | None:
+        """The annotation's time, None when absent, unparsable or after ``latest`` (noted)."""
+        text = self.ann.get(key)
+        value = parse_rfc3339(text)
+        if value is not None and value > latest:
+            self.out.notes.append(
+                f"{key}={text} is later than {format_rfc3339(latest)}, which the operator never writes: ignored"
+            )
+            return None
+        return value
+
+    def settle(
+        self, key: str, value: float | None, remembered: float | None, *, report: bool = True
+    ) -> float | None:
+        """The earlier of ``value`` (the annotation's, as read) and ``remembered``; the annotation
+        is rewritten when it differs, and a lost remembered value is reported (with ``report``)."""
+        known = [v for v in (value, remembered) if v is not None]
+        if not known:
+            return None
+        best = float(min(known))
+        text = format_rfc3339(best)
+        current = self.ann.get(key)
+        if current != text:
+            self.out.updates[key] = text
+            if report and remembered is not None and (value is None or value > remembered):
+                self.tampered.append(f"{key} {'removed' if current is None else f'changed to {current!r}'}")
+        return best
+
+
+def _whole(ts: float) -> float:
+    """A time as its annotation keeps it (whole seconds), so memory and annotation compare equal."""
+    return float(math.floor(ts))
+
+
 def idle_lifecycle(
     pod: PodView,
     verdict: Verdict,
@@ -144,15 +198,22 @@ def idle_lifecycle(
     *,
     evidence: str,
     blocker: str,
+    remembered: IdleClock | None = None,
 ) -> Lifecycle:
     """Advance, hold or reset the pod's idle clock (see the module docstring).
 
     ``evidence`` says why the pod is idle (for event texts); ``blocker`` is the permanent eviction
-    filter that applies to the pod, if any (budgets.permanent_blocker).
+    filter that applies to the pod, if any (budgets.permanent_blocker); ``remembered``: the clock
+    this process wrote for the pod (idleledger.py), which edits of the annotations cannot undo.
     """
     ann = pod.annotations
     if verdict is Verdict.UNKNOWN:
-        return Lifecycle(warned=names.EVICT_AFTER in ann, hold="no usable data: the idle clock is kept as is")
+        return Lifecycle(
+            warned=names.EVICT_AFTER in ann,
+            hold="no usable data: the idle clock is kept as is",
+            clock=remembered,
+        )
+    mem = remembered or IdleClock()
     has_keep = names.KEEP_UNTIL in ann
     if (
         verdict is not Verdict.IDLE
@@ -164,15 +225,23 @@ def idle_lifecycle(
     ):
         return _NOTHING  # the common case: an active pod without any lifecycle state
     out = Lifecycle()
+    book = _Book(ann, now, out)
     seen: float | None = None
+    keep_seen: float | None = None
     if params.allow_keep_until:
-        if has_keep and names.KEEP_SEEN not in ann:
-            out.updates[names.KEEP_SEEN] = format_rfc3339(now)
-            seen = now
-        elif has_keep:
-            seen = parse_rfc3339(ann[names.KEEP_SEEN])  # unparsable: keep-until not honoured
-        elif names.KEEP_SEEN in ann:
-            out.updates[names.KEEP_SEEN] = None
+        if has_keep:
+            seen = book.settle(
+                names.KEEP_SEEN, book.read(names.KEEP_SEEN, now), mem.keep_seen, report=mem.keep_shown
+            )
+            if seen is None:
+                seen = _whole(now)
+                out.updates[names.KEEP_SEEN] = format_rfc3339(now)
+            keep_seen = seen
+        else:
+            if names.KEEP_SEEN in ann:
+                out.updates[names.KEEP_SEEN] = None
+            if verdict is Verdict.IDLE:
+                keep_seen = mem.keep_seen  # the same idle period: re-adding keep-until keeps its bound
 
     if verdict is not Verdict.IDLE:
         for key in (names.IDLE_SINCE, names.EVICT_AFTER, names.EVICTION_BLOCKED):
@@ -186,13 +255,18 @@ def idle_lifecycle(
                     f"(evict-after {ann[names.EVICT_AFTER]}) is cancelled. Evidence: {evidence}",
                 )
             )
+        out.clock = IdleClock(keep_seen=keep_seen) if keep_seen is not None else None
         return out
 
-    idle_since = parse_rfc3339(ann.get(names.IDLE_SINCE))
-    evict_after = parse_rfc3339(ann.get(names.EVICT_AFTER))
-    if idle_since is None or idle_since > now:
-        idle_since = now
-        evict_after = None
+    idle_since = book.settle(names.IDLE_SINCE, book.read(names.IDLE_SINCE, now), mem.idle_since)
+    latest_warning = now + params.warning_period_s
+    evict_after = book.read(names.EVICT_AFTER, latest_warning)
+    if evict_after is None and parse_rfc3339(ann.get(names.EVICT_AFTER)) is not None:
+        evict_after = _whole(latest_warning)  # pushed out: clamped to the latest we would write
+    remembered_warning = mem.evict_after
+    if idle_since is None:
+        idle_since = _whole(now)
+        evict_after = remembered_warning = None
         out.updates[names.IDLE_SINCE] = format_rfc3339(now)
         if names.EVICT_AFTER in ann:
             out.updates[names.EVICT_AFTER] = None
@@ -203,7 +277,40 @@ def idle_lifecycle(
                 f"Evidence: {evidence}",
             )
         )
+    _lifecycle_of_idle(
+        pod, params, now, evidence, blocker, out, book, idle_since, evict_after, remembered_warning, seen
+    )
+    warned_at = out.updates.get(names.EVICT_AFTER, ann.get(names.EVICT_AFTER)) if out.warned else None
+    out.clock = IdleClock(
+        idle_since=idle_since, evict_after=parse_rfc3339(warned_at), keep_seen=keep_seen, keep_shown=has_keep
+    )
+    if book.tampered:
+        out.events.append(
+            PodEventSpec(
+                names.EV_BOOKKEEPING_RESTORED,
+                f"{'; '.join(book.tampered)} by someone other than the operator: restored from the "
+                f"operator's record (GPU idle since {format_rfc3339(idle_since)})",
+                "Warning",
+            )
+        )
+    return out
 
+
+def _lifecycle_of_idle(
+    pod: PodView,
+    params: CycleParams,
+    now: float,
+    evidence: str,
+    blocker: str,
+    out: Lifecycle,
+    book: _Book,
+    idle_since: float,
+    evict_after: float | None,
+    remembered_warning: float | None,
+    seen: float | None,
+) -> None:
+    """Hold, warn or make an eviction candidate of an idle pod (written into ``out``)."""
+    ann = pod.annotations
     hold = hold_reason(ann, params, now, seen) or blocker
     if not hold and not params.enforce:
         hold = "Observe mode: annotate only, never warn or evict"
@@ -211,13 +318,14 @@ def idle_lifecycle(
         out.hold = hold
         if names.EVICT_AFTER in ann:
             out.updates[names.EVICT_AFTER] = None  # a warning that cannot come true is withdrawn
-        return out
+        return
 
+    evict_after = book.settle(names.EVICT_AFTER, evict_after, remembered_warning)
     if evict_after is None:
         idle_for = now - idle_since
         if idle_for < params.idle_for_s:
             out.hold = f"idle for {format_duration(idle_for)} < idleFor {format_duration(params.idle_for_s)}"
-            return out
+            return
         evict_after = now + params.warning_period_s
         text = format_rfc3339(evict_after)
         out.updates[names.EVICT_AFTER] = text
@@ -232,12 +340,12 @@ def idle_lifecycle(
             )
         )
         out.warned = True
-        return out
+        return
 
     out.warned = True
     if now < evict_after:
         out.hold = f"warned: evict-after {format_rfc3339(evict_after)} not reached"
-        return out
+        return
     out.candidate = EvictionCandidate(
         pod=pod,
         idle_since=idle_since,
@@ -247,4 +355,3 @@ def idle_lifecycle(
             f"evict-after {format_rfc3339(evict_after)}; evidence: {evidence}"
         ),
     )
-    return out

@@ -31,6 +31,7 @@ from gpu_efficiency.engine.conditions import condition_flipped, find_condition, 
 from gpu_efficiency.engine.explain import explain_lines
 from gpu_efficiency.engine.faults import evaluate_faults
 from gpu_efficiency.engine.idle import GPUState, Lifecycle, PodKey, idle_lifecycle, is_shared, shared_idleness
+from gpu_efficiency.engine.idleledger import IdleClock, IdleLedger
 from gpu_efficiency.engine.judgememo import JudgeInputs, JudgeMemo, Judgement
 from gpu_efficiency.engine.model import (
     Action,
@@ -290,13 +291,22 @@ def _judge_gpus(
     return PodRecord(pod, verdict, activities, findings, sharing)
 
 
-def _act(record: PodRecord, params: CycleParams, now: float, policy_name: str, notes: list[str]) -> None:
+def _act(
+    record: PodRecord,
+    params: CycleParams,
+    now: float,
+    policy_name: str,
+    notes: list[str],
+    remembered: IdleClock | None = None,
+) -> None:
     """Lifecycle, annotation patch and events of one judged pod (written into the record)."""
     pod = record.pod
     verdict = record.verdict
     current = pod.annotations
     blocker = permanent_blocker(pod, params) if verdict.verdict is Verdict.IDLE and params.enforce else ""
-    lifecycle = idle_lifecycle(pod, verdict.verdict, params, now, evidence=verdict.reason, blocker=blocker)
+    lifecycle = idle_lifecycle(
+        pod, verdict.verdict, params, now, evidence=verdict.reason, blocker=blocker, remembered=remembered
+    )
     record.lifecycle = lifecycle
     if blocker and lifecycle.hold == blocker:
         notes.append(f"{pod.namespace}/{pod.name}: idle but never warned or evicted: {blocker}")
@@ -534,11 +544,19 @@ def _names_in(winners: str) -> list[str]:
     return sorted(part.strip().split(" (", 1)[0] for part in listed.split(",") if part.strip())
 
 
-def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | None = None) -> Evaluation:
+def evaluate(
+    snapshot: Snapshot,
+    focus: PodKey | None = None,
+    memo: JudgeMemo | None = None,
+    ledger: IdleLedger | None = None,
+) -> Evaluation:
     """The cycle's plan, and for ``focus`` the record that explains its verdict. ``memo``: the
-    previous cycle's verdicts, reused where a pod's inputs are unchanged (``judgememo.py``)."""
+    previous cycle's verdicts, reused where a pod's inputs are unchanged (``judgememo.py``);
+    ``ledger``: the idle clocks this process wrote, kept across cycles (``idleledger.py``)."""
     params = cycle_params(snapshot.policy)
     now = snapshot.now
+    if ledger is not None:
+        ledger.begin(now, params.interval_s)
     scope: Scope = build_scope(
         snapshot.policy.selection, snapshot.protected_namespaces, snapshot.namespaces, snapshot.nodes
     )
@@ -601,6 +619,7 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | 
     node_products = {n.name: n.labels.get(names.GPU_PRODUCT_LABEL, "") for n in snapshot.nodes}
     warned = 0
     focused: PodRecord | None = None
+    clocks: dict[str, IdleClock] = {}
     for pod in in_scope:
         key = (pod.namespace, pod.name)
         record = _judge(pod, key, ctx)
@@ -610,9 +629,11 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | 
         if verdict.verdict is Verdict.IDLE:
             for sample in pod_gpus[key]:
                 idle_gpus[sample.uuid] = (sample.model, node_products.get(sample.node, ""))
-        _act(record, params, now, policy_name, notes)
+        _act(record, params, now, policy_name, notes, ledger.get(pod.uid) if ledger is not None else None)
         lifecycle = record.lifecycle
         if lifecycle is not None:
+            if lifecycle.clock:
+                clocks[pod.uid] = lifecycle.clock
             warned += lifecycle.warned
             if lifecycle.candidate is not None:
                 candidates.append(lifecycle.candidate)
@@ -641,13 +662,17 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | 
     plan = Plan(actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes))
     if memo is not None:
         memo.end()
+    if ledger is not None:
+        ledger.end(clocks)
     return Evaluation(plan, params, focused, focus_exclusion)
 
 
-def plan_cycle(snapshot: Snapshot, memo: JudgeMemo | None = None) -> Plan:
+def plan_cycle(snapshot: Snapshot, memo: JudgeMemo | None = None, ledger: IdleLedger | None = None) -> Plan:
     """Judge every pod in scope and plan this cycle's writes; pure: the same snapshot gives the same
-    plan, with or without ``memo`` (the previous cycle's verdicts, for unchanged inputs only)."""
-    return evaluate(snapshot, memo=memo).plan
+    plan, with or without ``memo`` (the previous cycle's verdicts, for unchanged inputs only).
+    ``ledger`` (the idle clocks this process wrote) is read and updated: with it, edits of the
+    operator's idle annotations cannot move the clocks later."""
+    return evaluate(snapshot, memo=memo, ledger=ledger).plan
 
 
 def explain_pod(snapshot: Snapshot, namespace: str, name: str) -> list[str]:

@@ -32,6 +32,7 @@ from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.budgets import merge_budgets
 from gpu_efficiency.engine.conditions import set_condition
+from gpu_efficiency.engine.idleledger import IdleLedger
 from gpu_efficiency.engine.judgememo import JudgeMemo
 from gpu_efficiency.engine.model import (
     AnnotateNode,
@@ -137,6 +138,7 @@ class CycleRunner:
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
     _memos: dict[str, JudgeMemo] = field(default_factory=dict)  # per policy: last cycle's verdicts
     _terms: dict[str, int] = field(default_factory=dict)  # per policy: the term its status was read in
+    _ledgers: dict[str, IdleLedger] = field(default_factory=dict)  # per policy: idle clocks we wrote
 
     def previous_status(self, name: str, status_raw: Mapping[str, Any]) -> GPUEfficiencyPolicyStatus:
         if name in self._last_status:
@@ -150,6 +152,7 @@ class CycleRunner:
         self._last_status.pop(name, None)
         self._memos.pop(name, None)
         self._terms.pop(name, None)
+        self._ledgers.pop(name, None)
         self.status_writer.forget(name)
         self.source_for.forget(name)
         metrics.forget_policy(name)
@@ -215,6 +218,7 @@ class CycleRunner:
         except ValidationError as exc:
             return self._invalid(name, uid, generation, previous, format_validation_error(exc), started)
         if not leading:
+            self._ledgers.pop(name, None)  # another replica may reset clocks meanwhile
             return CycleReport(policy=name, ran=False, reason="not the leader")
         report = self._evaluate(name, uid, generation, spec, previous, seniors)
         report.seconds = time.monotonic() - started
@@ -299,6 +303,9 @@ class CycleRunner:
                 result = fetching.result()
             except SourceUnavailable as exc:
                 available, error = False, str(exc)
+            except Exception as exc:  # a source's bug or an answer it failed to decode: blind, not idle
+                log.exception("policy %s: the metric source failed", name)
+                available, error = False, f"metric source failed: {type(exc).__name__}: {exc}"
         gpus = result.gpus if result is not None else ()
         if available and not gpus and cluster.pods:
             available, error = (
@@ -335,7 +342,7 @@ class CycleRunner:
         with gc_paused():  # ~10^5 acyclic objects: the collector would rescan them for nothing
             snapshot, cluster, fetched = self.observe(name, generation, spec, previous, seniors)
             memo = self._memos.setdefault(name, JudgeMemo())
-            plan = plan_cycle(snapshot, memo)
+            plan = plan_cycle(snapshot, memo, self._ledgers.setdefault(name, IdleLedger()))
         log.debug(
             "policy %s: %d verdicts kept from the previous cycle, %d judged", name, memo.hits, memo.misses
         )

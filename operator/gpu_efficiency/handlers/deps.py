@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -19,11 +21,14 @@ from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.handlers.cycle import CycleRunner, feed_write
 from gpu_efficiency.handlers.leader import AlwaysLeader, LeaderElector
 from gpu_efficiency.sources.agent import AgentSource, pod_endpoints, static_endpoints
-from gpu_efficiency.sources.base import SampleSource
+from gpu_efficiency.sources.base import FetchRequest, FetchResult, SampleSource, SourceUnavailable
 from gpu_efficiency.sources.cluster import ClusterReader, ClusterSource
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader, ClusterCache
 from gpu_efficiency.sources.combined import CombinedSource
+from gpu_efficiency.sources.credentials import credentials_allowed
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
+
+log = logging.getLogger(__name__)
 
 
 class SourceCache:
@@ -35,7 +40,7 @@ class SourceCache:
 
     def __init__(self, config: OperatorConfig, api_client: client.ApiClient) -> None:
         self.config = config
-        self._sources: dict[tuple[str, float], PrometheusSource] = {}
+        self._sources: dict[tuple[str, float], SampleSource] = {}
         self._used_by: dict[str, tuple[str, float]] = {}  # policy -> the key of its source
         self._lock = threading.Lock()
         core = client.CoreV1Api(api_client)
@@ -75,7 +80,7 @@ class SourceCache:
         for key in [k for k in self._sources if k not in used]:
             del self._sources[key]
 
-    def _prometheus(self, policy: str, spec: GPUEfficiencyPolicySpec) -> PrometheusSource:
+    def _prometheus(self, policy: str, spec: GPUEfficiencyPolicySpec) -> SampleSource:
         url = spec.metrics.prometheus.url or self.config.prometheus_url
         timeout = parse_duration(spec.metrics.prometheus.query_timeout)
         with self._lock:
@@ -84,19 +89,51 @@ class SourceCache:
                 self._prune()
             source = self._sources.get((url, timeout))
             if source is None:
-                source = self._sources[(url, timeout)] = PrometheusSource(
-                    PrometheusConfig(
-                        url=url,
-                        token_file=self.config.prometheus_token_file,
-                        basic_auth_file=self.config.prometheus_basic_auth_file,
-                        ca_file=self.config.prometheus_ca_file,
-                        insecure_skip_verify=self.config.prometheus_insecure,
-                        timeout=timeout,
-                        matchers=self.config.prometheus_matchers,
-                    ),
-                    refresh_budget=self.config.prometheus_refresh_budget,
-                )
+                source = self._sources[(url, timeout)] = self._new_prometheus(url, timeout)
             return source
+
+    def _new_prometheus(self, url: str, timeout: float) -> SampleSource:
+        """A source for ``url``, with the operator's credentials only where they are allowed."""
+        config = self.config
+        trusted = credentials_allowed(url, config.credential_prefixes)
+        has_credentials = bool(config.prometheus_token_file or config.prometheus_basic_auth_file)
+        source = PrometheusSource(
+            PrometheusConfig(
+                url=url,
+                token_file=config.prometheus_token_file if trusted else None,
+                basic_auth_file=config.prometheus_basic_auth_file if trusted else None,
+                ca_file=config.prometheus_ca_file,
+                insecure_skip_verify=config.prometheus_insecure,
+                timeout=timeout,
+                matchers=config.prometheus_matchers,
+            ),
+            refresh_budget=config.prometheus_refresh_budget,
+        )
+        if trusted or not has_credentials:
+            return source
+        log.warning(
+            "Prometheus %s is not under --prometheus-credentials-for: it is queried without credentials",
+            url,
+        )
+        return WithoutCredentials(source, url)
+
+
+@dataclass
+class WithoutCredentials:
+    """A Prometheus source queried without the operator's credentials: its failures say so, so the
+    MetricsAvailable condition and event tell the policy's author why (e.g. HTTP 401)."""
+
+    source: SampleSource
+    url: str
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        try:
+            return self.source.fetch(request)
+        except SourceUnavailable as exc:
+            raise SourceUnavailable(
+                f"{exc} (no credentials sent: {self.url} is not under the operator's "
+                "--prometheus-credentials-for)"
+            ) from exc
 
 
 def build_reader(config: OperatorConfig, api_client: client.ApiClient, *, watch: bool) -> ClusterSource:

@@ -87,7 +87,7 @@ def _stats(doc: Mapping[str, Any], offset: float) -> Stats:
 
 
 def samples_from_snapshot(
-    snap: Mapping[str, Any],
+    snap: Any,
     windows: Mapping[Window, float],
     *,
     offset: float = 0.0,
@@ -97,10 +97,34 @@ def samples_from_snapshot(
     expected sample counts). ``offset`` (seconds) moves agent timestamps onto our clock.
 
     MIG devices are keyed ``<parent UUID>/<GPU instance>`` like the Prometheus source keys them.
+    Raises SourceUnavailable, and nothing else, for anything that is not a well-formed snapshot (a
+    wrong JSON shape, a zero or negative ``interval_seconds``): that agent's node then reads as
+    having no data, never as idle.
     """
-    if snap.get("schema") != SNAPSHOT_SCHEMA:
-        raise ValueError(f"not an agent snapshot (schema {snap.get('schema')!r})")
-    node, interval = str(snap["node"]), float(snap["interval_seconds"])
+    if not isinstance(snap, Mapping) or snap.get("schema") != SNAPSHOT_SCHEMA:
+        found = snap.get("schema") if isinstance(snap, Mapping) else type(snap).__name__
+        raise SourceUnavailable(f"not an agent snapshot (schema {found!r})")
+    try:
+        return _samples(snap, windows, offset, uid_resolver)
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError, OverflowError) as exc:
+        raise SourceUnavailable(f"malformed agent snapshot: {type(exc).__name__}: {exc}") from exc
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is {type(value).__name__}, not a string")
+    return value
+
+
+def _samples(
+    snap: Mapping[str, Any],
+    windows: Mapping[Window, float],
+    offset: float,
+    uid_resolver: Callable[[str], PodRef | None] | None,
+) -> list[GPUSample]:
+    node, interval = _text(snap["node"], "node"), float(snap["interval_seconds"])
+    if not (math.isfinite(interval) and interval > 0):
+        raise ValueError(f"interval_seconds {interval} is not a positive number")
     by_name = {w.value: w for w in Window}
     expected = {w: seconds / interval for w, seconds in windows.items()}
     out: list[GPUSample] = []
@@ -112,14 +136,27 @@ def samples_from_snapshot(
                     _SIGNALS[sig]: _stats(s, offset) for sig, s in signals.items() if sig in _SIGNALS
                 }
         mig = gpu.get("mig")
-        uuid = f"{mig['parent_uuid']}/{mig['gpu_instance_id']}" if mig else str(gpu["uuid"])
+        uuid = (
+            f"{_text(mig['parent_uuid'], 'parent_uuid')}/{mig['gpu_instance_id']}"
+            if mig
+            else _text(gpu["uuid"], "uuid")
+        )
         pods: list[PodRef] = []
         for p in gpu.get("pods") or ():
-            ref = PodRef(p["namespace"], p["name"], p.get("container", "")) if p.get("name") else None
+            ref = (
+                PodRef(
+                    _text(p["namespace"], "namespace"),
+                    _text(p["name"], "name"),
+                    _text(p.get("container", ""), "container"),
+                )
+                if p.get("name")
+                else None
+            )
             if ref is None and p.get("uid") and uid_resolver is not None:
-                ref = uid_resolver(p["uid"])
+                ref = uid_resolver(_text(p["uid"], "uid"))
             if ref is not None and ref not in pods:
                 pods.append(ref)
+        fb_total = (gpu.get("fields") or {}).get("fb_total_mib")
         out.append(
             GPUSample(
                 node=node,
@@ -130,7 +167,7 @@ def samples_from_snapshot(
                 stats=by_window,
                 source="agent",
                 expected_samples=expected,
-                fb_total_mib=(gpu.get("fields") or {}).get("fb_total_mib"),
+                fb_total_mib=None if fb_total is None else float(fb_total),
             )
         )
     return out
@@ -230,11 +267,22 @@ class AgentSource:
             if status != 200:
                 return [], f"HTTP {status}"
             snap = orjson.loads(content)
+            if not isinstance(snap, dict):
+                return [], f"answered {type(snap).__name__}, not a snapshot object"
             if endpoint.node is not None and snap.get("node") != endpoint.node:
                 return [], f"answers for node {snap.get('node')!r}, expected {endpoint.node!r}"
             offset = received - float(snap["timestamp"])
             samples = samples_from_snapshot(snap, windows, offset=offset, uid_resolver=self._uid_resolver)
-        except (httpx.HTTPError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except SourceUnavailable as exc:
+            return [], str(exc)
+        except (
+            httpx.HTTPError,
+            orjson.JSONDecodeError,
+            KeyError,
+            TypeError,
+            ValueError,
+            OverflowError,
+        ) as exc:
             return [], f"{type(exc).__name__}: {exc}"
         if not snap.get("ready", False):
             return samples, f"not ready ({snap.get('reason', '')}); its samples may be stale"

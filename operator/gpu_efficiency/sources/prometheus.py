@@ -104,15 +104,22 @@ def decode_vector(body: bytes) -> list[tuple[dict[str, str], float]]:
         error = doc.get("error", "unknown error") if isinstance(doc, dict) else "not an object"
         raise SourceUnavailable(f"Prometheus query failed: {error}")
     data = doc.get("data") or {}
-    if data.get("resultType") != "vector":
-        raise SourceUnavailable(f"Prometheus returned {data.get('resultType')!r}, expected a vector")
+    if not isinstance(data, dict) or data.get("resultType") != "vector":
+        found = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+        raise SourceUnavailable(f"Prometheus returned {found!r}, expected a vector")
+    result = data.get("result", ())
+    if not isinstance(result, list | tuple):
+        raise SourceUnavailable(f"Prometheus returned a {type(result).__name__} result, expected a list")
     out: list[tuple[dict[str, str], float]] = []
-    for item in data.get("result", ()):
+    for item in result:
+        labels = item.get("metric", {}) if isinstance(item, dict) else None
+        if not isinstance(labels, dict) or not all(type(v) is str for v in labels.values()):
+            raise SourceUnavailable(f"Prometheus returned a malformed series: {str(item)[:200]}")
         try:
             value = float(item["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):
             value = NAN
-        out.append((item.get("metric", {}), value))
+        out.append((labels, value))
     return out
 
 
@@ -148,7 +155,11 @@ def iter_vector(chunks: Iterable[bytes], chunk_bytes: int = CHUNK_BYTES) -> Iter
             continue
         cut = buf.rfind(_SERIES_BOUNDARY, start)
         if cut > start:
-            yield orjson.loads(b"[" + buf[start : cut + 1] + b"]")
+            try:
+                items = orjson.loads(b"[" + buf[start : cut + 1] + b"]")
+            except orjson.JSONDecodeError as exc:  # the boundary's text nested inside a series
+                raise SourceUnavailable(f"Prometheus returned a malformed vector: {exc}") from exc
+            yield items
             del buf[: cut + 2]
             start = 0
     # The last series ends at the first "]}" after its "value":[ (a [time, "number"] pair); the
@@ -664,27 +675,32 @@ def fold_window(chunks: Iterable[Iterable[Mapping[str, Any]]]) -> WindowValues:
     tags, fields = _TAGS, len(_FIELDS)
     last_key: tuple[str, str] | None = None
     per_gpu: dict[Signal, list[float]] = {}
-    for items in chunks:
-        for item in items:
-            labels = item.get("metric") or {}
-            uuid = labels.get("UUID")
-            found = tags.get(labels.get(AGG_LABEL, ""))
-            if not uuid or found is None:
-                continue
-            key = (uuid, labels.get("GPU_I_ID", ""))
-            if key != last_key:  # consecutive series often share a GPU: skip the lookup then
-                found_gpu = out.get(key)
-                if found_gpu is None:
-                    found_gpu = out[key] = {}
-                per_gpu, last_key = found_gpu, key
-            signal, index = found
-            row = per_gpu.get(signal)
-            if row is None:
-                row = per_gpu[signal] = [NAN] * fields
-            try:
-                row[index] = float(item["value"][1])
-            except (KeyError, IndexError, TypeError, ValueError):
-                row[index] = NAN
+    try:
+        for items in chunks:
+            for item in items:
+                labels = item.get("metric") or {}
+                uuid = labels.get("UUID")
+                found = tags.get(labels.get(AGG_LABEL, ""))
+                if not uuid or found is None:
+                    continue
+                key = (uuid, labels.get("GPU_I_ID", ""))
+                if key != last_key:  # consecutive series often share a GPU: skip the lookup then
+                    found_gpu = out.get(key)
+                    if found_gpu is None:
+                        if type(uuid) is not str or type(key[1]) is not str:
+                            raise TypeError(f"GPU labels {key!r} are not strings")
+                        found_gpu = out[key] = {}
+                    per_gpu, last_key = found_gpu, key
+                signal, index = found
+                row = per_gpu.get(signal)
+                if row is None:
+                    row = per_gpu[signal] = [NAN] * fields
+                try:
+                    row[index] = float(item["value"][1])
+                except (KeyError, IndexError, TypeError, ValueError):
+                    row[index] = NAN
+    except (AttributeError, TypeError) as exc:  # a series or its labels not an object, a label a list
+        raise SourceUnavailable(f"Prometheus returned a malformed series: {exc}") from exc
     return out
 
 

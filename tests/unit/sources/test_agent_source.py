@@ -237,7 +237,7 @@ def test_snapshot_conversion_offsets_clocks_and_resolves_uids() -> None:
     util = gpu.get(Window.ACTIVITY, Signal.GPU_UTIL)
     assert util is not None
     assert util.last_timestamp == 95.0
-    with pytest.raises(ValueError, match="not an agent snapshot"):
+    with pytest.raises(SourceUnavailable, match="not an agent snapshot"):
         samples_from_snapshot({"schema": "x"}, {})
 
 
