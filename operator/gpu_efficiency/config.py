@@ -39,6 +39,7 @@ class OperatorConfig:
     health_port: int = 8081
     status_refresh_seconds: float = 300.0
     agent_urls: tuple[str, ...] = ()
+    agent_token_file: str | None = None  # bearer token for agents run with --auth tokenreview
     watch_cache: bool = True  # run: read pods, nodes and namespaces from watches (report/explain LIST)
     log_level: str = "INFO"
     log_format: str = "text"
@@ -101,6 +102,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     a("--status-refresh-seconds", type=float, default=float(_env("STATUS_REFRESH_SECONDS", "300")))
     a("--agent-urls", default=_env("AGENT_URLS"), help="comma list of node-agent base URLs")
     a(
+        "--agent-token-file",
+        default=_env("AGENT_TOKEN_FILE") or None,
+        help="bearer token sent to the node agents (their --auth tokenreview), e.g. the service-account token",
+    )
+    a(
         "--watch-cache",
         dest="watch_cache",
         action="store_true",
@@ -139,6 +145,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         health_port=args.health_port,
         status_refresh_seconds=args.status_refresh_seconds,
         agent_urls=_split(args.agent_urls),
+        agent_token_file=args.agent_token_file,
         watch_cache=args.watch_cache,
         log_level=args.log_level,
         log_format=args.log_format,

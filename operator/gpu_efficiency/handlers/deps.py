@@ -59,7 +59,7 @@ class SourceCache:
             if config.agent_urls
             else pod_endpoints(list_pods, config.namespace)
         )
-        self.agents = AgentSource(discover)
+        self.agents = AgentSource(discover, token_file=config.agent_token_file)
 
     def __call__(self, spec: GPUEfficiencyPolicySpec) -> SampleSource:
         prometheus = self._prometheus(spec)

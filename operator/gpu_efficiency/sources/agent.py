@@ -147,7 +147,11 @@ class AgentSource:
         uid_resolver: Callable[[str], PodRef | None] | None = None,
         transport: httpx.BaseTransport | None = None,
         clock: Callable[[], float] = time.time,
+        token_file: str | None = None,
     ) -> None:
+        """``token_file``: a bearer token sent to every agent (agents started with ``--auth tokenreview``);
+        read again at every fetch because the kubelet rotates projected service-account tokens."""
+        self._token_file = token_file
         self._discover = static_endpoints(discover) if isinstance(discover, Sequence) else discover
         self._concurrency = max(1, concurrency)
         self._uid_resolver = uid_resolver
@@ -176,9 +180,10 @@ class AgentSource:
             endpoints = [e for e in endpoints if e.node is None or e.node in wanted]
         if not endpoints:
             return FetchResult(gpus=(), warnings=("no node agents found",))
+        headers = self._auth_headers()
         query = "history=0&stats=" + ",".join(f"{w.value}={s:g}" for w, s in request.windows.items())
         with ThreadPoolExecutor(max_workers=min(self._concurrency, len(endpoints))) as pool:
-            answers = list(pool.map(lambda e: self._one(e, query, request.windows), endpoints))
+            answers = list(pool.map(lambda e: self._one(e, query, request.windows, headers), endpoints))
         gpus: list[GPUSample] = []
         warnings: list[str] = []
         for endpoint, (samples, error) in zip(endpoints, answers, strict=True):
@@ -206,11 +211,23 @@ class AgentSource:
             return []
         return list(result.gpus)
 
+    def _auth_headers(self) -> dict[str, str]:
+        if self._token_file is None:
+            return {}
+        try:
+            with open(self._token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as exc:
+            raise SourceUnavailable(f"node-agent token file: {exc}") from exc
+        if not token:
+            raise SourceUnavailable(f"node-agent token file {self._token_file} is empty")
+        return {"Authorization": f"Bearer {token}"}
+
     def _one(
-        self, endpoint: AgentEndpoint, query: str, windows: Mapping[Window, float]
+        self, endpoint: AgentEndpoint, query: str, windows: Mapping[Window, float], headers: Mapping[str, str]
     ) -> tuple[list[GPUSample], str]:
         try:
-            response = self._client.get(f"{endpoint.url}/snapshot?{query}")
+            response = self._client.get(f"{endpoint.url}/snapshot?{query}", headers=headers)
             received = self._clock()
             if response.status_code != 200:
                 return [], f"HTTP {response.status_code}"
