@@ -73,7 +73,12 @@ def test_default_values_are_valid() -> None:
         ("agent.maxConnections", 0, "agent.maxConnections", "less than the minimum"),
         ("agent.requestTimeout", "soon", "agent.requestTimeout", "does not match"),
         ("agent.networkPolicy.enabled", "yes", "agent.networkPolicy.enabled", "is not of type 'boolean'"),
-        ("agent.auth.readers", [{"kind": "Robot", "name": "x"}], "agent.auth.readers.0.kind", "is not one of"),
+        (
+            "agent.auth.readers",
+            [{"kind": "Robot", "name": "x"}],
+            "agent.auth.readers.0.kind",
+            "is not one of",
+        ),
         ("admissionPolicy.enabled", "on", "admissionPolicy.enabled", "is not of type 'boolean'"),
         ("agent.securityContext", {"privileged": True}, "agent.securityContext.privileged", "was expected"),
         ("tolerations", [{"key": "a", "effect": "NoWhere"}], "tolerations.0.effect", "is not one of"),
