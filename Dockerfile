@@ -25,11 +25,17 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # The venv gets no pip or setuptools of its own: the stage's pip installs into it (--python).
 RUN python -m venv --without-pip /opt/venv
-COPY --from=wheel /wheels /wheels
+# The dependencies come only from requirements.lock: every version pinned and every file checked
+# against its sha256 (--require-hashes), so a re-published or tampered release fails the build.
+# Regenerate it after changing pyproject's dependencies (see the file's header).
+COPY requirements.lock /tmp/requirements.lock
 # Binary wheels only: the runtime image has no compiler, so nothing may need one.
 # pip byte-compiles here, so the read-only runtime never has to write .pyc files.
-RUN pip --python /opt/venv/bin/python install --only-binary=:all: /wheels/*.whl \
- && rm -rf /wheels
+RUN pip --python /opt/venv/bin/python install --require-hashes --only-binary=:all: -r /tmp/requirements.lock
+COPY --from=wheel /wheels /wheels
+# Our own wheel without dependencies: they are all installed above, from the lock.
+RUN pip --python /opt/venv/bin/python install --no-deps --only-binary=:all: /wheels/*.whl \
+ && rm -rf /wheels /tmp/requirements.lock
 
 # --- 3. runtime: non-root, no build tools, read-only root filesystem friendly ------------------
 FROM ${PYTHON_IMAGE} AS runtime

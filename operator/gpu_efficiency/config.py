@@ -43,6 +43,7 @@ class OperatorConfig:
     api_timeout: float = 30.0  # seconds to connect and per read of every Kubernetes API call
     status_refresh_seconds: float = 300.0
     agent_urls: tuple[str, ...] = ()
+    agent_token_file: str | None = None  # bearer token for agents run with --auth tokenreview
     watch_cache: bool = True  # run: read pods, nodes and namespaces from watches (report/explain LIST)
     log_level: str = "INFO"
     log_format: str = "text"
@@ -134,6 +135,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a("--status-refresh-seconds", type=float, default=float(_env("STATUS_REFRESH_SECONDS", "300")))
     a(
+        "--agent-token-file",
+        default=_env("AGENT_TOKEN_FILE") or None,
+        help="bearer token sent to the node agents (their --auth tokenreview), e.g. the service-account token",
+    )
+    a(
         "--watch-cache",
         dest="watch_cache",
         action="store_true",
@@ -169,6 +175,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
             watch_cache=args.watch_cache,
             log_level=args.log_level,
             log_format=args.log_format,
+            agent_token_file=args.agent_token_file,
         )
     return OperatorConfig(
         prometheus_url=args.prometheus_url,

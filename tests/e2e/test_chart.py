@@ -98,15 +98,15 @@ def render(
     namespace: str = "gpu-eff",
     release: str = "gpueff",
     api_versions: bool = False,
+    apis: tuple[str, ...] = (),
     values: dict[str, Any] | None = None,
     tmp: Path | None = None,
 ) -> list[dict[str, Any]]:
     args = [helm, "template", release, str(CHART), "--namespace", namespace]
     for s in sets:
         args += ["--set", s]
-    if api_versions:
-        for api in MONITORING_APIS:
-            args += ["--api-versions", api]
+    for api in (*(MONITORING_APIS if api_versions else ()), *apis):
+        args += ["--api-versions", api]
     if values is not None:
         assert tmp is not None
         path = tmp / f"values-{uuid.uuid4().hex[:6]}.yaml"
@@ -549,3 +549,128 @@ def test_helm_install_and_least_privilege(
     assert gone.returncode != 0
     assert "NotFound" in gone.stderr
     assert not can_i(cluster, op, "patch", "pods", "-A")
+
+
+# --- agent exposure and admission policies (issue 19, findings 9 and 10) ------------------------
+
+VAP_API = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+
+
+def test_agent_network_policy_admits_only_the_operator_and_prometheus(helm_bin: str) -> None:
+    docs = render(helm_bin, "agent.enabled=true")
+    policy = one(docs, "NetworkPolicy", "-agent")
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "node-agent"
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    operator, prometheus = rule["from"]
+    assert operator == {
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "gpu-efficiency-operator",
+                "app.kubernetes.io/instance": "gpueff",
+                "app.kubernetes.io/component": "operator",
+            }
+        }
+    }
+    assert prometheus["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    assert prometheus["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
+    no_prometheus = render(
+        helm_bin,
+        "agent.enabled=true",
+        "agent.networkPolicy.prometheus.namespaceSelector=null",
+        "agent.networkPolicy.prometheus.podSelector=null",
+    )
+    assert len(one(no_prometheus, "NetworkPolicy")["spec"]["ingress"][0]["from"]) == 1
+    off = render(helm_bin, "agent.enabled=true", "agent.networkPolicy.enabled=false")
+    assert "NetworkPolicy" not in kinds(off)
+    assert "NetworkPolicy" not in kinds(render(helm_bin))  # no agent, no policy
+
+
+def test_agent_limits_and_optional_token_authentication(helm_bin: str) -> None:
+    docs = render(helm_bin, "agent.enabled=true")
+    args = one(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--max-connections=32" in args
+    assert "--request-timeout=10s" in args
+    assert not any(a.startswith("--auth") for a in args)
+    assert not [
+        d for d in docs if d["kind"] == "ClusterRoleBinding" and "auth-delegator" in d["metadata"]["name"]
+    ]
+    deploy_args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--agent-token-file") for a in deploy_args)
+
+    on = render(
+        helm_bin,
+        "agent.enabled=true",
+        "agent.auth.enabled=true",
+        "agent.serviceMonitor.enabled=true",
+        "agent.auth.readers[0].kind=ServiceAccount",
+        "agent.auth.readers[0].name=prometheus",
+        "agent.auth.readers[0].namespace=monitoring",
+        api_versions=True,
+    )
+    pod = one(on, "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True  # it calls TokenReview
+    assert "--auth=tokenreview" in pod["containers"][0]["args"]
+    delegator = one(on, "ClusterRoleBinding", "-agent-auth-delegator")
+    assert delegator["roleRef"]["name"] == "system:auth-delegator"
+    assert delegator["subjects"][0]["name"] == "gpueff-gpu-efficiency-operator-agent"
+    role = one(on, "ClusterRole", "-agent-reader")
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics", "/snapshot"], "verbs": ["get"]}]
+    subjects = one(on, "ClusterRoleBinding", "-agent-reader")["subjects"]
+    assert [(s["kind"], s.get("namespace"), s["name"]) for s in subjects] == [
+        ("ServiceAccount", "gpu-eff", "gpueff-gpu-efficiency-operator"),
+        ("ServiceAccount", "monitoring", "prometheus"),
+    ]
+    deploy_args = one(on, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--agent-token-file=/var/run/secrets/kubernetes.io/serviceaccount/token" in deploy_args
+    endpoint = one(on, "ServiceMonitor", "-agent")["spec"]["endpoints"][0]
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def test_admission_policies_narrow_each_service_account(helm_bin: str) -> None:
+    assert not [d for d in render(helm_bin) if "Admission" in d["kind"]]  # the API server does not serve it
+    docs = render(helm_bin, "agent.enabled=true", apis=(VAP_API,))
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs if "Admission" in d["kind"]}
+    assert names == {
+        ("ValidatingAdmissionPolicy", "gpueff-gpu-efficiency-operator-operator"),
+        ("ValidatingAdmissionPolicyBinding", "gpueff-gpu-efficiency-operator-operator"),
+    }  # the agent writes nothing without writeNodeCondition: no policy for it
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConditions"] == [
+        {
+            "name": "operator-service-account",
+            "expression": "request.userInfo.username == "
+            "'system:serviceaccount:gpu-eff:gpueff-gpu-efficiency-operator'",
+        }
+    ]
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert (rule["operations"], rule["resources"]) == (["UPDATE"], ["pods", "nodes", "nodes/status"])
+    text = " ".join(v["expression"] for v in spec["validations"])
+    for needle in (
+        "gpuefficiency.io/",
+        "'gpuefficiency.io/gpu-fault'",
+        "'GPUHealthy'",
+        "object.spec == oldObject.spec",
+    ):
+        assert needle in text, needle
+    binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+
+    agent = render(helm_bin, "agent.enabled=true", "agent.writeNodeCondition=true", apis=(VAP_API,))
+    agent_policy = one(agent, "ValidatingAdmissionPolicy", "-agent")["spec"]
+    assert agent_policy["matchConditions"][0]["expression"].endswith(
+        "'system:serviceaccount:gpu-eff:gpueff-gpu-efficiency-operator-agent'"
+    )
+    own_node = agent_policy["validations"][0]["expression"]
+    assert "authentication.kubernetes.io/node-name" in own_node
+    assert "object.metadata.name" in own_node
+    assert one(agent, "ValidatingAdmissionPolicyBinding", "-agent")["spec"]["validationActions"] == ["Deny"]
+    assert not [
+        d
+        for d in render(helm_bin, "admissionPolicy.enabled=false", apis=(VAP_API,))
+        if "Admission" in d["kind"]
+    ]

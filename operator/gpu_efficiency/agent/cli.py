@@ -17,7 +17,12 @@ from gpu_efficiency.agent.nvml.types import NvmlBackend
 from gpu_efficiency.agent.pods import DEFAULT_SOCKET, Attributor, PodAttribution, PodResourcesClient
 from gpu_efficiency.agent.runtime import Agent, AgentConfig
 from gpu_efficiency.agent.scenario import PROFILES, build_fake
-from gpu_efficiency.agent.server import AgentServer, parse_listen
+from gpu_efficiency.agent.server import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    AgentServer,
+    parse_listen,
+)
 from gpu_efficiency.api.durations import parse_duration
 
 log = logging.getLogger(__name__)
@@ -41,6 +46,12 @@ def _listen(text: str) -> str:
     return text
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError("must be a whole number of at least 1")
+    return int(text)
+
+
 def _xids(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -57,6 +68,25 @@ def add_agent_command(subparsers: Any) -> argparse.ArgumentParser:
         "/healthz and /readyz, and optionally writes the GPUHealthy node condition.",
     )
     p.add_argument("--listen", type=_listen, default="0.0.0.0:9400", help="HOST:PORT (default %(default)s)")
+    p.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="HTTP connections served at once; more get 503 (default %(default)s)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=_duration,
+        default=f"{DEFAULT_REQUEST_TIMEOUT_S:g}s",
+        help="wall-clock limit to receive a request and send its answer (default %(default)s)",
+    )
+    p.add_argument(
+        "--auth",
+        choices=("none", "tokenreview"),
+        default="none",
+        help="/metrics and /snapshot: open, or a bearer token checked by TokenReview and a "
+        "SubjectAccessReview for `get` on the path (default %(default)s)",
+    )
     p.add_argument("--interval", type=_duration, default="1s", help="sample interval (default %(default)s)")
     p.add_argument(
         "--history", type=_duration, default="15m", help="rolling history kept (default %(default)s)"
@@ -123,7 +153,18 @@ def run_agent(args: argparse.Namespace) -> int:
     )
     disable_created_metrics()  # type: ignore[no-untyped-call,unused-ignore]  # dcgm-exporter has no *_created
     agent = build_agent(args)
-    server = AgentServer(agent, args.listen)
+    gate = None
+    if args.auth == "tokenreview":
+        from gpu_efficiency.agent.auth import Gate, in_cluster_reviewer
+
+        gate = Gate(in_cluster_reviewer())
+    server = AgentServer(
+        agent,
+        args.listen,
+        max_connections=args.max_connections,
+        request_timeout_s=args.request_timeout,
+        gate=gate,
+    )
     writer = None
     if args.write_node_condition:
         from gpu_efficiency.agent.nodecondition import NodeConditionWriter

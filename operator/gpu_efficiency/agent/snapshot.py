@@ -13,7 +13,7 @@ Schema ``gpuefficiency.io/agent-snapshot/v1`` (absent values are ``null``)::
                                                changes, resets, first}}}}],
      events: [{time, uuid, kind, data, gpu_instance_id}]}
 
-History is columnar to stay small; ``stats`` is computed here so the operator receives a few numbers per
+History is columnar to stay small and returned only when asked for (``?history=SECONDS``); ``stats`` is computed here so the operator receives a few numbers per
 signal instead of every sample (``?stats=activity=600,fault=120``).
 """
 
@@ -42,8 +42,10 @@ class SnapshotRequest:
 
     @classmethod
     def parse(cls, query: Mapping[str, str], now: float) -> SnapshotRequest:
-        """``history=SECONDS`` (0: none, default all kept), ``stats=NAME=SECONDS,...``."""
-        history = float(query.get("history", "inf"))
+        """``history=SECONDS`` (default 0: none; ``inf``: all kept), ``stats=NAME=SECONDS,...``.
+
+        Raw history is opt-in: it is the bulk of the answer and the operator needs only the stats."""
+        history = float(query.get("history", "0"))
         stats: dict[str, float] = {}
         for item in filter(None, query.get("stats", "").split(",")):
             name, _, seconds = item.partition("=")

@@ -57,7 +57,7 @@ class SourceCache:
             if config.agent_urls
             else pod_endpoints(list_pods, config.namespace)
         )
-        self.agents = AgentSource(discover)
+        self.agents = AgentSource(discover, token_file=config.agent_token_file)
 
     def __call__(self, policy: str, spec: GPUEfficiencyPolicySpec) -> SampleSource:
         prometheus = self._prometheus(policy, spec)

@@ -185,7 +185,11 @@ class AgentSource:
         uid_resolver: Callable[[str], PodRef | None] | None = None,
         transport: httpx.BaseTransport | None = None,
         clock: Callable[[], float] = time.time,
+        token_file: str | None = None,
     ) -> None:
+        """``token_file``: a bearer token sent to every agent (agents started with ``--auth tokenreview``);
+        read again at every fetch because the kubelet rotates projected service-account tokens."""
+        self._token_file = token_file
         self._discover = static_endpoints(discover) if isinstance(discover, Sequence) else discover
         self._concurrency = max(1, concurrency)
         self._uid_resolver = uid_resolver
@@ -215,9 +219,10 @@ class AgentSource:
             endpoints = [e for e in endpoints if e.node is None or e.node in wanted]
         if not endpoints:
             return FetchResult(gpus=(), warnings=("no node agents found",))
+        headers = self._auth_headers()
         query = "history=0&stats=" + ",".join(f"{w.value}={s:g}" for w, s in request.windows.items())
         with ThreadPoolExecutor(max_workers=min(self._concurrency, len(endpoints))) as pool:
-            answers = list(pool.map(lambda e: self._one(e, query, request.windows), endpoints))
+            answers = list(pool.map(lambda e: self._one(e, query, request.windows, headers), endpoints))
         gpus: list[GPUSample] = []
         warnings: list[str] = []
         for endpoint, (samples, error) in zip(endpoints, answers, strict=True):
@@ -245,12 +250,12 @@ class AgentSource:
             return []
         return list(result.gpus)
 
-    def _get(self, url: str) -> tuple[int, bytes]:
+    def _get(self, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
         """GET ``url`` by the wall-clock deadline ``timeout_s``, body included (a trickled body
         must not hold the fetch: see ``sources/deadline.py``)."""
         with deadline(self._timeout_s) as limit:
             try:
-                with self._client.stream("GET", url, timeout=limit.remaining()) as response:
+                with self._client.stream("GET", url, headers=headers, timeout=limit.remaining()) as response:
                     limit.hold(httpx_socket(response))
                     return response.status_code, response.read()
             except httpx.HTTPError as exc:
@@ -258,11 +263,23 @@ class AgentSource:
                     raise httpx.TimeoutException(f"no answer within {limit.seconds:g}s") from exc
                 raise
 
+    def _auth_headers(self) -> dict[str, str]:
+        if self._token_file is None:
+            return {}
+        try:
+            with open(self._token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as exc:
+            raise SourceUnavailable(f"node-agent token file: {exc}") from exc
+        if not token:
+            raise SourceUnavailable(f"node-agent token file {self._token_file} is empty")
+        return {"Authorization": f"Bearer {token}"}
+
     def _one(
-        self, endpoint: AgentEndpoint, query: str, windows: Mapping[Window, float]
+        self, endpoint: AgentEndpoint, query: str, windows: Mapping[Window, float], headers: Mapping[str, str]
     ) -> tuple[list[GPUSample], str]:
         try:
-            status, content = self._get(f"{endpoint.url}/snapshot?{query}")
+            status, content = self._get(f"{endpoint.url}/snapshot?{query}", headers)
             received = self._clock()
             if status != 200:
                 return [], f"HTTP {status}"

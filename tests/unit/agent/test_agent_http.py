@@ -103,7 +103,7 @@ def test_metrics_parse_with_dcgm_names_and_labels(
 
 def test_snapshot_schema(two_gpus_with_pods: tuple[FakeBackend, str], http: httpx.Client) -> None:
     _, url = two_gpus_with_pods
-    snap = http.get(f"{url}/snapshot?stats=activity=60,fault=5").json()
+    snap = http.get(f"{url}/snapshot?stats=activity=60,fault=5&history=60").json()
     assert snap["schema"] == SCHEMA
     header = {"node", "hostname", "timestamp", "interval_seconds", "history_seconds", "ready", "reason"}
     assert header | {"backend", "driver_version", "attribution", "gpus", "events"} <= set(snap)
@@ -157,12 +157,13 @@ def test_snapshot_history_and_stats_are_opt_in(
     two_gpus_with_pods: tuple[FakeBackend, str], http: httpx.Client, wait_until: Callable[..., Any]
 ) -> None:
     _, url = two_gpus_with_pods
-    gpu = http.get(f"{url}/snapshot?history=0").json()["gpus"][0]
-    assert "history" not in gpu
-    assert "stats" not in gpu
+    for query in ("", "?history=0"):  # raw history only when asked for: a plain GET returns none
+        gpu = http.get(f"{url}/snapshot{query}").json()["gpus"][0]
+        assert "history" not in gpu
+        assert "stats" not in gpu
 
     def kept() -> list[float]:
-        return list(http.get(f"{url}/snapshot").json()["gpus"][0]["history"]["timestamps"])
+        return list(http.get(f"{url}/snapshot?history=inf").json()["gpus"][0]["history"]["timestamps"])
 
     # Samples every 0.05 s: wait for 1.5 s of them, then ask for the last 0.5 s only. (A window of
     # one or two intervals flaked on a loaded machine, where a sample can come late.)

@@ -126,7 +126,15 @@ def test_cli_flags_build_the_agent() -> None:
     assert (agent.backend.name, agent.config.interval_s, agent.config.node_name) == ("fake", 0.5, "gpu-7")
     assert agent.config.history_s == 900.0
     assert args.listen == "0.0.0.0:9400"
+    assert (args.max_connections, args.request_timeout, args.auth) == (32, 10.0, "none")
+    limited = _parser().parse_args(
+        ["agent", "--max-connections", "4", "--request-timeout", "2s", "--auth", "tokenreview"]
+    )
+    assert (limited.max_connections, limited.request_timeout, limited.auth) == (4, 2.0, "tokenreview")
     for bad in (
+        ["--max-connections", "0"],
+        ["--request-timeout", "0s"],
+        ["--auth", "basic"],
         ["--interval", "0s"],
         ["--interval", "soon"],
         ["--listen", "nohost"],

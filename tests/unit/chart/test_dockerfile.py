@@ -154,4 +154,4 @@ def test_dockerignore_keeps_the_context_small() -> None:
         for src in copy.split()[:-1]
     }
     assert copied <= allowed, f"COPY needs {copied - allowed} but .dockerignore leaves it out"
-    assert allowed <= {"pyproject.toml", "README.md", "operator", "LICENSE"}, allowed
+    assert allowed <= {"pyproject.toml", "requirements.lock", "README.md", "operator", "LICENSE"}, allowed

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gpu_efficiency.agent.auth import Gate, UserInfo
 from gpu_efficiency.agent.nvml.fake import FakeBackend, FakeGpu
 from gpu_efficiency.agent.nvml.types import EventKind
 from gpu_efficiency.agent.pods import Attributor, parse_static
@@ -280,3 +281,44 @@ def test_merge_prefers_fresh_then_better_signal_then_coverage(
     merged = merge_samples([p, other], [a], now=1000.0, max_staleness=120.0)
     assert [g.uuid for g in merged] == ["GPU-1", "GPU-2"]
     assert merged[0].source == winner
+
+
+class _TokenReviewer:
+    """Accepts one token, for the operator, allowed to get /snapshot."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def authenticate(self, token: str) -> UserInfo | None:
+        return UserInfo("system:serviceaccount:gpu-eff:operator") if token == self.token else None
+
+    def authorize(self, user: UserInfo, path: str, verb: str) -> bool:
+        return path == "/snapshot" and verb == "get"
+
+
+def test_the_source_sends_its_token_to_agents_that_require_one(tmp_path: Any) -> None:
+    backend = FakeBackend([FakeGpu(index=0, uuid="GPU-t0")])
+    agent = Agent(backend, AgentConfig(node_name="node-t", interval_s=0.05, history_s=30))
+    reviewer = _TokenReviewer("first")
+    server = AgentServer(agent, "127.0.0.1:0", gate=Gate(reviewer, ttl_s=0))
+    server.start()
+    agent.start()
+    url = f"http://127.0.0.1:{server.port}"
+    token = tmp_path / "token"
+    request = FetchRequest(now=time.time(), windows=WINDOWS, scrape_interval=0.0)
+    try:
+        _wait(lambda: agent.readiness()[0])
+        with pytest.raises(SourceUnavailable, match="HTTP 401"):
+            AgentSource([url]).fetch(request)
+        token.write_text("first\n")
+        source = AgentSource([url], token_file=str(token))
+        assert [g.uuid for g in source.fetch(request).gpus] == ["GPU-t0"]
+        reviewer.token = "rotated"  # the kubelet rotated the projected token: the file is read again
+        token.write_text("rotated")
+        assert [g.uuid for g in source.fetch(request).gpus] == ["GPU-t0"]
+        token.unlink()
+        with pytest.raises(SourceUnavailable, match="token file"):
+            source.fetch(request)
+    finally:
+        agent.stop()
+        server.stop()

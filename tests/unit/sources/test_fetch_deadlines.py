@@ -55,6 +55,7 @@ def test_a_trickling_agent_ends_by_its_deadline() -> None:
             source._discover()[0],
             "history=0",
             {Window.ACTIVITY: 60.0},
+            {},
         )
         assert samples == []
         assert "within 1s" in error
