@@ -7,6 +7,7 @@ Prometheus covers nodes without an agent. Only when both fail is the cycle blind
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.sources.agent import merge_samples
@@ -41,7 +42,16 @@ class CombinedSource:
             seconds=time.monotonic() - started,
             warnings=(*errors, *(w for r in answered for w in r.warnings)),
             then=prom.then if prom else None,
+            dropped=_summed(r.dropped for r in answered),
         )
+
+
+def _summed(tallies: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for tally in tallies:
+        for reason, count in tally.items():
+            out[reason] = out.get(reason, 0) + count
+    return out
 
 
 def _try(source: SampleSource, request: FetchRequest) -> tuple[FetchResult | None, str]:
