@@ -38,6 +38,12 @@ EVICTIONS = Counter(
     ["policy", "result"],
     registry=REGISTRY,
 )
+DROPPED_SAMPLES = Counter(
+    "gpu_efficiency_dropped_samples",
+    "Metric series or GPUs dropped as untrustworthy, by reason (see status.droppedSamples).",
+    ["policy", "reason"],
+    registry=REGISTRY,
+)
 IDLE_GPU_HOURS = Counter(
     "gpu_efficiency_idle_gpu_hours", "GPU-hours observed idle.", ["policy"], registry=REGISTRY
 )

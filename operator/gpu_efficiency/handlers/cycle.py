@@ -259,6 +259,7 @@ class CycleRunner:
             protected_namespaces=self.config.all_protected_namespaces
             | frozenset(spec.selection.excluded_namespaces),
             senior_policies=seniors,
+            dropped_samples=result.dropped if result is not None else {},
         )
         return snapshot, cluster, result
 
@@ -362,6 +363,8 @@ def _record_metrics(
     for diagnosis, value in diagnoses.items():
         metrics.DIAGNOSES.labels(name, diagnosis).set(value)
     metrics.IDLE_GPUS.labels(name).set(status.idle_gpus)
+    for reason, count in plan.status.dropped_samples.items():
+        metrics.DROPPED_SAMPLES.labels(name, reason).inc(count)
     metrics.WASTE_PER_HOUR.labels(name).set(status.estimated_waste_per_hour)
     metrics.BREAKER_OPEN.labels(name).set(
         1 if any(c.type == names.COND_BREAKER and c.status == "True" for c in status.conditions) else 0
