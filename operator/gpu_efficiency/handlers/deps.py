@@ -82,6 +82,7 @@ class SourceCache:
                         insecure_skip_verify=self.config.prometheus_insecure,
                         timeout=timeout,
                         matchers=self.config.prometheus_matchers,
+                        max_series=self.config.prometheus_max_series,
                     ),
                     refresh_budget=self.config.prometheus_refresh_budget,
                 )

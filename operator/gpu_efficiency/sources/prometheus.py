@@ -74,6 +74,9 @@ class PrometheusConfig:
     timeout: float = 10.0
     retries: int = 2
     matchers: str = ""  # extra label matchers for every selector, e.g. 'job="dcgm"'
+    #: Most series one answer may hold; more raises SourceUnavailable (a flood of forged series
+    #: makes the cycle blind, never half-read). 0: no cap.
+    max_series: int = 0
     extra_headers: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -239,14 +242,18 @@ class PrometheusSource:
         return body
 
     def query(self, text: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
-        """Run one instant query; SourceUnavailable on any transport, auth or PromQL error."""
-        return decode_vector(self._body(text, at))
+        """Run one instant query; SourceUnavailable on any transport, auth or PromQL error, or
+        when the answer holds more than ``max_series`` series."""
+        series = decode_vector(self._body(text, at))
+        _check_cap(len(series), self.config.max_series)
+        return series
 
     def window_values(self, query: Query, at: float | None = None) -> WindowValues:
-        """Run a window query, folding its series as they stream in (see ``iter_vector``)."""
+        """Run a window query, folding its series as they stream in (see ``iter_vector``);
+        SourceUnavailable as soon as more than ``max_series`` series have come."""
         response = self._request(query.text, at, stream=True)
         try:
-            return fold_window(iter_vector(response.iter_content(1 << 20)))
+            return fold_window(iter_vector(response.iter_content(1 << 20)), self.config.max_series)
         except (requests.RequestException, OSError) as exc:
             raise SourceUnavailable(f"reading from Prometheus at {self.config.url} failed: {exc}") from exc
         finally:
@@ -693,13 +700,27 @@ _TAGS: dict[str, tuple[Signal, int]] = {
 }
 
 
-def fold_window(chunks: Iterable[Iterable[Mapping[str, Any]]]) -> WindowValues:
-    """A window query's series (each tagged ``SIGNAL:agg`` for one GPU key) as ``WindowValues``."""
+def _check_cap(series: int, cap: int) -> None:
+    if cap > 0 and series > cap:
+        raise SourceUnavailable(
+            f"Prometheus answered more than {cap} series (--prometheus-max-series): forged or "
+            "duplicated series? Nothing is judged from a partial answer"
+        )
+
+
+def fold_window(chunks: Iterable[Iterable[Mapping[str, Any]]], max_series: int = 0) -> WindowValues:
+    """A window query's series (each tagged ``SIGNAL:agg`` for one GPU key) as ``WindowValues``;
+    SourceUnavailable past ``max_series`` series (0: no cap)."""
     out: WindowValues = {}
     tags, fields = _TAGS, len(_FIELDS)
     last_key: tuple[str, str] | None = None
     per_gpu: dict[Signal, list[float]] = {}
+    seen = 0
     for items in chunks:
+        if not isinstance(items, list):
+            items = list(items)
+        seen += len(items)
+        _check_cap(seen, max_series)
         for item in items:
             labels = item.get("metric") or {}
             uuid = labels.get("UUID")

@@ -17,9 +17,14 @@ from hypothesis import strategies as st
 from tests.unit.sources.fake_http import QuietHandler, serving
 
 from gpu_efficiency.engine.model import Window
-from gpu_efficiency.sources.base import FaultHints, FetchRequest
+from gpu_efficiency.sources.base import ActivityHints, FaultHints, FetchRequest, SourceUnavailable
 from gpu_efficiency.sources.labels import INVALID_ID, valid_uuid
-from gpu_efficiency.sources.prometheus import NODE_CONFLICT, PrometheusConfig, PrometheusSource
+from gpu_efficiency.sources.prometheus import (
+    NODE_CONFLICT,
+    PrometheusConfig,
+    PrometheusSource,
+    fold_window,
+)
 from gpu_efficiency.sources.promql import CANDIDATE_LABEL, re_escape
 
 WINDOWS = {Window.ACTIVITY: 600.0, Window.FAULT: 120.0}
@@ -125,3 +130,32 @@ def test_regex_literal_is_plain_or_hex_escaped_and_round_trips(text: str) -> Non
     assert escaped.isascii()
     assert escaped.isprintable()
     assert _ESCAPE.sub(lambda m: m.group(2) or chr(int(m.group(1), 16)), escaped) == text
+
+
+class _Flood(QuietHandler):
+    """Every query answered with 50 series of one GPU (a flood of forged duplicates)."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.reply_json(_vector([{**GOOD, "pod": f"p{i}"} for i in range(50)]))
+
+
+@pytest.mark.parametrize("tiered", [False, True])
+def test_an_answer_over_the_series_cap_makes_the_source_unavailable(tiered: bool) -> None:
+    with serving(_Flood) as server:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        source = PrometheusSource(PrometheusConfig(url=url, max_series=49), refresh_budget=10 * tiered)
+        request = FetchRequest(
+            now=1700000000.0, windows=WINDOWS, scrape_interval=15.0, activity=ActivityHints(0.01)
+        )
+        with pytest.raises(SourceUnavailable, match="more than 49 series"):
+            source.fetch(request)
+        source.config = PrometheusConfig(url=url, max_series=50)
+        assert [g.uuid for g in source.fetch(request).gpus] == ["GPU-1"]
+
+
+def test_a_window_answer_over_the_cap_stops_while_streaming() -> None:
+    chunks = [[{"metric": {"UUID": "GPU-1", "gpueff_agg": "SM_ACTIVE:max"}, "value": [0, "1"]}] * 3] * 2
+    assert fold_window(chunks, 6)["GPU-1", ""]
+    with pytest.raises(SourceUnavailable, match="more than 5 series"):
+        fold_window(chunks, 5)
