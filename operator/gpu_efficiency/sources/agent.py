@@ -24,7 +24,8 @@ import httpx
 import orjson
 
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
-from gpu_efficiency.sources.base import FetchRequest, FetchResult, SourceUnavailable
+from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
+from gpu_efficiency.sources.labels import NODE_CONFLICT
 
 log = logging.getLogger(__name__)
 
@@ -247,14 +248,27 @@ def _quality(sample: GPUSample, now: float, max_staleness: float) -> tuple[bool,
 
 
 def merge_samples(
-    prometheus: Iterable[GPUSample], agent: Iterable[GPUSample], *, now: float, max_staleness: float
+    prometheus: Iterable[GPUSample],
+    agent: Iterable[GPUSample],
+    *,
+    now: float,
+    max_staleness: float,
+    drops: DropTally | None = None,
 ) -> list[GPUSample]:
     """One sample per GPU (UUID): the fresh one first, then the better activity signal (SM active over
     GR engine over GPU util), then coverage, then the newest; a tie goes to the agent. Samples are kept
-    whole (never mixed signal by signal: their sample densities differ); ``source`` tells which won."""
+    whole (never mixed signal by signal: their sample densities differ); ``source`` tells which won.
+    Where Prometheus places a GPU on another node than its agent, the agent's sample is taken and
+    the Prometheus one counted in ``drops`` (NODE_CONFLICT)."""
     chosen: dict[str, GPUSample] = {g.uuid: g for g in prometheus}
     for g in agent:
         other = chosen.get(g.uuid)
-        if other is None or _quality(g, now, max_staleness) >= _quality(other, now, max_staleness):
+        if other is not None and other.node != g.node:
+            # The agent reads the GPU through NVML on its own node; a Prometheus series placing
+            # the same GPU on another node is wrong (or forged) and never wins (safety rule 9).
+            chosen[g.uuid] = g
+            if drops is not None:
+                drops.add(NODE_CONFLICT)
+        elif other is None or _quality(g, now, max_staleness) >= _quality(other, now, max_staleness):
             chosen[g.uuid] = g
     return sorted(chosen.values(), key=lambda g: (g.node, g.index, g.uuid))

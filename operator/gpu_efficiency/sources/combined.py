@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.sources.agent import merge_samples
-from gpu_efficiency.sources.base import FetchRequest, FetchResult, SampleSource, SourceUnavailable
+from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult, SampleSource, SourceUnavailable
 
 
 @dataclass
@@ -30,11 +30,13 @@ class CombinedSource:
             agents_error
         )
         answered = [r for r in (prom, agents) if r is not None]
+        merged = DropTally()
         gpus = merge_samples(
             prom.gpus if prom else (),
             agents.gpus if agents else (),
             now=request.now,
             max_staleness=self.max_staleness,
+            drops=merged,
         )
         return FetchResult(
             gpus=tuple(gpus),
@@ -42,7 +44,7 @@ class CombinedSource:
             seconds=time.monotonic() - started,
             warnings=(*errors, *(w for r in answered for w in r.warnings)),
             then=prom.then if prom else None,
-            dropped=_summed(r.dropped for r in answered),
+            dropped=_summed([*(r.dropped for r in answered), merged.counts()]),
         )
 
 

@@ -40,7 +40,15 @@ from gpu_efficiency.sources.activity_cache import (
     rows_stats,
 )
 from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
-from gpu_efficiency.sources.labels import INVALID_ID, GPUKey, node_of, pod_of, raw_key_of, valid_key
+from gpu_efficiency.sources.labels import (
+    INVALID_ID,
+    NODE_CONFLICT,
+    GPUKey,
+    node_of,
+    pod_of,
+    raw_key_of,
+    valid_key,
+)
 from gpu_efficiency.sources.promql import (
     AGG_LABEL,
     AGGREGATIONS,
@@ -633,11 +641,6 @@ class _Identity:
     model: str = ""
     pods: set[PodRef] = field(default_factory=set)
     newest: float = NAN  # largest series value: the newest sample time with identity_query(timestamps=True)
-
-
-#: ``DropTally`` reason of a GPU whose series name more than one node (a GPU is on one node: at
-#: least one series lies, and which cannot be told, so none is believed).
-NODE_CONFLICT = "node-conflict"
 
 
 def _identities(

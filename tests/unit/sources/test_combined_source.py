@@ -1,10 +1,13 @@
 """Prometheus and agents together: either alone suffices; both down is blind; the better sample wins."""
 
+from dataclasses import replace
+
 import pytest
 
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
 from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable, StaticSource
 from gpu_efficiency.sources.combined import CombinedSource
+from gpu_efficiency.sources.labels import NODE_CONFLICT
 
 NOW = 1_700_000_000.0
 REQUEST = FetchRequest(now=NOW, windows={Window.ACTIVITY: 60.0}, scrape_interval=1.0)
@@ -54,3 +57,13 @@ def test_both_down_is_unavailable() -> None:
         CombinedSource(StaticSource(error="down"), StaticSource(error="gone"), max_staleness=120).fetch(
             REQUEST
         )
+
+
+def test_a_prometheus_series_placing_an_agents_gpu_on_another_node_never_wins() -> None:
+    """Prometheus' sample has the better signal (SM active) but names node "forged"; the agent
+    reads the GPU on node "n" through NVML: the agent's sample is kept and the other counted."""
+    forged = replace(sample("GPU-1", Signal.SM_ACTIVE, "prometheus"), node="forged")
+    agents = StaticSource([sample("GPU-1", Signal.GPU_UTIL, "agent")])
+    result = CombinedSource(StaticSource([forged]), agents, max_staleness=120).fetch(REQUEST)
+    assert [(g.uuid, g.node, g.source) for g in result.gpus] == [("GPU-1", "n", "agent")]
+    assert result.dropped == {NODE_CONFLICT: 1}

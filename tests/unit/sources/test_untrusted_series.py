@@ -18,9 +18,8 @@ from tests.unit.sources.fake_http import QuietHandler, serving
 
 from gpu_efficiency.engine.model import Window
 from gpu_efficiency.sources.base import ActivityHints, FaultHints, FetchRequest, SourceUnavailable
-from gpu_efficiency.sources.labels import INVALID_ID, valid_uuid
+from gpu_efficiency.sources.labels import INVALID_ID, NODE_CONFLICT, valid_uuid
 from gpu_efficiency.sources.prometheus import (
-    NODE_CONFLICT,
     PrometheusConfig,
     PrometheusSource,
     fold_window,
