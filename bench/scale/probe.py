@@ -165,13 +165,13 @@ def install(trace_path: str) -> None:
         local.series += len(result)
         return result
 
-    def run_query(self: Any, query: Any, at: float) -> Any:
+    def run_query(self: Any, query: Any, at: float, *rest: Any) -> Any:
         local.server, local.bytes, local.series = 0.0, 0, 0
         t0 = time.time()
         p0 = time.perf_counter()
         ok = False
         try:
-            result = original_run_query(self, query, at)
+            result = original_run_query(self, query, at, *rest)
             ok = True
             return result
         finally:

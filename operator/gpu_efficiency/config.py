@@ -9,6 +9,17 @@ from typing import Any
 
 from gpu_efficiency.api.policy import ALWAYS_PROTECTED_NAMESPACES
 
+#: Default label matchers of every DCGM query: the scrape jobs (a label Prometheus itself sets) of
+#: dcgm-exporter as the GPU Operator (nvidia-dcgm-exporter), its own chart (dcgm-exporter) and
+#: NVIDIA's kube-prometheus example (gpu-metrics) name them, a plain "dcgm" job, and this chart's
+#: node agent (node-agent). Series another tenant's scrape target publishes carry its own job and
+#: are not read. Set --prometheus-matchers to your exporter's job (and, with honorLabels false, its
+#: namespace, e.g. namespace="gpu-operator"); an explicit empty value reads every job.
+DEFAULT_MATCHERS = 'job=~"nvidia-dcgm-exporter|dcgm-exporter|gpu-metrics|dcgm|node-agent"'
+#: Default cap on the series of one Prometheus answer (--prometheus-max-series): ~30,000 GPUs'
+#: activity windows (67 series a GPU). More means a flood: the cycle reads "metrics unavailable".
+DEFAULT_MAX_SERIES = 2_000_000
+
 
 def _env(name: str, default: str = "") -> str:
     return os.environ.get(f"GPUEFF_{name}", default)
@@ -25,7 +36,8 @@ class OperatorConfig:
     prometheus_basic_auth_file: str | None = None
     prometheus_ca_file: str | None = None
     prometheus_insecure: bool = False
-    prometheus_matchers: str = ""
+    prometheus_matchers: str = DEFAULT_MATCHERS
+    prometheus_max_series: int = DEFAULT_MAX_SERIES
     prometheus_refresh_budget: int = 0  # > 0: tiered activity refresh (sources/activity_cache.py)
     #: URL prefixes that may receive the Prometheus credentials; empty: only ``prometheus_url``
     prometheus_credentials_for: tuple[str, ...] = ()
@@ -81,8 +93,14 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     )
     a(
         "--prometheus-matchers",
-        default=_env("PROMETHEUS_MATCHERS"),
-        help='extra label matchers, e.g. job="dcgm"',
+        default=_env("PROMETHEUS_MATCHERS", DEFAULT_MATCHERS),
+        help=f"label matchers added to every DCGM selector (default {DEFAULT_MATCHERS}; empty: any job)",
+    )
+    a(
+        "--prometheus-max-series",
+        type=int,
+        default=int(_env("PROMETHEUS_MAX_SERIES", str(DEFAULT_MAX_SERIES))),
+        help="most series one Prometheus answer may hold; more makes the cycle's metrics unavailable",
     )
     a(
         "--prometheus-credentials-for",
@@ -185,6 +203,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         prometheus_insecure=args.prometheus_insecure_skip_verify,
         prometheus_matchers=args.prometheus_matchers,
         prometheus_credentials_for=_split(args.prometheus_credentials_for),
+        prometheus_max_series=max(1, args.prometheus_max_series),
         namespace=args.namespace,
         protected_namespaces=_split(args.protected_namespaces),
         agent_urls=_split(args.agent_urls),

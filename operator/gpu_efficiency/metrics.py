@@ -38,6 +38,12 @@ EVICTIONS = Counter(
     ["policy", "result"],
     registry=REGISTRY,
 )
+DROPPED_SAMPLES = Counter(
+    "gpu_efficiency_dropped_samples",
+    "Metric series or GPUs dropped as untrustworthy, by reason (see status.droppedSamples).",
+    ["policy", "reason"],
+    registry=REGISTRY,
+)
 IDLE_GPU_HOURS = Counter(
     "gpu_efficiency_idle_gpu_hours",
     "GPU-hours spent idle: each cycle adds its idle GPUs times the time since the previous cycle "
@@ -118,6 +124,7 @@ POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
     PROM_QUERIES,
     API_WRITES,
     STATUS_WRITES_FAILED,
+    DROPPED_SAMPLES,
     LAST_CYCLE,
     *POLICY_GAUGES,
 )

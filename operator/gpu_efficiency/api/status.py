@@ -88,3 +88,9 @@ class GPUEfficiencyPolicyStatus(StatusModel):
     """Accumulated cost of idle GPU-hours."""
     quarantined_nodes: list[QuarantinedNode] = Field(default_factory=list)
     """Nodes held faulted by this policy."""
+    dropped_samples: dict[str, int] = Field(default_factory=dict)
+    """Metric series or GPUs dropped as untrustworthy in the last cycle, by reason:
+    invalid-gpu-id, node-conflict (one GPU on two nodes), pod-node-mismatch (a pod label on a GPU
+    of another node than the pod's), gpus-exceed-capacity (a node reporting more GPUs than it has:
+    its fault windows are not believed), contradicts-agent (a Prometheus reading below what the
+    node agent's busy reading of the same GPU implies: the agent's is used)."""

@@ -27,6 +27,17 @@ ACTIVITY_CHAIN: tuple[tuple[Signal, float, float], ...] = (
 )
 
 
+#: The most streaming multiprocessors of any NVIDIA GPU (GB202: 192). While a kernel runs, at least
+#: one warp is resident on at least one SM, so a GPU whose kernels ran a share ``u`` of the window
+#: (GPU_UTIL) has an SM (and GR engine) activity of at least ``u / MAX_SMS_PER_GPU``: below that the
+#: readings contradict each other and one of them is wrong (or forged).
+MAX_SMS_PER_GPU = 192
+#: GPU_UTIL (as a fraction) from which a contradiction is judged. GPU_UTIL and the profiling fields
+#: are sampled by different counters at different periods; averaged over a whole window they may
+#: differ by a scrape period's worth, never by kernels having run for half the window.
+CONTRADICTION_UTIL = 0.5
+
+
 @dataclass(frozen=True, slots=True)
 class DataBounds:
     """How many samples are enough and how old the newest may be, for one GPU and window."""
@@ -113,10 +124,35 @@ def gpu_activity(sample: GPUSample, bounds: DataBounds) -> GPUActivity:
             continue
         why = insufficiency(stats, upper, bounds)
         if not why:
+            conflict = contradiction(signal, stats, window, bounds)
+            if conflict:
+                return GPUActivity(sample.uuid, None, float("nan"), float("nan"), conflict)
             return GPUActivity(sample.uuid, signal, stats.max * scale, stats.avg * scale)
         problems.append(f"{signal.value}: {why}")
     reason = "; ".join(problems) if problems else "no activity signal (SM_ACTIVE, GR_ENGINE_ACTIVE, GPU_UTIL)"
     return GPUActivity(sample.uuid, None, float("nan"), float("nan"), reason)
+
+
+CONTRADICTING = "contradicting signals"
+
+
+def contradiction(signal: Signal, stats: Stats, window: Mapping[Signal, Stats], bounds: DataBounds) -> str:
+    """Why ``signal``'s low reading cannot be believed ('' when it can): another usable signal of
+    the same window says kernels ran (safety rule 9: one signal never overrides a contradicting one
+    into a destructive verdict). SM and GR engine activity are checked against GPU_UTIL."""
+    if signal is Signal.GPU_UTIL:
+        return ""
+    util = gpu_util_fraction(window, bounds)
+    if util is None or util < CONTRADICTION_UTIL:
+        return ""
+    floor = util / MAX_SMS_PER_GPU
+    if stats.avg >= floor:
+        return ""
+    return (
+        f"{CONTRADICTING}: {signal.value} average {stats.avg:.4f} while "
+        f"{Signal.GPU_UTIL.value} average {util * 100:.0f} % says kernels ran; running kernels keep "
+        f"at least one SM of at most {MAX_SMS_PER_GPU} busy ({floor:.4f}), so one reading is wrong"
+    )
 
 
 def gpu_util_fraction(window: Mapping[Signal, Stats], bounds: DataBounds) -> float | None:

@@ -170,6 +170,8 @@ class Snapshot:
     metrics_error: str = ""
     protected_namespaces: frozenset[str] = frozenset()  # operator's own + ALWAYS_PROTECTED + spec
     senior_policies: tuple[SeniorPolicy, ...] = ()  # overlapping policies judge each pod/node once
+    #: Series or GPUs the source dropped as untrustworthy, by reason (folded into status.droppedSamples).
+    dropped_samples: Mapping[str, int] = field(default_factory=dict)
 
 
 class Verdict(StrEnum):

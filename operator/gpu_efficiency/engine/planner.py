@@ -8,7 +8,7 @@ destructive happens.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
@@ -61,6 +61,7 @@ from gpu_efficiency.engine.podannotations import (
 )
 from gpu_efficiency.engine.selection import Scope, build_scope
 from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.engine.trust import merged_counts, vet_samples
 from gpu_efficiency.engine.underutilization import RECOMMENDATIONS, Finding, diagnose, verdict_of
 from gpu_efficiency.engine.waste import elapsed_hours, idle_waste
 
@@ -348,6 +349,7 @@ def _status(
     faults: FaultOutcome | None,
     shadowed: Mapping[str, int],
     unattributed: str = "",
+    dropped: Mapping[str, int] | None = None,
 ) -> tuple[GPUEfficiencyPolicyStatus, list[PolicyEvent]]:
     """The new status and the policy events its condition flips call for.
 
@@ -386,9 +388,11 @@ def _status(
             f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated", now, generation,
         )  # fmt: skip
     elif snapshot.metrics_available:
+        untrusted = ", ".join(f"{reason} {count}" for reason, count in (dropped or {}).items())
         conditions = set_condition(
             conditions, names.COND_METRICS, "True", "MetricsRead",
-            f"samples for {len(snapshot.gpus)} GPUs", now, generation,
+            f"samples for {len(snapshot.gpus)} GPUs"
+            + (f"; dropped as untrustworthy: {untrusted}" if untrusted else ""), now, generation,
         )  # fmt: skip
         conditions = set_condition(
             conditions, names.COND_READY, "True", "Evaluated",
@@ -450,6 +454,7 @@ def _status(
             "estimated_waste_per_hour": waste.per_hour,
             "estimated_waste_total": previous.estimated_waste_total + waste.cost,
             "quarantined_nodes": quarantined,
+            "dropped_samples": dict(dropped or {}),
         }
     )
     return status, events
@@ -471,7 +476,9 @@ def _metrics_unavailable(
     notes = [reason, *faults.notes]
     if len(fault_actions) < len(faults.actions):
         notes.append("taints dropped: no new taint while metrics are unavailable")
-    status, events = _status(snapshot, params, verdicts, 0, warned, [], faults, shadowed)
+    status, events = _status(
+        snapshot, params, verdicts, 0, warned, [], faults, shadowed, "", snapshot.dropped_samples
+    )
     return Plan(actions=(*fault_actions, *events), verdicts=verdicts, status=status, notes=tuple(notes))
 
 
@@ -605,6 +612,9 @@ def evaluate(
                     record = PodRecord(pod, verdict)
         return Evaluation(plan, params, record, focus_exclusion)
 
+    vetted = vet_samples(snapshot.gpus, snapshot.pods, snapshot.nodes)
+    dropped = merged_counts(snapshot.dropped_samples, vetted.dropped)
+    snapshot = replace(snapshot, gpus=vetted.gpus)
     pod_gpus = _index_pods(snapshot.gpus)
     if memo is not None:
         memo.begin(params)
@@ -652,7 +662,7 @@ def evaluate(
     notes.extend(selection.notes)
     status, policy_events = _status(
         snapshot, params, verdicts, len(evaluated_gpus), warned, list(idle_gpus.values()), faults,
-        shadowed, _unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx),
+        shadowed, _unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx), dropped,
     )  # fmt: skip
     actions.extend(policy_events)
     actions.extend(

@@ -48,7 +48,9 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from gpu_efficiency.gcpause import gc_paused
+from gpu_efficiency.sources.agent import CONTRADICTS_AGENT
 from gpu_efficiency.sources.base import (
     ActivityHints,
     FaultHints,
@@ -58,6 +60,10 @@ from gpu_efficiency.sources.base import (
     SourceUnavailable,
 )
 from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
+from gpu_efficiency.sources.labels import INVALID_ID, NODE_CONFLICT
+
+#: Why samples are dropped as untrustworthy (gpu_efficiency_dropped_samples_total's reason label).
+DROP_REASONS = (INVALID_ID, NODE_CONFLICT, POD_NODE_MISMATCH, GPUS_EXCEED_CAPACITY, CONTRADICTS_AGENT)
 
 log = logging.getLogger(__name__)
 
@@ -327,6 +333,7 @@ class CycleRunner:
             protected_namespaces=self.config.all_protected_namespaces
             | frozenset(spec.selection.excluded_namespaces),
             senior_policies=seniors,
+            dropped_samples=result.dropped if result is not None else {},
         )
         return snapshot, cluster, result
 
@@ -430,6 +437,10 @@ def _record_metrics(
     metrics.reset_labelled(metrics.DIAGNOSES, name, diagnoses)
     metrics.IDLE_GPUS.labels(name).set(status.idle_gpus)
     metrics.IDLE_GPU_HOURS.labels(name).inc(max(0.0, status.idle_gpu_hours - snapshot.status.idle_gpu_hours))
+    for reason in DROP_REASONS:  # exported at 0 from the first cycle, so an alert's rate() sees the first
+        metrics.DROPPED_SAMPLES.labels(name, reason)
+    for reason, count in plan.status.dropped_samples.items():
+        metrics.DROPPED_SAMPLES.labels(name, reason).inc(count)
     metrics.WASTE_PER_HOUR.labels(name).set(status.estimated_waste_per_hour)
     metrics.BREAKER_OPEN.labels(name).set(
         1 if any(c.type == names.COND_BREAKER and c.status == "True" for c in status.conditions) else 0

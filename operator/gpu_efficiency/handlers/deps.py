@@ -106,6 +106,7 @@ class SourceCache:
                 insecure_skip_verify=config.prometheus_insecure,
                 timeout=timeout,
                 matchers=config.prometheus_matchers,
+                max_series=config.prometheus_max_series,
             ),
             refresh_budget=config.prometheus_refresh_budget,
         )

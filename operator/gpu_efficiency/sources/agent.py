@@ -23,9 +23,11 @@ from typing import Any
 import httpx
 import orjson
 
+from gpu_efficiency.engine.activity import ACTIVITY_CHAIN, CONTRADICTION_UTIL, MAX_SMS_PER_GPU
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
-from gpu_efficiency.sources.base import FetchRequest, FetchResult, SourceUnavailable
+from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
 from gpu_efficiency.sources.deadline import deadline, httpx_socket
+from gpu_efficiency.sources.labels import NODE_CONFLICT
 
 log = logging.getLogger(__name__)
 
@@ -327,14 +329,67 @@ def _quality(sample: GPUSample, now: float, max_staleness: float) -> tuple[bool,
 
 
 def merge_samples(
-    prometheus: Iterable[GPUSample], agent: Iterable[GPUSample], *, now: float, max_staleness: float
+    prometheus: Iterable[GPUSample],
+    agent: Iterable[GPUSample],
+    *,
+    now: float,
+    max_staleness: float,
+    drops: DropTally | None = None,
 ) -> list[GPUSample]:
     """One sample per GPU (UUID): the fresh one first, then the better activity signal (SM active over
     GR engine over GPU util), then coverage, then the newest; a tie goes to the agent. Samples are kept
-    whole (never mixed signal by signal: their sample densities differ); ``source`` tells which won."""
+    whole (never mixed signal by signal: their sample densities differ); ``source`` tells which won.
+    Where Prometheus places a GPU on another node than its agent (NODE_CONFLICT), or reads it less
+    active than the agent's fresh busy reading allows (CONTRADICTS_AGENT), the agent's sample is
+    taken and the Prometheus one counted in ``drops``."""
     chosen: dict[str, GPUSample] = {g.uuid: g for g in prometheus}
     for g in agent:
         other = chosen.get(g.uuid)
-        if other is None or _quality(g, now, max_staleness) >= _quality(other, now, max_staleness):
+        if other is not None and other.node != g.node:
+            # The agent reads the GPU through NVML on its own node; a Prometheus series placing
+            # the same GPU on another node is wrong (or forged) and never wins (safety rule 9).
+            chosen[g.uuid] = g
+            if drops is not None:
+                drops.add(NODE_CONFLICT)
+        elif other is not None and _contradicts_agent(other, g, now - max_staleness):
+            # Prometheus' activity is below what the agent's fresh reading of the same GPU says its
+            # kernels physically imply: believe the agent, which reads NVML on the node itself.
+            chosen[g.uuid] = g
+            if drops is not None:
+                drops.add(CONTRADICTS_AGENT)
+        elif other is None or _quality(g, now, max_staleness) >= _quality(other, now, max_staleness):
             chosen[g.uuid] = g
     return sorted(chosen.values(), key=lambda g: (g.node, g.index, g.uuid))
+
+
+#: ``DropTally`` reason of a Prometheus sample whose activity its GPU's agent contradicts.
+CONTRADICTS_AGENT = "contradicts-agent"
+
+
+def _kernel_share(sample: GPUSample, oldest: float) -> float:
+    """The largest fresh share of the window a kernel ran on this GPU by its own readings (GPU_UTIL,
+    and SM / GR engine activity, which cannot exceed it); 0 when none is known."""
+    activity = sample.stats.get(Window.ACTIVITY, {})
+    share = 0.0
+    for signal, _, scale in ACTIVITY_CHAIN:
+        stats = activity.get(signal)
+        if stats is not None and stats.count > 0 and stats.last_timestamp >= oldest:
+            value = stats.avg * scale
+            if math.isfinite(value) and value > share:
+                share = min(value, 1.0)
+    return share
+
+
+def _contradicts_agent(prometheus: GPUSample, agent: GPUSample, oldest: float) -> bool:
+    """Does the agent's fresh reading say kernels ran (CONTRADICTION_UTIL of the window or more)
+    while Prometheus' best activity signal stays below what that implies (``contradiction``'s
+    physical bound: at least one SM of at most MAX_SMS_PER_GPU busy while a kernel runs)?"""
+    share = _kernel_share(agent, oldest)
+    if share < CONTRADICTION_UTIL:
+        return False
+    activity = prometheus.stats.get(Window.ACTIVITY, {})
+    for signal, _, scale in ACTIVITY_CHAIN:  # the signal the engine would judge Prometheus' sample by
+        stats = activity.get(signal)
+        if stats is not None and stats.count > 0:
+            return not stats.avg * scale >= share / MAX_SMS_PER_GPU  # NaN contradicts too
+    return False

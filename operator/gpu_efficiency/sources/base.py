@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -49,6 +50,24 @@ class FetchRequest:
     activity: ActivityHints | None = None
 
 
+class DropTally:
+    """Series (or GPUs) a source dropped during one fetch, by reason; thread-safe, since a fetch
+    decodes its answers on a pool. Reasons are short kebab-case words (metric label values)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def add(self, reason: str, count: int = 1) -> None:
+        if count > 0:
+            with self._lock:
+                self._counts[reason] = self._counts.get(reason, 0) + count
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
 @dataclass(frozen=True, slots=True)
 class FetchResult:
     gpus: tuple[GPUSample, ...]
@@ -61,6 +80,8 @@ class FetchResult:
     #: cycle to start once it has made its writes, so that it does not compete with them for the
     #: CPU. Returns how many GPUs it started refreshing. One-shot commands never start it.
     then: Callable[[], int] | None = None
+    #: Series or GPUs dropped as untrustworthy, by reason (``DropTally``): shown in policy status.
+    dropped: Mapping[str, int] = field(default_factory=dict)
 
 
 class SampleSource(Protocol):

@@ -7,10 +7,11 @@ Prometheus covers nodes without an agent. Only when both fail is the cycle blind
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.sources.agent import merge_samples
-from gpu_efficiency.sources.base import FetchRequest, FetchResult, SampleSource, SourceUnavailable
+from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult, SampleSource, SourceUnavailable
 
 
 @dataclass
@@ -29,11 +30,13 @@ class CombinedSource:
             agents_error
         )
         answered = [r for r in (prom, agents) if r is not None]
+        merged = DropTally()
         gpus = merge_samples(
             prom.gpus if prom else (),
             agents.gpus if agents else (),
             now=request.now,
             max_staleness=self.max_staleness,
+            drops=merged,
         )
         return FetchResult(
             gpus=tuple(gpus),
@@ -41,7 +44,16 @@ class CombinedSource:
             seconds=time.monotonic() - started,
             warnings=(*errors, *(w for r in answered for w in r.warnings)),
             then=prom.then if prom else None,
+            dropped=_summed([*(r.dropped for r in answered), merged.counts()]),
         )
+
+
+def _summed(tallies: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for tally in tallies:
+        for reason, count in tally.items():
+            out[reason] = out.get(reason, 0) + count
+    return out
 
 
 def _try(source: SampleSource, request: FetchRequest) -> tuple[FetchResult | None, str]:

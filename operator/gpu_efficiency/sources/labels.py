@@ -6,6 +6,7 @@ renames them ``exported_pod``/...; old exporters used ``pod_name``/``pod_namespa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -49,6 +50,37 @@ class GPUKey:
         return f"{self.uuid}/{self.instance_id}" if self.instance_id else self.uuid
 
 
-def key_of(labels: Mapping[str, str]) -> GPUKey | None:
+#: What a GPU identifier may look like: NVML's ``GPU-<hex 8-4-4-4-12>`` and ``MIG-<hex ...>``, the
+#: legacy ``MIG-GPU-<uuid>/<gi>/<ci>``, and the short ``GPU-<name>`` of simulators: ``GPU-`` or
+#: ``MIG-`` then ASCII letters, digits and ``-_.:/``, at most 128 characters. Anything else (a
+#: newline, a quote, a backslash, non-ASCII) is not a GPU and would only break the PromQL it is
+#: listed in (issue 19, finding 6).
+_UUID_SHAPE = re.compile(r"(?:GPU|MIG)-[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}", re.ASCII)
+_INSTANCE_SHAPE = re.compile(r"[0-9]{0,9}", re.ASCII)
+#: ``SourceDrops`` reason of a series whose GPU identifier has none of the shapes above.
+INVALID_ID = "invalid-gpu-id"
+#: ``DropTally`` reason of a GPU whose series name more than one node (a GPU is on one node: at
+#: least one series lies; where no agent says which, none is believed).
+NODE_CONFLICT = "node-conflict"
+
+
+def valid_uuid(text: str) -> bool:
+    """Is ``text`` shaped like a GPU or MIG identifier (see ``_UUID_SHAPE``)?"""
+    return _UUID_SHAPE.fullmatch(text) is not None
+
+
+def valid_key(uuid: str, instance_id: str) -> bool:
+    """A well-formed GPU identifier and MIG GPU-instance id (digits, or '' for a whole GPU)."""
+    return valid_uuid(uuid) and _INSTANCE_SHAPE.fullmatch(instance_id) is not None
+
+
+def raw_key_of(labels: Mapping[str, str]) -> GPUKey | None:
+    """The GPU a series names, as written (None: it names none)."""
     uuid = labels.get("UUID") or labels.get("uuid") or ""
     return GPUKey(uuid=uuid, instance_id=labels.get("GPU_I_ID", "")) if uuid else None
+
+
+def key_of(labels: Mapping[str, str]) -> GPUKey | None:
+    """The GPU a series names, or None when it names none or a malformed one (``valid_key``)."""
+    key = raw_key_of(labels)
+    return key if key is not None and valid_key(key.uuid, key.instance_id) else None

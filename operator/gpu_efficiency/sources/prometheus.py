@@ -39,9 +39,17 @@ from gpu_efficiency.sources.activity_cache import (
     plan_refresh,
     rows_stats,
 )
-from gpu_efficiency.sources.base import FetchRequest, FetchResult, SourceUnavailable
+from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
 from gpu_efficiency.sources.deadline import Deadline, deadline, requests_fileno
-from gpu_efficiency.sources.labels import GPUKey, key_of, node_of, pod_of
+from gpu_efficiency.sources.labels import (
+    INVALID_ID,
+    NODE_CONFLICT,
+    GPUKey,
+    node_of,
+    pod_of,
+    raw_key_of,
+    valid_key,
+)
 from gpu_efficiency.sources.promql import (
     AGG_LABEL,
     AGGREGATIONS,
@@ -76,6 +84,9 @@ class PrometheusConfig:
     timeout: float = 10.0
     retries: int = 2
     matchers: str = ""  # extra label matchers for every selector, e.g. 'job="dcgm"'
+    #: Most series one answer may hold; more raises SourceUnavailable (a flood of forged series
+    #: makes the cycle blind, never half-read). 0: no cap.
+    max_series: int = 0
     extra_headers: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -273,23 +284,32 @@ class PrometheusSource:
         return self._exchange(text, at, lambda response: response.content)
 
     def query(self, text: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
-        """Run one instant query; SourceUnavailable on any transport, auth or PromQL error."""
-        return decode_vector(self._body(text, at))
+        """Run one instant query; SourceUnavailable on any transport, auth or PromQL error, or
+        when the answer holds more than ``max_series`` series."""
+        series = decode_vector(self._body(text, at))
+        _check_cap(len(series), self.config.max_series)
+        return series
 
     def window_values(self, query: Query, at: float | None = None) -> WindowValues:
-        """Run a window query, folding its series as they stream in (see ``iter_vector``)."""
+        """Run a window query, folding its series as they stream in (see ``iter_vector``);
+        SourceUnavailable as soon as more than ``max_series`` series have come."""
         return self._exchange(
-            query.text, at, lambda response: fold_window(iter_vector(response.iter_content(1 << 20)))
+            query.text,
+            at,
+            lambda response: fold_window(iter_vector(response.iter_content(1 << 20)), self.config.max_series),
         )
 
-    def _run(self, query: Query, at: float) -> Any:
-        """What the fetch needs from one query: identities, candidates or a window's values."""
+    def _run(self, query: Query, at: float, drops: DropTally | None = None) -> Any:
+        """What the fetch needs from one query: identities, candidates or a window's values.
+        Series naming a malformed GPU identifier are dropped (and counted in ``drops``): listed in a
+        later query's regex, one of them used to make Prometheus reject the whole fetch."""
         if query.window is not None:
             return self.window_values(query, at)
         series = self.query(query.text, at)
+        drops = drops if drops is not None else DropTally()
         if query.idle:
-            return {(labels.get("UUID", ""), labels.get("GPU_I_ID", "")) for labels, _ in series}
-        return _candidates(series) if query.candidates else _identities(series)
+            return _idle_keys(series, drops)
+        return _candidates(series, drops) if query.candidates else _identities(series, drops)
 
     def check(self) -> bool:
         """Is Prometheus reachable and healthy? For startup logs and readiness."""
@@ -316,6 +336,7 @@ class PrometheusSource:
         started = time.monotonic()
         identity: dict[GPUKey, _Identity] = {}
         windows: dict[Window, WindowValues] = {}
+        drops = DropTally()
 
         def take(query: Query, result: Any) -> list[Query]:
             nonlocal identity
@@ -327,9 +348,13 @@ class PrometheusSource:
 
         with gc_paused():
             queries = self._first_round(request)
-            sent = self._run_rounds(queries, request.now, take, len(queries) + len(FILTERED_WINDOWS))
+            sent = self._run_rounds(
+                queries, request.now, take, len(queries) + len(FILTERED_WINDOWS), drops=drops
+            )
             gpus = samples(identity, windows, request)
-        return FetchResult(gpus=gpus, queries=sent, seconds=time.monotonic() - started)
+        return FetchResult(
+            gpus=gpus, queries=sent, seconds=time.monotonic() - started, dropped=drops.counts()
+        )
 
     def _run_rounds(
         self,
@@ -338,18 +363,19 @@ class PrometheusSource:
         take: Callable[[Query, Any], list[Query]],
         workers: int,
         meanwhile: Callable[[], None] | None = None,
+        drops: DropTally | None = None,
     ) -> int:
         """Run ``queries`` concurrently; ``take`` gets each answer as it arrives and returns the
         queries it makes necessary (a later round), which run on the same pool; ``meanwhile`` is
         called whenever queries are still in flight after that. Returns how many were sent."""
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            pending = {pool.submit(self._run, q, at): q for q in queries}
+            pending = {pool.submit(self._run, q, at, drops): q for q in queries}
             sent = len(pending)
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     for more in take(pending.pop(future), future.result()):
-                        pending[pool.submit(self._run, more, at)] = more
+                        pending[pool.submit(self._run, more, at, drops)] = more
                         sent += 1
                 if pending and meanwhile is not None:
                     meanwhile()
@@ -383,6 +409,7 @@ class PrometheusSource:
         ]
         cache = self._cache(seconds)
         state = _TieredRound()
+        drops = DropTally()
         settle_s = seconds + 2 * request.scrape_interval
 
         def take(query: Query, result: Any) -> list[Query]:
@@ -408,7 +435,9 @@ class PrometheusSource:
             return more
 
         with gc_paused():
-            sent = self._run_rounds(queries, request.now, take, MAX_ACTIVITY_CHUNKS + 8, state.build_carried)
+            sent = self._run_rounds(
+                queries, request.now, take, MAX_ACTIVITY_CHUNKS + 8, state.build_carried, drops
+            )
             if state.identity is None or state.plan is None:
                 raise SourceUnavailable("Prometheus answered no identity or idle-candidates query")
             plan = state.plan
@@ -443,6 +472,7 @@ class PrometheusSource:
             refreshed=len(plan.refresh),
             carried=len(plan.carried),
             then=functools.partial(self._refresh_oldest, cache, request.now, settle_s, seconds),
+            dropped=drops.counts(),
         )
 
     def _refresh_oldest(self, cache: ActivityCache, at: float, settle_s: float, seconds: float) -> int:
@@ -606,15 +636,33 @@ def listed_chunks(
     ]
 
 
-def _candidates(series: Iterable[tuple[Mapping[str, str], float]]) -> dict[Window, set[str]]:
+def _candidates(
+    series: Iterable[tuple[Mapping[str, str], float]], drops: DropTally
+) -> dict[Window, set[str]]:
     """The candidates query's answer: per filtered window, the UUIDs of the GPUs to fetch."""
     windows = {w.value: w for w in FILTERED_WINDOWS}
     out: dict[Window, set[str]] = {}
     for labels, _ in series:
         window = windows.get(labels.get(CANDIDATE_LABEL, ""))
         uuid = labels.get("UUID")
-        if window is not None and uuid:
-            out.setdefault(window, set()).add(uuid)
+        if window is None or not uuid:
+            continue
+        if not valid_key(uuid, labels.get("GPU_I_ID", "")):
+            drops.add(INVALID_ID)
+            continue
+        out.setdefault(window, set()).add(uuid)
+    return out
+
+
+def _idle_keys(series: Iterable[tuple[Mapping[str, str], float]], drops: DropTally) -> set[tuple[str, str]]:
+    """The idle-candidates query's answer: the (UUID, GPU_I_ID) keys it names."""
+    out: set[tuple[str, str]] = set()
+    for labels, _ in series:
+        key = (labels.get("UUID", ""), labels.get("GPU_I_ID", ""))
+        if valid_key(*key):
+            out.add(key)
+        else:
+            drops.add(INVALID_ID)
     return out
 
 
@@ -627,22 +675,40 @@ class _Identity:
     newest: float = NAN  # largest series value: the newest sample time with identity_query(timestamps=True)
 
 
-def _identities(series: Iterable[tuple[dict[str, str], float]]) -> dict[GPUKey, _Identity]:
+def _identities(
+    series: Iterable[tuple[dict[str, str], float]], drops: DropTally | None = None
+) -> dict[GPUKey, _Identity]:
+    """One identity per GPU from the identity query's series (one per GPU and attributed pod).
+    Malformed identifiers and GPUs claimed by two nodes are dropped and counted."""
     out: dict[GPUKey, _Identity] = {}
+    conflicts: set[GPUKey] = set()
+    drops = drops if drops is not None else DropTally()
     for labels, value in series:
-        key = key_of(labels)
+        key = raw_key_of(labels)
         if key is None:
             continue
+        if not valid_key(key.uuid, key.instance_id):
+            drops.add(INVALID_ID)
+            continue
+        node = node_of(labels)
         ident = out.get(key)
         if ident is None:
             ident = out[key] = _Identity(
-                node=node_of(labels), index=labels.get("gpu", ""), model=labels.get("modelName", "")
+                node=node, index=labels.get("gpu", ""), model=labels.get("modelName", "")
             )
+        elif node and node != ident.node:
+            if ident.node:
+                conflicts.add(key)
+            else:
+                ident.node = node
         pod = pod_of(labels)
         if pod is not None:
             ident.pods.add(pod)
         if math.isfinite(value) and not value <= ident.newest:  # max, NaN-safe
             ident.newest = value
+    for key in conflicts:
+        del out[key]
+    drops.add(NODE_CONFLICT, len(conflicts))
     return out
 
 
@@ -669,14 +735,28 @@ _TAGS: dict[str, tuple[Signal, int]] = {
 }
 
 
-def fold_window(chunks: Iterable[Iterable[Mapping[str, Any]]]) -> WindowValues:
-    """A window query's series (each tagged ``SIGNAL:agg`` for one GPU key) as ``WindowValues``."""
+def _check_cap(series: int, cap: int) -> None:
+    if cap > 0 and series > cap:
+        raise SourceUnavailable(
+            f"Prometheus answered more than {cap} series (--prometheus-max-series): forged or "
+            "duplicated series? Nothing is judged from a partial answer"
+        )
+
+
+def fold_window(chunks: Iterable[Iterable[Mapping[str, Any]]], max_series: int = 0) -> WindowValues:
+    """A window query's series (each tagged ``SIGNAL:agg`` for one GPU key) as ``WindowValues``;
+    SourceUnavailable past ``max_series`` series (0: no cap)."""
     out: WindowValues = {}
     tags, fields = _TAGS, len(_FIELDS)
     last_key: tuple[str, str] | None = None
     per_gpu: dict[Signal, list[float]] = {}
+    seen = 0
     try:
         for items in chunks:
+            if not isinstance(items, list):
+                items = list(items)
+            seen += len(items)
+            _check_cap(seen, max_series)
             for item in items:
                 labels = item.get("metric") or {}
                 uuid = labels.get("UUID")

@@ -198,8 +198,8 @@ def _held_nodes(nodes: frozenset[str], matchers: str) -> str | None:
 
 
 def re_escape(name: str) -> str:
-    """Escape a node name (a DNS subdomain: only '.' is special) for a regex in a PromQL string."""
-    return name.replace(".", "\\\\.")
+    """Escape a node name for a regex in a PromQL string (see ``_regex_literal``)."""
+    return _regex_literal(name)
 
 
 def fault_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
@@ -359,14 +359,26 @@ def restricted_query(
     return window_query(window, seconds, matchers, window_filter(window, seconds, hints, matchers))
 
 
+#: Characters that stand for themselves both in a RE2 regex and in a PromQL double-quoted string.
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+#: ASCII punctuation RE2 takes escaped with a backslash (not '"', which would end the PromQL string,
+#: nor the backslash, which PromQL would read as an escape again: both go as hex).
+_PUNCTUATION = frozenset("!#$%&'()*+,./:;<=>?@[]^`{|}~")
+
+
+def _regex_char(char: str) -> str:
+    if char in _PLAIN:
+        return char
+    if char in _PUNCTUATION:
+        return "\\\\" + char
+    return f"\\\\x{{{ord(char):x}}}"
+
+
 def _regex_literal(text: str) -> str:
-    """``text`` as a literal inside a RE2 regex inside a PromQL double-quoted string."""
-    out = []
-    for char in text:
-        if char.isalnum() or char in "-_:/":
-            out.append(char)
-        elif char == '"':
-            out.append('\\"')
-        else:
-            out.append("\\\\" + char)
-    return "".join(out)
+    """``text`` as a literal inside a RE2 regex inside a PromQL double-quoted string.
+
+    ASCII punctuation is escaped with a backslash, everything else (quote, space, control and
+    non-ASCII characters) as RE2's ``\\x{hex}``; each backslash is doubled for the PromQL string.
+    Valid for any text, where a bare backslash before a letter or a non-ASCII character makes an
+    escape RE2 or PromQL rejects (``\\c``, ``\\é``) and a raw newline ends the string."""
+    return "".join([_regex_char(char) for char in text])

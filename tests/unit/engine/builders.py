@@ -267,6 +267,7 @@ def snapshot(
     metrics_available: bool = True,
     metrics_error: str = "",
     protected: frozenset[str] = frozenset({"kube-system", "gpu-efficiency-system"}),
+    dropped: Mapping[str, int] | None = None,
 ) -> Snapshot:
     gpus = tuple(gpus)
     if nodes is None:
@@ -284,6 +285,7 @@ def snapshot(
         metrics_available=metrics_available,
         metrics_error=metrics_error,
         protected_namespaces=protected,
+        dropped_samples=dict(dropped or {}),
     )
 
 

@@ -74,7 +74,7 @@ def test_status_accumulates_idle_hours_and_waste() -> None:
         gpu("GPU-2", b.compute_bound(), ("team-a", "c"), node="n1"),
     ]
     plan = plan_cycle(
-        snapshot(gpus, [pod("a"), pod("b"), pod("c")], spec, status=previous, nodes=[node("n1")])
+        snapshot(gpus, [pod(n, node="n1") for n in "abc"], spec, status=previous, nodes=[node("n1")])
     )
     assert plan.status.idle_gpus == 2
     assert plan.status.idle_gpu_hours == pytest.approx(10.0 + 2 / 60)

@@ -1,10 +1,14 @@
 """Prometheus and agents together: either alone suffices; both down is blind; the better sample wins."""
 
+from dataclasses import replace
+
 import pytest
 
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
+from gpu_efficiency.sources.agent import CONTRADICTS_AGENT
 from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable, StaticSource
 from gpu_efficiency.sources.combined import CombinedSource
+from gpu_efficiency.sources.labels import NODE_CONFLICT
 
 NOW = 1_700_000_000.0
 REQUEST = FetchRequest(now=NOW, windows={Window.ACTIVITY: 60.0}, scrape_interval=1.0)
@@ -54,3 +58,42 @@ def test_both_down_is_unavailable() -> None:
         CombinedSource(StaticSource(error="down"), StaticSource(error="gone"), max_staleness=120).fetch(
             REQUEST
         )
+
+
+def test_a_prometheus_series_placing_an_agents_gpu_on_another_node_never_wins() -> None:
+    """Prometheus' sample has the better signal (SM active) but names node "forged"; the agent
+    reads the GPU on node "n" through NVML: the agent's sample is kept and the other counted."""
+    forged = replace(sample("GPU-1", Signal.SM_ACTIVE, "prometheus"), node="forged")
+    agents = StaticSource([sample("GPU-1", Signal.GPU_UTIL, "agent")])
+    result = CombinedSource(StaticSource([forged]), agents, max_staleness=120).fetch(REQUEST)
+    assert [(g.uuid, g.node, g.source) for g in result.gpus] == [("GPU-1", "n", "agent")]
+    assert result.dropped == {NODE_CONFLICT: 1}
+
+
+def _with(uuid: str, source: str, **signals: float) -> GPUSample:
+    base = sample(uuid, Signal.SM_ACTIVE, source)
+    window = {
+        Signal[name]: Stats(avg=v, max=v, min=v, last=v, count=60, last_timestamp=NOW - 1)
+        for name, v in signals.items()
+    }
+    return replace(base, stats={Window.ACTIVITY: window})
+
+
+def test_a_forged_idle_prometheus_reading_loses_to_the_agents_busy_one() -> None:
+    """Prometheus' SM_ACTIVE 0 (forged) would win on signal rank over the agent's GPU_UTIL 99 %."""
+    forged = _with("GPU-1", "prometheus", SM_ACTIVE=0.0)
+    agents = StaticSource([_with("GPU-1", "agent", GPU_UTIL=99.0)])
+    result = CombinedSource(StaticSource([forged]), agents, max_staleness=120).fetch(REQUEST)
+    assert [g.source for g in result.gpus] == ["agent"]
+    assert result.dropped == {CONTRADICTS_AGENT: 1}
+
+
+def test_agreeing_sources_keep_the_better_signal() -> None:
+    """An idle GPU by both, and a fake load (SM 0.05 of a 100 % GPU_UTIL): no contradiction."""
+    for prom, agent in (
+        (_with("GPU-1", "prometheus", SM_ACTIVE=0.0), _with("GPU-1", "agent", GPU_UTIL=0.0)),
+        (_with("GPU-1", "prometheus", SM_ACTIVE=0.05), _with("GPU-1", "agent", GPU_UTIL=100.0)),
+    ):
+        result = CombinedSource(StaticSource([prom]), StaticSource([agent]), max_staleness=120).fetch(REQUEST)
+        assert [g.source for g in result.gpus] == ["prometheus"]
+        assert result.dropped == {}

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from gpu_efficiency.engine.model import GPUSample, Window
 from gpu_efficiency.sources.agent import SNAPSHOT_SCHEMA, AgentEndpoint, AgentSource, samples_from_snapshot
-from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable
+from gpu_efficiency.sources.base import DropTally, FetchRequest, SourceUnavailable
 from gpu_efficiency.sources.prometheus import (
     _candidates,
     _identities,
@@ -84,7 +84,7 @@ def test_prometheus_answers_decode_or_are_unavailable(answer: Any) -> None:
         assert all(type(k) is str and type(v) is str for k, v in labels.items())
         assert isinstance(value, float)
     identity = _identities(series)
-    _candidates(series)
+    _candidates(series, DropTally())
     try:
         rows = fold_window(iter_vector([body[i : i + 7] for i in range(0, len(body), 7)], 16))
     except SourceUnavailable:

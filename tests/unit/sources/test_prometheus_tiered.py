@@ -131,10 +131,10 @@ def _source(model: Model, budget: int) -> PrometheusSource:
     source = PrometheusSource(PrometheusConfig(url=model.url), refresh_budget=budget)  # type: ignore[attr-defined]
     run = source._run
 
-    def recorded(query: Query, at: float) -> Any:
+    def recorded(query: Query, at: float, *rest: Any) -> Any:
         background = threading.current_thread().name == "prometheus-refresh"
         (model.background if background else model.cycle).append(query.text)
-        return run(query, at)
+        return run(query, at, *rest)
 
     source._run = recorded  # type: ignore[method-assign]
     return source
