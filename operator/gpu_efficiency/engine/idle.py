@@ -144,11 +144,13 @@ def idle_lifecycle(
     *,
     evidence: str,
     blocker: str,
+    subject: str = "the pod will be evicted",
 ) -> Lifecycle:
     """Advance, hold or reset the pod's idle clock (see the module docstring).
 
     ``evidence`` says why the pod is idle (for event texts); ``blocker`` is the permanent eviction
-    filter that applies to the pod, if any (budgets.permanent_blocker).
+    filter that applies to the pod, if any (budgets.permanent_blocker, or its owner's: reclaim.py);
+    ``subject`` names what the warning announces ("deployment/nb will be scaled to zero").
     """
     ann = pod.annotations
     if verdict is Verdict.UNKNOWN:
@@ -218,7 +220,7 @@ def idle_lifecycle(
         out.events.append(
             PodEventSpec(
                 names.EV_EVICTION_SCHEDULED,
-                f"GPU idle since {format_rfc3339(idle_since)} ({evidence}): the pod will be evicted "
+                f"GPU idle since {format_rfc3339(idle_since)} ({evidence}): {subject} "
                 f"after {text} unless its GPU becomes active"
                 + (f" or it is acknowledged with {names.KEEP_UNTIL}" if params.allow_keep_until else ""),
                 "Warning",

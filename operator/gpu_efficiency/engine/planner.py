@@ -8,7 +8,7 @@ destructive happens.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
@@ -51,6 +51,7 @@ from gpu_efficiency.engine.model import (
     Verdict,
     Window,
 )
+from gpu_efficiency.engine.owners import action_words
 from gpu_efficiency.engine.params import CycleParams, cycle_params
 from gpu_efficiency.engine.podannotations import (
     annotation_patch,
@@ -58,6 +59,7 @@ from gpu_efficiency.engine.podannotations import (
     desired_annotations,
     state_value,
 )
+from gpu_efficiency.engine.reclaim import OwnerGroup, OwnerPlan, group_owners, select_reclaims
 from gpu_efficiency.engine.selection import Scope, build_scope
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.underutilization import RECOMMENDATIONS, Finding, diagnose, verdict_of
@@ -83,6 +85,7 @@ class PodRecord:
     lifecycle: Lifecycle | None = None
     patch: Mapping[str, str | None] = field(default_factory=dict)
     events: tuple[PodEvent, ...] = ()
+    owner: str = ""  # its owner, the action and why not (owner-aware reclamation only)
 
 
 @dataclass(slots=True)
@@ -280,13 +283,27 @@ def _judge_gpus(
     return PodRecord(pod, verdict, activities, findings, sharing)
 
 
-def _act(record: PodRecord, params: CycleParams, now: float, policy_name: str, notes: list[str]) -> None:
-    """Lifecycle, annotation patch and events of one judged pod (written into the record)."""
+def _act(
+    record: PodRecord,
+    params: CycleParams,
+    now: float,
+    policy_name: str,
+    notes: list[str],
+    group: OwnerGroup | None = None,
+) -> None:
+    """Lifecycle, annotation patch and events of one judged pod (written into the record).
+    ``group``: its owner's group when owners were read (reclaim.py), whose blocker holds the pod."""
     pod = record.pod
     verdict = record.verdict
     current = pod.annotations
-    blocker = permanent_blocker(pod, params) if verdict.verdict is Verdict.IDLE and params.enforce else ""
-    lifecycle = idle_lifecycle(pod, verdict.verdict, params, now, evidence=verdict.reason, blocker=blocker)
+    idle_enforced = verdict.verdict is Verdict.IDLE and params.enforce
+    blocker = permanent_blocker(pod, params) if idle_enforced else ""
+    if group is not None and idle_enforced and not blocker:
+        blocker = group.blocker
+    subject = "the pod will be evicted" if group is None else action_words(group.owner, group.action)
+    lifecycle = idle_lifecycle(
+        pod, verdict.verdict, params, now, evidence=verdict.reason, blocker=blocker, subject=subject
+    )
     record.lifecycle = lifecycle
     if blocker and lifecycle.hold == blocker:
         notes.append(f"{pod.namespace}/{pod.name}: idle but never warned or evicted: {blocker}")
@@ -314,6 +331,15 @@ def _act(record: PodRecord, params: CycleParams, now: float, policy_name: str, n
                 f"{verdict.reason}. Recommendation: {verdict.recommendation}",
             )
         )  # fmt: skip
+    if (
+        group is not None
+        and group.blocker
+        and verdict.verdict is Verdict.IDLE
+        and patch.get(names.RECOMMENDATION) is not None
+    ):
+        events.append(
+            PodEvent(pod.namespace, pod.name, pod.uid, names.EV_RECLAIM_SKIPPED, f"{group.describe()}")
+        )
     record.events = tuple(events)
 
 
@@ -533,16 +559,33 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | 
     node_products = {n.name: n.labels.get(names.GPU_PRODUCT_LABEL, "") for n in snapshot.nodes}
     warned = 0
     focused: PodRecord | None = None
+    records: list[PodRecord] = []
     for pod in in_scope:
         key = (pod.namespace, pod.name)
         record = _judge(pod, key, ctx)
-        verdict = record.verdict
-        verdicts.append(verdict)
-        evaluated_gpus.update(verdict.gpus)
-        if verdict.verdict is Verdict.IDLE:
+        evaluated_gpus.update(record.verdict.gpus)
+        if record.verdict.verdict is Verdict.IDLE:
             for sample in pod_gpus[key]:
                 idle_gpus[sample.uuid] = (sample.model, node_products.get(sample.node, ""))
-        _act(record, params, now, policy_name, notes)
+        records.append(record)
+    owners: OwnerPlan | None = None
+    if snapshot.owners is not None:
+        owners = group_owners(
+            snapshot,
+            [p for p in snapshot.pods if p.namespace not in scope.protected],
+            {(r.pod.namespace, r.pod.name): r.verdict.verdict for r in records},
+            params,
+        )
+    for record in records:
+        pod = record.pod
+        key = (pod.namespace, pod.name)
+        group = owners.of_pod.get(key) if owners is not None else None
+        if group is not None and record.verdict.verdict is Verdict.IDLE:
+            record.verdict = replace(record.verdict, recommendation=group.recommendation)
+            record.owner = group.describe()
+            notes.append(f"{pod.namespace}/{pod.name}: {record.owner}")
+        verdicts.append(record.verdict)
+        _act(record, params, now, policy_name, notes, group)
         lifecycle = record.lifecycle
         if lifecycle is not None:
             warned += lifecycle.warned
@@ -559,17 +602,24 @@ def evaluate(snapshot: Snapshot, focus: PodKey | None = None, memo: JudgeMemo | 
     notes.extend(faults.notes)
     actions.extend(faults.actions)
     recent = recent_within_hour(snapshot.status.recent_evictions, now)
-    selection = select_evictions(candidates, params, now, len(recent))
-    notes.extend(selection.notes)
+    destructive: list[Action] = []
+    if owners is None:
+        selection = select_evictions(candidates, params, now, len(recent))
+        notes.extend(selection.notes)
+        destructive.extend(
+            EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} by policy {policy_name}")
+            for c in selection.selected
+        )
+    else:
+        reclaims = select_reclaims(owners, candidates, params, now, len(recent), policy_name)
+        notes.extend(reclaims.notes)
+        destructive.extend(reclaims.actions)
     status, policy_events = _status(
         snapshot, params, verdicts, len(evaluated_gpus), warned, list(idle_gpus.values()), faults,
         _unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx),
     )  # fmt: skip
     actions.extend(policy_events)
-    actions.extend(
-        EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} by policy {policy_name}")
-        for c in selection.selected
-    )
+    actions.extend(destructive)
     plan = Plan(actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes))
     if memo is not None:
         memo.end()
