@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -49,6 +49,7 @@ from gpu_efficiency.sources.base import (
     SourceUnavailable,
 )
 from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
+from gpu_efficiency.sources.owners import OwnerReader, OwnerState, OwnersUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class CycleRunner:
     source_for: Callable[[GPUEfficiencyPolicySpec], SampleSource]
     leader: Leader
     clock: Callable[[], float] = time.time
+    owners: OwnerReader | None = None  # owner-aware reclamation (None: pods judged one by one)
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
     _memos: dict[str, JudgeMemo] = field(default_factory=dict)  # per policy: last cycle's verdicts
 
@@ -238,6 +240,7 @@ class CycleRunner:
                 result = fetching.result()
             except SourceUnavailable as exc:
                 available, error = False, str(exc)
+        owners, owners_error = self._read_owners(cluster)
         gpus = result.gpus if result is not None else ()
         if available and not gpus and cluster.pods:
             available, error = (
@@ -259,8 +262,23 @@ class CycleRunner:
             protected_namespaces=self.config.all_protected_namespaces
             | frozenset(spec.selection.excluded_namespaces),
             senior_policies=seniors,
+            owners=owners.objects if owners is not None else ({} if owners_error else None),
+            autoscaled=owners.autoscaled if owners is not None else frozenset(),
+            owners_error=owners_error,
         )
+        if owners is not None:
+            cluster = replace(cluster, requests=cluster.requests + owners.requests)
         return snapshot, cluster, result
+
+    def _read_owners(self, cluster: ClusterState) -> tuple[OwnerState | None, str]:
+        """The pods' owners, once some pod carries idle-since (before, nothing can be due)."""
+        if self.owners is None or not any(names.IDLE_SINCE in p.annotations for p in cluster.pods):
+            return None, ""
+        try:
+            return self.owners.read(), ""
+        except OwnersUnavailable as exc:
+            log.warning("owners not read, nothing with a controller is reclaimed this cycle: %s", exc)
+            return None, str(exc)
 
     def _evaluate(
         self,
