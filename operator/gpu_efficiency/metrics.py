@@ -38,6 +38,12 @@ EVICTIONS = Counter(
     ["policy", "result"],
     registry=REGISTRY,
 )
+RECLAIMS = Counter(
+    "gpu_efficiency_reclaims",
+    "Owner reclaim attempts by action (ScaleToZero, Stop, Suspend) and result (done, skipped, failed).",
+    ["policy", "action", "result"],
+    registry=REGISTRY,
+)
 IDLE_GPU_HOURS = Counter(
     "gpu_efficiency_idle_gpu_hours", "GPU-hours observed idle.", ["policy"], registry=REGISTRY
 )

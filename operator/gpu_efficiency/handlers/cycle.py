@@ -31,6 +31,7 @@ from gpu_efficiency.engine.model import (
     EvictPod,
     Plan,
     PolicyEvent,
+    ReclaimOwner,
     SeniorPolicy,
     SetNodeCondition,
     Snapshot,
@@ -341,9 +342,11 @@ def fold_outcomes(
     """Count what actually happened (the plan only says what was attempted)."""
     evicted = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.DONE]
     blocked = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.BLOCKED]
-    if not evicted and not blocked:
+    reclaimed = [o for o in outcomes if isinstance(o.action, ReclaimOwner) and o.result is Result.DONE]
+    if not evicted and not blocked and not reclaimed:
         return status
-    recent = [*status.recent_evictions, *(rfc3339(now) for _ in evicted)]
+    # each owner reclaimed counts once against the rolling hour's budget, like one eviction
+    recent = [*status.recent_evictions, *(rfc3339(now) for _ in [*evicted, *reclaimed])]
     return status.model_copy(
         update={
             "evictions_total": status.evictions_total + len(evicted),
@@ -393,3 +396,5 @@ def _record_metrics(
     for o in outcomes:
         if isinstance(o.action, EvictPod):
             metrics.EVICTIONS.labels(name, o.result.value).inc()
+        elif isinstance(o.action, ReclaimOwner):
+            metrics.RECLAIMS.labels(name, o.action.action, o.result.value).inc()
