@@ -118,6 +118,7 @@ class CycleRunner:
     leader: Leader
     clock: Callable[[], float] = time.time
     owners: OwnerReader | None = None  # owner-aware reclamation (None: pods judged one by one)
+    read_owners_always: bool = False  # report/explain: owners even before any idle clock runs
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
     _memos: dict[str, JudgeMemo] = field(default_factory=dict)  # per policy: last cycle's verdicts
 
@@ -273,7 +274,9 @@ class CycleRunner:
 
     def _read_owners(self, cluster: ClusterState) -> tuple[OwnerState | None, str]:
         """The pods' owners, once some pod carries idle-since (before, nothing can be due)."""
-        if self.owners is None or not any(names.IDLE_SINCE in p.annotations for p in cluster.pods):
+        if self.owners is None or not (
+            self.read_owners_always or any(names.IDLE_SINCE in p.annotations for p in cluster.pods)
+        ):
             return None, ""
         try:
             return self.owners.read(), ""

@@ -288,3 +288,25 @@ def test_no_owner_with_a_pod_that_is_not_idle_is_ever_reclaimed(
         elif isinstance(action, EvictPod):
             owner = action.name.rsplit("-", 1)[0] if "-" in action.name else action.name
             assert (action.namespace, owner) not in not_idle
+
+
+def test_explain_prints_the_owner_and_the_reclaim() -> None:
+    from gpu_efficiency.engine.planner import explain_pod
+
+    pods, objects = deployment("nb", 1)
+    text = "\n".join(explain_pod(cluster(pods, objects), "team-a", "nb-0"))
+    assert "owner deployment/nb, action ScaleToZero, 1 of 1 GPU pod(s) idle" in text
+    assert "SCALETOZERO deployment/nb: all 1 GPU pod(s) of deployment/nb idle since" in text
+
+
+def test_the_report_lists_owner_actions_and_the_owners_of_idle_pods() -> None:
+    from gpu_efficiency.report import build_report, render_table
+
+    pods, objects = deployment("nb", 1)
+    partial, partial_objects = deployment("web", 2)
+    snap = cluster(pods + partial, objects + partial_objects, busy=frozenset({"web-1"}))
+    report = build_report(snap, plan_cycle(snap))
+    assert {"pod": "team-a/deployment/nb", "action": "ScaleToZero"}.items() <= report["actions"][0].items()
+    table = render_table(report)
+    assert "1 of 2 replicas idle: reduce replicas of deployment/web" in table
+    assert "ScaleToZero  team-a/deployment/nb: all 1 GPU pod(s)" in table

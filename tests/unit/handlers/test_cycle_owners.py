@@ -63,3 +63,12 @@ def test_owners_unreadable_is_reported_not_raised() -> None:
 
 def test_without_an_owner_reader_nothing_is_read() -> None:
     assert runner(None)._read_owners(cluster({names.IDLE_SINCE: "2026-01-01T00:00:00Z"})) == (None, "")
+
+
+def test_report_reads_owners_before_any_clock_runs() -> None:
+    owners = StubOwners()
+    one_shot = runner(owners)
+    one_shot.read_owners_always = True
+    state, _ = one_shot._read_owners(cluster({}))
+    assert state is not None
+    assert owners.reads == 1
