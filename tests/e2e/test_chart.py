@@ -51,6 +51,7 @@ EXPECTED_OPERATOR_RULES = {
     ("apps", "deployments"): {"list", "patch"},
     ("apps", "statefulsets"): {"list", "patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"list"},
+    ("policy", "poddisruptionbudgets"): {"list"},
     ("apps", "deployments/scale"): {"get", "patch"},
     ("apps", "statefulsets/scale"): {"get", "patch"},
     ("batch", "jobs"): {"list", "patch"},

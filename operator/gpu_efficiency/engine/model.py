@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, Selection
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, LabelSelector, Selection
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 
 
@@ -152,6 +152,16 @@ class OwnerObject:
 
 
 @dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """A PodDisruptionBudget: scaling or suspending an owner disrupts its pods as evicting them would."""
+
+    namespace: str
+    name: str
+    selector: LabelSelector
+    disruptions_allowed: int  # status.disruptionsAllowed
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
     namespace: str
     name: str
@@ -206,6 +216,7 @@ class Snapshot:
     owners: Mapping[OwnerKey, OwnerObject] | None = None
     autoscaled: frozenset[OwnerKey] = frozenset()  # scaleTargetRefs of HorizontalPodAutoscalers
     owners_error: str = ""  # why the owners could not be read: nothing with a controller is acted on
+    disruption_budgets: tuple[DisruptionBudget, ...] = ()  # read with the owners
 
 
 class Verdict(StrEnum):

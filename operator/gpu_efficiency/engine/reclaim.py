@@ -21,7 +21,18 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.engine.budgets import EvictionCandidate, permanent_blocker, temporary_blocker
 from gpu_efficiency.engine.idle import PodKey, hold_reason
-from gpu_efficiency.engine.model import Action, EvictPod, OwnerKey, PodView, ReclaimOwner, Snapshot, Verdict
+from gpu_efficiency.engine.model import (
+    Action,
+    AnnotatePod,
+    DisruptionBudget,
+    EvictPod,
+    OwnerKey,
+    PodEvent,
+    PodView,
+    ReclaimOwner,
+    Snapshot,
+    Verdict,
+)
 from gpu_efficiency.engine.owners import (
     Owner,
     action_words,
@@ -31,6 +42,7 @@ from gpu_efficiency.engine.owners import (
     resolve_owner,
 )
 from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.selection import LabelMatcher, compile_selector
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 
@@ -45,6 +57,7 @@ class OwnerGroup:
     idle: int = 0  # pods with the verdict Idle
     blocker: str = ""  # never acted on while this holds: warnings withdrawn
     hold: str = ""  # not acted on this cycle, warnings kept (owners unreadable, already reclaimed)
+    disruption_blocked: str = ""  # a PodDisruptionBudget allows too few disruptions: retried
     recommendation: str = ""
 
     @property
@@ -56,7 +69,8 @@ class OwnerGroup:
         text = f"owner {self.owner.label}, action {self.action.value}, {self.idle} of {len(self.pods)} GPU pod(s) idle"
         if self.why:
             text += f" ({self.why})"
-        return text + (f": {self.blocker or self.hold}" if self.blocker or self.hold else "")
+        why_not = self.blocker or self.hold or self.disruption_blocked
+        return text + (f": {why_not}" if why_not else "")
 
 
 @dataclass(slots=True)
@@ -93,9 +107,27 @@ def group_owners(
         group.pods.append(pod)
         group.idle += verdicts.get((pod.namespace, pod.name)) is Verdict.IDLE
         of_pod[(pod.namespace, pod.name)] = group
+    budgets = [(b, compile_selector(b.selector)) for b in snapshot.disruption_budgets]
     for group in groups.values():
         _decide(group, snapshot, params)
+        if not group.blocker and not group.hold and group.action is not ReclaimAction.EVICT:
+            group.disruption_blocked = _disruption_blocker(group, budgets)
     return OwnerPlan(groups, of_pod)
+
+
+def _disruption_blocker(group: OwnerGroup, budgets: list[tuple[DisruptionBudget, LabelMatcher]]) -> str:
+    """PodDisruptionBudgets apply to owner actions as to evictions (the Eviction API checks those):
+    an owner is not reclaimed while a budget covering its pods allows fewer disruptions than that."""
+    for budget, matches in budgets:
+        if budget.namespace != group.owner.namespace:
+            continue
+        covered = sum(1 for pod in group.pods if matches(pod.labels))
+        if covered and budget.disruptions_allowed < covered:
+            return (
+                f"PodDisruptionBudget {budget.name} allows {budget.disruptions_allowed} disruption(s) and "
+                f"covers {covered} pod(s) of {group.owner.label}: not reclaimed, retried next cycle"
+            )
+    return ""
 
 
 def _decide(group: OwnerGroup, snapshot: Snapshot, params: CycleParams) -> None:
@@ -149,6 +181,7 @@ def select_reclaims(
         if group is not None:
             due.setdefault(group.owner.key, []).append(candidate)
     notes: list[str] = []
+    blocked: list[Action] = []
     ready: list[tuple[float, OwnerGroup, list[EvictionCandidate]]] = []
     for key, found in due.items():
         group = plan.groups[key]
@@ -160,6 +193,9 @@ def select_reclaims(
             why = next(
                 (f"pod {c.pod.name}: {b}" for c in found if (b := temporary_blocker(c.pod, params, now))), ""
             )
+        if not why and group.disruption_blocked:
+            why = group.disruption_blocked
+            blocked.extend(_blocked_once(found, why, now))
         if why:
             notes.append(f"{who}: reclaim of {group.owner.label} postponed or skipped: {why}")
             continue
@@ -190,7 +226,21 @@ def select_reclaims(
             taken += 1
             per_namespace[owner.namespace] += 1
             actions.extend(_actions(group, found, idle_since, policy_name))
-    return ReclaimSelection(tuple(actions), tuple(notes))
+    return ReclaimSelection(tuple(blocked + actions), tuple(notes))
+
+
+def _blocked_once(found: list[EvictionCandidate], why: str, now: float) -> list[Action]:
+    """The refusal recorded on each pod the first time (``eviction-blocked`` + EvictionBlocked), as
+    a refused eviction is: the owner is retried every cycle, the event is not repeated."""
+    out: list[Action] = []
+    for c in found:
+        pod = c.pod
+        if names.EVICTION_BLOCKED not in pod.annotations:
+            out.append(
+                AnnotatePod(pod.namespace, pod.name, pod.uid, {names.EVICTION_BLOCKED: format_rfc3339(now)})
+            )
+            out.append(PodEvent(pod.namespace, pod.name, pod.uid, names.EV_EVICTION_BLOCKED, why, "Warning"))
+    return out
 
 
 def _actions(

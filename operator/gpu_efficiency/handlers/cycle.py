@@ -267,6 +267,7 @@ class CycleRunner:
             owners=owners.objects if owners is not None else ({} if owners_error else None),
             autoscaled=owners.autoscaled if owners is not None else frozenset(),
             owners_error=owners_error,
+            disruption_budgets=owners.disruption_budgets if owners is not None else (),
         )
         if owners is not None:
             cluster = replace(cluster, requests=cluster.requests + owners.requests)

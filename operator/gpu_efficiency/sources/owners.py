@@ -19,9 +19,11 @@ from typing import Any
 import orjson
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from gpu_efficiency.api import names
-from gpu_efficiency.engine.model import OwnerKey, OwnerObject, OwnerRef
+from gpu_efficiency.api.policy import LabelSelector
+from gpu_efficiency.engine.model import DisruptionBudget, OwnerKey, OwnerObject, OwnerRef
 from gpu_efficiency.sources.cluster import own_annotations
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ OWNER_KINDS = (
     OwnerKind("InferenceService", "serving.kserve.io", "v1beta1", "inferenceservices", False),
 )
 HPA_PATH = "/apis/autoscaling/v2/horizontalpodautoscalers"
+PDB_PATH = "/apis/policy/v1/poddisruptionbudgets"
 
 
 class OwnersUnavailable(Exception):  # noqa: N818 - reads as a state, like SourceUnavailable
@@ -71,6 +74,7 @@ class OwnerState:
     objects: Mapping[OwnerKey, OwnerObject]
     autoscaled: frozenset[OwnerKey]
     requests: int  # API calls made
+    disruption_budgets: tuple[DisruptionBudget, ...] = ()
 
 
 def owner_object(kind: OwnerKind, item: Mapping[str, Any]) -> OwnerObject:
@@ -100,6 +104,22 @@ def owner_object(kind: OwnerKind, item: Mapping[str, Any]) -> OwnerObject:
         if isinstance(replicas, int)
         else (1 if kind.kind in ("Deployment", "StatefulSet") else None),
         suspended=spec.get("suspend") is True,
+    )
+
+
+def disruption_budget(item: Mapping[str, Any]) -> DisruptionBudget | None:
+    """A PDB as the engine reads it; one whose selector cannot be read covers every pod (fail closed)."""
+    meta = item.get("metadata") or {}
+    selector = (item.get("spec") or {}).get("selector")
+    if selector is None:  # policy/v1: a null selector selects no pod
+        return None
+    try:
+        parsed = LabelSelector.model_validate(selector)
+    except ValidationError:
+        parsed = LabelSelector()
+    allowed = (item.get("status") or {}).get("disruptionsAllowed")
+    return DisruptionBudget(
+        meta.get("namespace", ""), meta.get("name", ""), parsed, allowed if isinstance(allowed, int) else 0
     )
 
 
@@ -191,7 +211,12 @@ class OwnerReader:
                 f"listing horizontalpodautoscalers: HTTP {exc.status} {exc.reason}"
             ) from exc
         autoscaled = frozenset(t for t in map(hpa_target, hpas) if t is not None)
-        return OwnerState(objects, autoscaled, calls + made)
+        try:
+            pdbs, listed = self._list(PDB_PATH)
+        except ApiException as exc:
+            raise OwnersUnavailable(f"listing poddisruptionbudgets: HTTP {exc.status} {exc.reason}") from exc
+        budgets = tuple(b for b in map(disruption_budget, pdbs) if b is not None)
+        return OwnerState(objects, autoscaled, calls + made + listed, budgets)
 
 
 def api_fetch(api_client: client.ApiClient) -> Fetch:

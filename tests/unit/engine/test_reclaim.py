@@ -310,3 +310,36 @@ def test_the_report_lists_owner_actions_and_the_owners_of_idle_pods() -> None:
     table = render_table(report)
     assert "1 of 2 replicas idle: reduce replicas of deployment/web" in table
     assert "ScaleToZero  team-a/deployment/nb: all 1 GPU pod(s)" in table
+
+
+def test_a_disruption_budget_holds_a_scale_down_and_says_so_once() -> None:
+    from gpu_efficiency.api.policy import LabelSelector
+    from gpu_efficiency.engine.model import DisruptionBudget
+
+    pods, objects = deployment("guarded", 1)
+    pods = [b.replace(p, labels={"app": "guarded"}) for p in pods]
+    guard = DisruptionBudget("team-a", "guard", LabelSelector(match_labels={"app": "guarded"}), 0)
+    snap = b.replace(cluster(pods, objects), disruption_budgets=(guard,))
+    plan = plan_cycle(snap)
+    assert reclaims(plan.actions) == []
+    blocked = [a for a in plan.actions if isinstance(a, PodEvent) and a.reason == names.EV_EVICTION_BLOCKED]
+    assert len(blocked) == 1
+    assert "PodDisruptionBudget guard allows 0 disruption(s)" in blocked[0].message
+    assert any(isinstance(a, AnnotatePod) and names.EVICTION_BLOCKED in a.annotations for a in plan.actions)
+    # recorded once: the next cycle retries quietly
+    marked = [
+        b.replace(p, annotations={**p.annotations, names.EVICTION_BLOCKED: "2023-11-14T22:13:20Z"})
+        for p in pods
+    ]
+    again = plan_cycle(b.replace(snap, pods=tuple(marked)))
+    assert not [a for a in again.actions if isinstance(a, PodEvent) and a.reason == names.EV_EVICTION_BLOCKED]
+    assert reclaims(again.actions) == []
+    # a budget that allows the disruption, or one of another namespace, holds nothing
+    enough = b.replace(guard, disruptions_allowed=1)
+    assert reclaims(plan_cycle(b.replace(snap, disruption_budgets=(enough,))).actions) == [
+        "ScaleToZero Deployment/guarded"
+    ]
+    elsewhere = b.replace(guard, namespace="team-b")
+    assert reclaims(plan_cycle(b.replace(snap, disruption_budgets=(elsewhere,))).actions) == [
+        "ScaleToZero Deployment/guarded"
+    ]

@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import OwnerRef
 from gpu_efficiency.sources.cluster import pod_view
-from gpu_efficiency.sources.owners import HPA_PATH, OwnerReader, OwnersUnavailable
+from gpu_efficiency.sources.owners import HPA_PATH, PDB_PATH, OwnerReader, OwnersUnavailable
 
 
 def meta(
@@ -48,6 +48,7 @@ def builtin(**lists: list[dict[str, Any]]) -> dict[str, Any]:
         f"/apis/{group}/v1/{name}": {"items": lists.get(name, [])} for name, group in plural.items()
     }
     docs[HPA_PATH] = {"items": lists.get("hpas", [])}
+    docs[PDB_PATH] = {"items": lists.get("pdbs", [])}
     return docs
 
 
@@ -148,3 +149,30 @@ def test_api_fetch_lists_through_the_custom_objects_api(monkeypatch: pytest.Monk
     assert fetch("/apis/apps/v1/deployments", {"limit": "500", "continue": "t"}) == {"items": []}
     fetch("/apis/kubeflow.org/v1", {})
     assert calls == [("apps", "v1", "deployments", 500, "t", False), ("kubeflow.org", "v1")]
+
+
+def test_disruption_budgets_are_read_with_their_selector_and_allowance() -> None:
+    docs = builtin(
+        pdbs=[
+            {
+                "metadata": meta("guard"),
+                "spec": {"selector": {"matchLabels": {"app": "nb"}}},
+                "status": {"disruptionsAllowed": 0},
+            },
+            {
+                "metadata": meta("none"),
+                "spec": {},
+                "status": {"disruptionsAllowed": 0},
+            },  # null selector: no pod
+            {
+                "metadata": meta("odd"),
+                "spec": {"selector": {"bogus": 1}},
+                "status": {},
+            },  # unreadable: all pods
+        ]
+    )
+    budgets = OwnerReader(FakeApi(docs)).read().disruption_budgets
+    assert [(b.name, dict(b.selector.match_labels), b.disruptions_allowed) for b in budgets] == [
+        ("guard", {"app": "nb"}, 0),
+        ("odd", {}, 0),
+    ]
