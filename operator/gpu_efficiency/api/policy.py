@@ -174,11 +174,11 @@ class EvictionBudget(Model):
     """Caps that bound the damage of any mistake."""
 
     max_per_cycle: int = Field(default=5, ge=0, le=10000)
-    """Most evictions in one evaluation cycle."""
+    """Most reclaims (an owner scaled, stopped or suspended, or a pod evicted) in one evaluation cycle."""
     max_per_hour: int = Field(default=20, ge=0, le=100000)
-    """Most evictions in any rolling hour, across restarts (kept in status)."""
+    """Most reclaims in any rolling hour, across restarts (kept in status)."""
     max_per_namespace_per_cycle: int = Field(default=2, ge=0, le=10000)
-    """Most evictions in one namespace in one cycle."""
+    """Most reclaims in one namespace in one cycle."""
     min_pod_age: Duration | None = None
     """Pods younger than this are never evicted; default: the metric window (warm-up)."""
     allow_bare_pods: bool = False

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 #: GET path + query -> decoded JSON; raises ApiException (tests pass a fake).
 Fetch = Callable[[str, Mapping[str, str]], Mapping[str, Any]]
 PAGE_SIZE = 500
-REDISCOVER_SECONDS = 600.0  # a CRD installed later is picked up within this
+REDISCOVER_SECONDS = 60.0  # a CRD installed later is picked up within this (4 GETs, only while pods are idle)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +165,11 @@ class OwnerReader:
             self._served[kind.plural] = served
             if not served:
                 self._skip_once(kind, f"{kind.api_version} {kind.plural} is not served by this cluster")
+            elif kind.plural in self._skipped_logged:
+                self._skipped_logged.discard(kind.plural)
+                log.info(
+                    "%s integration enabled: %s %s is served now", kind.kind, kind.api_version, kind.plural
+                )
         self._discovered_at = self.clock()
         return calls
 

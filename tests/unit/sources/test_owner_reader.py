@@ -176,3 +176,18 @@ def test_disruption_budgets_are_read_with_their_selector_and_allowance() -> None
         ("guard", {"app": "nb"}, 0),
         ("odd", {}, 0),
     ]
+
+
+def test_a_crd_installed_later_is_picked_up_at_the_next_discovery(caplog: pytest.LogCaptureFixture) -> None:
+    docs = builtin()
+    clock = [0.0]
+    reader = OwnerReader(FakeApi(docs), clock=lambda: clock[0])
+    reader.read()
+    docs["/apis/kubeflow.org/v1"] = {"resources": [{"name": "notebooks"}]}
+    docs["/apis/kubeflow.org/v1/notebooks"] = {"items": [{"metadata": meta("lab")}]}
+    reader.fetch = FakeApi(docs)
+    assert ("ml", "Notebook", "lab") not in reader.read().objects  # discovery is remembered a while
+    clock[0] = 61.0
+    with caplog.at_level(logging.INFO, logger="gpu_efficiency.sources.owners"):
+        assert ("ml", "Notebook", "lab") in reader.read().objects
+    assert any("Notebook integration enabled" in r.getMessage() for r in caplog.records)
