@@ -51,6 +51,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return explain_main(args)
 
 
+def cmd_restore(args: argparse.Namespace) -> int:
+    from gpu_efficiency.restore import restore_main
+
+    return restore_main(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from gpu_efficiency.demo import demo_main
 
@@ -108,6 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "explain":
             p.add_argument("pod", help="NAMESPACE/POD")
         p.set_defaults(func=func)
+
+    restore = sub.add_parser(
+        "restore", help="undo a reclaim: scale back, resume or start the owner (KIND/NAME -n NAMESPACE)"
+    )
+    restore.add_argument(
+        "target", help="KIND/NAME, e.g. deployment/notebook (statefulset, job, jobset, notebook, lws)"
+    )
+    restore.add_argument("-n", "--namespace", default="default", help="the owner's namespace")
+    restore.set_defaults(func=cmd_restore)
 
     demo = sub.add_parser("demo", help="the guided demo on the local cluster (make demo)")
     demo.add_argument("--keep", action="store_true", help="leave the demo objects in place")

@@ -44,6 +44,12 @@ DROPPED_SAMPLES = Counter(
     ["policy", "reason"],
     registry=REGISTRY,
 )
+RECLAIMS = Counter(
+    "gpu_efficiency_reclaims",
+    "Owner reclaim attempts by action (ScaleToZero, Stop, Suspend) and result (done, skipped, failed).",
+    ["policy", "action", "result"],
+    registry=REGISTRY,
+)
 IDLE_GPU_HOURS = Counter(
     "gpu_efficiency_idle_gpu_hours",
     "GPU-hours spent idle: each cycle adds its idle GPUs times the time since the previous cycle "
@@ -125,6 +131,7 @@ POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
     API_WRITES,
     STATUS_WRITES_FAILED,
     DROPPED_SAMPLES,
+    RECLAIMS,
     LAST_CYCLE,
     *POLICY_GAUGES,
 )

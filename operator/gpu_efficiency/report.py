@@ -24,7 +24,7 @@ from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolic
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.apiclient import load_api_client
 from gpu_efficiency.config import config_from_args
-from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, Snapshot, Verdict
+from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, ReclaimOwner, Snapshot, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
 from gpu_efficiency.engine.waste import price_for
@@ -90,6 +90,7 @@ def observe(args: argparse.Namespace) -> tuple[Snapshot, Plan]:
         _progress(
             f"querying Prometheus at {spec.metrics.prometheus.url or config.prometheus_url} and the cluster"
         )
+        runner.read_owners_always = True  # show every idle pod's owner, not only once clocks run
         snapshot, _, _ = runner.observe(name, 0, spec, GPUEfficiencyPolicyStatus())
     except (ApiException, HTTPError, OSError) as exc:
         raise ReportError(f"cannot reach the Kubernetes API: {exc}", EXIT_CLUSTER) from exc
@@ -154,12 +155,18 @@ def build_report(snapshot: Snapshot, plan: Plan, *, currency: str = "USD") -> di
             actions.append(
                 {"pod": f"{action.namespace}/{action.name}", "action": "evict", "why": action.reason}
             )
+        elif isinstance(action, ReclaimOwner):
+            owner = f"{action.namespace}/{action.owner.kind.lower()}/{action.owner.name}"
+            members = ", ".join(name for name, _ in action.pods)
+            actions.append(
+                {"pod": owner, "action": action.action, "why": f"{action.reason} (pods {members})"}
+            )
         elif isinstance(action, AnnotatePod) and action.annotations.get(names.EVICT_AFTER):
             actions.append(
                 {
                     "pod": f"{action.namespace}/{action.name}",
                     "action": "warn",
-                    "why": f"idle; would be evicted after {action.annotations[names.EVICT_AFTER]}",
+                    "why": f"idle; would be acted on after {action.annotations[names.EVICT_AFTER]}",
                 }
             )
     return {
@@ -184,6 +191,7 @@ def build_report(snapshot: Snapshot, plan: Plan, *, currency: str = "USD") -> di
             for v in sorted(plan.verdicts, key=lambda v: (v.namespace, v.name))
         ],
         "actions": actions,
+        "owners": [n for n in plan.notes if ": owner " in n],
         "notes": list(plan.notes),
     }
 
@@ -256,6 +264,11 @@ def render_table(report: dict[str, Any]) -> str:
             ],
         )
     )
+    if report["owners"]:
+        out.append(
+            "\nOwners of idle pods (the action Enforce mode takes once all their GPU pods are idle and due):"
+        )
+        out += [f"  {line}" for line in report["owners"]]
     if report["actions"]:
         out.append("\nWould act (Enforce mode):")
         out += [f"  {a['action']:5}  {a['pod']}: {a['why']}" for a in report["actions"]]

@@ -47,6 +47,19 @@ EXPECTED_OPERATOR_RULES = {
     ("gpuefficiency.io", "gpuefficiencypolicies"): {"get", "list", "watch"},  # get: report --policy
     ("gpuefficiency.io", "gpuefficiencypolicies/status"): {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+    ("apps", "replicasets"): {"list"},
+    ("apps", "deployments"): {"list", "patch"},
+    ("apps", "statefulsets"): {"list", "patch"},
+    ("autoscaling", "horizontalpodautoscalers"): {"list"},
+    ("policy", "poddisruptionbudgets"): {"list"},
+    ("apps", "deployments/scale"): {"get", "patch"},
+    ("apps", "statefulsets/scale"): {"get", "patch"},
+    ("batch", "jobs"): {"list", "patch"},
+    ("jobset.x-k8s.io", "jobsets"): {"list", "patch"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"list", "patch"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "patch"},
+    ("kubeflow.org", "notebooks"): {"list", "patch"},
+    ("serving.kserve.io", "inferenceservices"): {"list"},
 }
 PART_OF_LABELS = (
     "app.kubernetes.io/name",

@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency import metrics
-from gpu_efficiency.actuators import nodes
+from gpu_efficiency.actuators import nodes, owners
 from gpu_efficiency.actuators.events import EventRecorder, ObjectRef, node_ref, pod_ref, policy_ref
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.pods import annotate_pod, evict_pod
@@ -33,6 +33,7 @@ from gpu_efficiency.engine.model import (
     NodeEvent,
     PodEvent,
     PolicyEvent,
+    ReclaimOwner,
     SetNodeCondition,
     TaintNode,
     UntaintNode,
@@ -65,6 +66,7 @@ class Applier:
 
     def __post_init__(self) -> None:
         self.core = client.CoreV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
 
     def apply(
         self,
@@ -159,6 +161,17 @@ class Applier:
                 return replace(outcome, obj=first.obj)  # the annotated pod, for read-your-writes
         return outcome
 
+    def _reclaim(self, action: ReclaimOwner, policy: ObjectRef) -> Outcome:
+        outcome = owners.reclaim_owner(self.custom, action, time.time())
+        if outcome.result is Result.DONE:
+            for ref, message in owners.reclaim_events(action):
+                self._follow_up_event(ref, names.EV_RECLAIMED, message, "Warning")
+            who = f"{action.owner.kind.lower()}/{action.owner.name} in {action.namespace}"
+            self._follow_up_event(
+                policy, names.EV_RECLAIMED, f"{action.action} {who}: {action.reason}", "Normal"
+            )
+        return outcome
+
     def _pod_event(self, action: PodEvent, policy: ObjectRef) -> Outcome:
         self.recorder.record(
             pod_ref(action.namespace, action.name, action.uid), action.reason, action.message, action.type
@@ -189,6 +202,7 @@ class Applier:
 _HANDLERS: dict[type, Callable[[Applier, object, ObjectRef], Outcome]] = {
     AnnotatePod: Applier._annotate_pod,  # type: ignore[dict-item]
     EvictPod: Applier._evict,  # type: ignore[dict-item]
+    ReclaimOwner: Applier._reclaim,  # type: ignore[dict-item]
     PodEvent: Applier._pod_event,  # type: ignore[dict-item]
     NodeEvent: Applier._node_event,  # type: ignore[dict-item]
     PolicyEvent: Applier._policy_event,  # type: ignore[dict-item]

@@ -43,6 +43,18 @@ OPERATOR_POD_ANNOTATIONS: Final = (
     KEEP_SEEN,
 )
 
+# Owner annotations (Deployment, StatefulSet, Job, JobSet, LeaderWorkerSet, Notebook) written when
+# reclaimed, read by `gpu-efficiency restore` to undo it.
+RECLAIMED: Final = PREFIX + "reclaimed"  # the action: ScaleToZero | Stop | Suspend
+PREVIOUS_REPLICAS: Final = PREFIX + "previous-replicas"  # replicas before ScaleToZero
+RECLAIMED_AT: Final = PREFIX + "reclaimed-at"  # RFC3339
+RECLAIMED_BY: Final = PREFIX + "reclaimed-by"  # the policy's name
+RECLAIM_REASON: Final = PREFIX + "reclaim-reason"  # why, in one sentence
+#: Every owner annotation the operator writes; restore removes exactly these.
+OWNER_ANNOTATIONS: Final = (RECLAIMED, PREVIOUS_REPLICAS, RECLAIMED_AT, RECLAIMED_BY, RECLAIM_REASON)
+#: The Kubeflow notebook controller stops a Notebook (0 replicas) while this annotation is set.
+KUBEFLOW_STOPPED: Final = "kubeflow-resource-stopped"
+
 # Nodes.
 FAULT_TAINT_KEY: Final = PREFIX + "gpu-fault"  # value: ecc | xid | thermal
 GPU_HEALTHY: Final = "GPUHealthy"  # node condition type
@@ -71,6 +83,9 @@ EV_BREAKER: Final = "CircuitBreakerOpen"
 EV_METRICS_UNAVAILABLE: Final = "MetricsUnavailable"
 EV_POLICY_INVALID: Final = "PolicyInvalid"
 EV_POLICY_SHADOWED: Final = "PolicyShadowed"  # Warning when the set of older policies winning pods changes
+EV_RECLAIMED: Final = "GPUReclaimed"  # owner scaled to zero, stopped or suspended
+EV_RESTORED: Final = "GPURestored"
+EV_RECLAIM_SKIPPED: Final = "ReclaimSkipped"  # HPA, partly idle or unknown owner: recommendation only
 
 #: Resource name of GPUs on nodes and in pod requests.
 GPU_RESOURCE: Final = "nvidia.com/gpu"

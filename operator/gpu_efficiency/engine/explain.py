@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.engine.activity import ACTIVITY_CHAIN, data_bounds, insufficiency
-from gpu_efficiency.engine.model import EvictPod, GPUSample, Snapshot, Window
+from gpu_efficiency.engine.model import EvictPod, GPUSample, ReclaimOwner, Snapshot, Window
 from gpu_efficiency.engine.params import CycleParams
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
@@ -148,5 +148,17 @@ def explain_lines(snapshot: Snapshot, evaluation: Evaluation, namespace: str, na
     ]
     if evicted:
         lines.append(f"  EVICT: {evicted[0].reason}")
+    if record.owner:
+        lines.append(f"  {record.owner}")
+    reclaimed = [
+        a
+        for a in evaluation.plan.actions
+        if isinstance(a, ReclaimOwner) and a.namespace == namespace and any(n == name for n, _ in a.pods)
+    ]
+    if reclaimed:
+        owner = reclaimed[0].owner
+        lines.append(
+            f"  {reclaimed[0].action.upper()} {owner.kind.lower()}/{owner.name}: {reclaimed[0].reason}"
+        )
     lines.extend(f"  note: {note}" for note in evaluation.plan.notes if note.startswith(f"{who}:"))
     return lines

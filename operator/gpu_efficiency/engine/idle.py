@@ -199,12 +199,14 @@ def idle_lifecycle(
     evidence: str,
     blocker: str,
     remembered: IdleClock | None = None,
+    subject: str = "the pod will be evicted",
 ) -> Lifecycle:
     """Advance, hold or reset the pod's idle clock (see the module docstring).
 
     ``evidence`` says why the pod is idle (for event texts); ``blocker`` is the permanent eviction
-    filter that applies to the pod, if any (budgets.permanent_blocker); ``remembered``: the clock
+    filter that applies to the pod, if any (budgets.permanent_blocker, or its owner's: reclaim.py); ``remembered``: the clock
     this process wrote for the pod (idleledger.py), which edits of the annotations cannot undo.
+    ``subject`` names what the warning announces ("deployment/nb will be scaled to zero").
     """
     ann = pod.annotations
     if verdict is Verdict.UNKNOWN:
@@ -278,8 +280,9 @@ def idle_lifecycle(
             )
         )
     _lifecycle_of_idle(
-        pod, params, now, evidence, blocker, out, book, idle_since, evict_after, remembered_warning, seen
-    )
+        pod, params, now, evidence, blocker, out, book, idle_since, evict_after, remembered_warning, seen,
+        subject,
+    )  # fmt: skip
     warned_at = out.updates.get(names.EVICT_AFTER, ann.get(names.EVICT_AFTER)) if out.warned else None
     out.clock = IdleClock(
         idle_since=idle_since, evict_after=parse_rfc3339(warned_at), keep_seen=keep_seen, keep_shown=has_keep
@@ -308,6 +311,7 @@ def _lifecycle_of_idle(
     evict_after: float | None,
     remembered_warning: float | None,
     seen: float | None,
+    subject: str,
 ) -> None:
     """Hold, warn or make an eviction candidate of an idle pod (written into ``out``)."""
     ann = pod.annotations
@@ -333,7 +337,7 @@ def _lifecycle_of_idle(
             PodEventSpec(
                 names.EV_EVICTION_SCHEDULED,
                 f"this GPU has done no work for {format_duration(now - idle_since + params.window_s)}: "
-                f"the pod will be evicted after {text} unless its GPU becomes active"
+                f"{subject} after {text} unless its GPU becomes active"
                 + (f" or it is acknowledged with {names.KEEP_UNTIL}" if params.allow_keep_until else "")
                 + f". Idle since {format_rfc3339(idle_since)}; evidence: {evidence}",
                 "Warning",

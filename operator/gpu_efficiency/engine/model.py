@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, Selection
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, LabelSelector, Selection
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 
 
@@ -122,6 +122,46 @@ class NodeView:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """An ownerReference (or the identity of an owner object): enough to find and patch it."""
+
+    api_version: str  # "apps/v1"
+    kind: str
+    name: str
+    uid: str = ""
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+
+#: (namespace, kind, name) of an owner object.
+OwnerKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerObject:
+    """A controller object read for owner resolution: its own controller and what actions need."""
+
+    namespace: str
+    ref: OwnerRef  # the object itself
+    controller: OwnerRef | None  # its ownerReferences[controller=true]
+    annotations: Mapping[str, str]  # gpuefficiency.io/ ones and kubeflow-resource-stopped
+    replicas: int | None = None  # spec.replicas of scalable kinds
+    suspended: bool = False  # spec.suspend of Jobs and JobSets
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """A PodDisruptionBudget: scaling or suspending an owner disrupts its pods as evicting them would."""
+
+    namespace: str
+    name: str
+    selector: LabelSelector
+    disruptions_allowed: int  # status.disruptionsAllowed
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
     namespace: str
     name: str
@@ -136,6 +176,7 @@ class PodView:
     gpu_request: int
     is_static: bool = False  # mirror pod (kubernetes.io/config.mirror annotation)
     deleting: bool = False  # deletionTimestamp set
+    controller: OwnerRef | None = None  # the controller reference itself (owner resolution)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +213,12 @@ class Snapshot:
     senior_policies: tuple[SeniorPolicy, ...] = ()  # overlapping policies judge each pod/node once
     #: Series or GPUs the source dropped as untrustworthy, by reason (folded into status.droppedSamples).
     dropped_samples: Mapping[str, int] = field(default_factory=dict)
+    # Owner-aware reclamation (engine/owners.py). None: no owner was read this cycle (no pod carries
+    # idle-since, so nothing can be due): pods are judged one by one, as before owners existed.
+    owners: Mapping[OwnerKey, OwnerObject] | None = None
+    autoscaled: frozenset[OwnerKey] = frozenset()  # scaleTargetRefs of HorizontalPodAutoscalers
+    owners_error: str = ""  # why the owners could not be read: nothing with a controller is acted on
+    disruption_budgets: tuple[DisruptionBudget, ...] = ()  # read with the owners
 
 
 class Verdict(StrEnum):
@@ -236,6 +283,18 @@ class EvictPod:
 
 
 @dataclass(frozen=True, slots=True)
+class ReclaimOwner:
+    """Scale an owner to zero, stop or suspend it, recording the way back on it (actuators/owners.py)."""
+
+    namespace: str
+    owner: OwnerRef
+    action: str  # ReclaimAction: ScaleToZero | Stop | Suspend
+    pods: tuple[tuple[str, str], ...]  # (name, uid) of its GPU pods, for their events
+    reason: str  # one sentence: why (written to reclaim-reason and the events)
+    policy: str
+
+
+@dataclass(frozen=True, slots=True)
 class PodEvent:
     namespace: str
     name: str
@@ -292,6 +351,7 @@ class AnnotateNode:
 Action = (
     AnnotatePod
     | EvictPod
+    | ReclaimOwner
     | PodEvent
     | NodeEvent
     | PolicyEvent

@@ -52,6 +52,7 @@ from gpu_efficiency.engine.model import (
     Verdict,
     Window,
 )
+from gpu_efficiency.engine.owners import action_words
 from gpu_efficiency.engine.params import CycleParams, cycle_params
 from gpu_efficiency.engine.podannotations import (
     annotation_patch,
@@ -59,6 +60,7 @@ from gpu_efficiency.engine.podannotations import (
     desired_annotations,
     state_value,
 )
+from gpu_efficiency.engine.reclaim import OwnerGroup, OwnerPlan, group_owners, select_reclaims
 from gpu_efficiency.engine.selection import Scope, build_scope
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import merged_counts, vet_samples
@@ -85,6 +87,7 @@ class PodRecord:
     lifecycle: Lifecycle | None = None
     patch: Mapping[str, str | None] = field(default_factory=dict)
     events: tuple[PodEvent, ...] = ()
+    owner: str = ""  # its owner, the action and why not (owner-aware reclamation only)
 
 
 @dataclass(slots=True)
@@ -299,14 +302,28 @@ def _act(
     policy_name: str,
     notes: list[str],
     remembered: IdleClock | None = None,
+    group: OwnerGroup | None = None,
 ) -> None:
-    """Lifecycle, annotation patch and events of one judged pod (written into the record)."""
+    """Lifecycle, annotation patch and events of one judged pod (written into the record).
+    ``group``: its owner's group when owners were read (reclaim.py), whose blocker holds the pod;
+    ``remembered``: the clock this process wrote for the pod (idleledger.py)."""
     pod = record.pod
     verdict = record.verdict
     current = pod.annotations
-    blocker = permanent_blocker(pod, params) if verdict.verdict is Verdict.IDLE and params.enforce else ""
+    idle_enforced = verdict.verdict is Verdict.IDLE and params.enforce
+    blocker = permanent_blocker(pod, params) if idle_enforced else ""
+    if group is not None and idle_enforced and not blocker:
+        blocker = group.blocker
+    subject = "the pod will be evicted" if group is None else action_words(group.owner, group.action)
     lifecycle = idle_lifecycle(
-        pod, verdict.verdict, params, now, evidence=verdict.reason, blocker=blocker, remembered=remembered
+        pod,
+        verdict.verdict,
+        params,
+        now,
+        evidence=verdict.reason,
+        blocker=blocker,
+        subject=subject,
+        remembered=remembered,
     )
     record.lifecycle = lifecycle
     if blocker and lifecycle.hold == blocker:
@@ -336,6 +353,15 @@ def _act(
                 f"{verdict.recommendation}. Evidence: {verdict.reason}",
             )
         )  # fmt: skip
+    if (
+        group is not None
+        and group.blocker
+        and verdict.verdict is Verdict.IDLE
+        and patch.get(names.RECOMMENDATION) is not None
+    ):
+        events.append(
+            PodEvent(pod.namespace, pod.name, pod.uid, names.EV_RECLAIM_SKIPPED, f"{group.describe()}")
+        )
     record.events = tuple(events)
 
 
@@ -630,16 +656,36 @@ def evaluate(
     warned = 0
     focused: PodRecord | None = None
     clocks: dict[str, IdleClock] = {}
+    records: list[PodRecord] = []
     for pod in in_scope:
         key = (pod.namespace, pod.name)
         record = _judge(pod, key, ctx)
-        verdict = record.verdict
-        verdicts.append(verdict)
-        evaluated_gpus.update(verdict.gpus)
-        if verdict.verdict is Verdict.IDLE:
+        evaluated_gpus.update(record.verdict.gpus)
+        if record.verdict.verdict is Verdict.IDLE:
             for sample in pod_gpus[key]:
                 idle_gpus[sample.uuid] = (sample.model, node_products.get(sample.node, ""))
-        _act(record, params, now, policy_name, notes, ledger.get(pod.uid) if ledger is not None else None)
+        records.append(record)
+    owners: OwnerPlan | None = None
+    if snapshot.owners is not None:
+        owners = group_owners(
+            snapshot,
+            [p for p in snapshot.pods if p.namespace not in scope.protected],
+            {(r.pod.namespace, r.pod.name): r.verdict.verdict for r in records},
+            params,
+        )
+    for record in records:
+        pod = record.pod
+        key = (pod.namespace, pod.name)
+        group = owners.of_pod.get(key) if owners is not None else None
+        if group is not None and record.verdict.verdict is Verdict.IDLE:
+            record.verdict = replace(record.verdict, recommendation=group.recommendation)
+            record.owner = group.describe()
+            notes.append(f"{pod.namespace}/{pod.name}: {record.owner}")
+        verdicts.append(record.verdict)
+        _act(
+            record, params, now, policy_name, notes,
+            ledger.get(pod.uid) if ledger is not None else None, group,
+        )  # fmt: skip
         lifecycle = record.lifecycle
         if lifecycle is not None:
             if lifecycle.clock:
@@ -658,17 +704,24 @@ def evaluate(
     notes.extend(faults.notes)
     actions.extend(faults.actions)
     recent = recent_within_hour(snapshot.status.recent_evictions, now)
-    selection = select_evictions(candidates, params, now, len(recent))
-    notes.extend(selection.notes)
+    destructive: list[Action] = []
+    if owners is None:
+        selection = select_evictions(candidates, params, now, len(recent))
+        notes.extend(selection.notes)
+        destructive.extend(
+            EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} (policy {policy_name})")
+            for c in selection.selected
+        )
+    else:
+        reclaims = select_reclaims(owners, candidates, params, now, len(recent), policy_name)
+        notes.extend(reclaims.notes)
+        destructive.extend(reclaims.actions)
     status, policy_events = _status(
         snapshot, params, verdicts, len(evaluated_gpus), warned, list(idle_gpus.values()), faults,
         shadowed, _unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx), dropped,
     )  # fmt: skip
     actions.extend(policy_events)
-    actions.extend(
-        EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} (policy {policy_name})")
-        for c in selection.selected
-    )
+    actions.extend(destructive)
     plan = Plan(actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes))
     if memo is not None:
         memo.end()

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
@@ -27,7 +27,7 @@ from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.status import StatusWriter, parse_status
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import parse_duration
-from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, ReclaimAction
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.budgets import merge_budgets
@@ -40,6 +40,7 @@ from gpu_efficiency.engine.model import (
     EvictPod,
     Plan,
     PolicyEvent,
+    ReclaimOwner,
     SeniorPolicy,
     SetNodeCondition,
     Snapshot,
@@ -61,9 +62,12 @@ from gpu_efficiency.sources.base import (
 )
 from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
 from gpu_efficiency.sources.labels import INVALID_ID, NODE_CONFLICT
+from gpu_efficiency.sources.owners import OwnerReader, OwnerState, OwnersUnavailable
 
 #: Why samples are dropped as untrustworthy (gpu_efficiency_dropped_samples_total's reason label).
 DROP_REASONS = (INVALID_ID, NODE_CONFLICT, POD_NODE_MISMATCH, GPUS_EXCEED_CAPACITY, CONTRADICTS_AGENT)
+#: The owner actions counted in gpu_efficiency_reclaims_total (Evict is counted as evictions).
+RECLAIM_ACTIONS = (ReclaimAction.SCALE_TO_ZERO, ReclaimAction.STOP, ReclaimAction.SUSPEND)
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +145,8 @@ class CycleRunner:
     source_for: SourceFor
     leader: Leader
     clock: Callable[[], float] = time.time
+    owners: OwnerReader | None = None  # owner-aware reclamation (None: pods judged one by one)
+    read_owners_always: bool = False  # report/explain: owners even before any idle clock runs
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
     _memos: dict[str, JudgeMemo] = field(default_factory=dict)  # per policy: last cycle's verdicts
     _terms: dict[str, int] = field(default_factory=dict)  # per policy: the term its status was read in
@@ -312,6 +318,7 @@ class CycleRunner:
             except Exception as exc:  # a source's bug or an answer it failed to decode: blind, not idle
                 log.exception("policy %s: the metric source failed", name)
                 available, error = False, f"metric source failed: {type(exc).__name__}: {exc}"
+        owners, owners_error = self._read_owners(cluster)
         gpus = result.gpus if result is not None else ()
         if available and not gpus and cluster.pods:
             available, error = (
@@ -334,8 +341,26 @@ class CycleRunner:
             | frozenset(spec.selection.excluded_namespaces),
             senior_policies=seniors,
             dropped_samples=result.dropped if result is not None else {},
+            owners=owners.objects if owners is not None else ({} if owners_error else None),
+            autoscaled=owners.autoscaled if owners is not None else frozenset(),
+            owners_error=owners_error,
+            disruption_budgets=owners.disruption_budgets if owners is not None else (),
         )
+        if owners is not None:
+            cluster = replace(cluster, requests=cluster.requests + owners.requests)
         return snapshot, cluster, result
+
+    def _read_owners(self, cluster: ClusterState) -> tuple[OwnerState | None, str]:
+        """The pods' owners, once some pod carries idle-since (before, nothing can be due)."""
+        if self.owners is None or not (
+            self.read_owners_always or any(names.IDLE_SINCE in p.annotations for p in cluster.pods)
+        ):
+            return None, ""
+        try:
+            return self.owners.read(), ""
+        except OwnersUnavailable as exc:
+            log.warning("owners not read, nothing with a controller is reclaimed this cycle: %s", exc)
+            return None, str(exc)
 
     def _evaluate(
         self,
@@ -398,9 +423,11 @@ def fold_outcomes(
     """Count what actually happened (the plan only says what was attempted)."""
     evicted = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.DONE]
     blocked = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.BLOCKED]
-    if not evicted and not blocked:
+    reclaimed = [o for o in outcomes if isinstance(o.action, ReclaimOwner) and o.result is Result.DONE]
+    if not evicted and not blocked and not reclaimed:
         return status
-    recent = [*status.recent_evictions, *(rfc3339(now) for _ in evicted)]
+    # each owner reclaimed counts once against the rolling hour's budget, like one eviction
+    recent = [*status.recent_evictions, *(rfc3339(now) for _ in [*evicted, *reclaimed])]
     return status.model_copy(
         update={
             "evictions_total": status.evictions_total + len(evicted),
@@ -450,6 +477,11 @@ def _record_metrics(
         if q.tainted:
             kinds[q.kind] = kinds.get(q.kind, 0) + 1
     metrics.reset_labelled(metrics.TAINTED_NODES, name, kinds)
+    for action in RECLAIM_ACTIONS:  # exported at 0 from the first cycle, so rate() sees the first
+        for result in (Result.DONE, Result.FAILED):
+            metrics.RECLAIMS.labels(name, action, result.value)
     for o in outcomes:
         if isinstance(o.action, EvictPod):
             metrics.EVICTIONS.labels(name, o.result.value).inc()
+        elif isinstance(o.action, ReclaimOwner):
+            metrics.RECLAIMS.labels(name, o.action.action, o.result.value).inc()

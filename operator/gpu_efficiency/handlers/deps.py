@@ -26,6 +26,7 @@ from gpu_efficiency.sources.cluster import ClusterReader, ClusterSource
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader, ClusterCache
 from gpu_efficiency.sources.combined import CombinedSource
 from gpu_efficiency.sources.credentials import credentials_allowed
+from gpu_efficiency.sources.owners import OwnerReader, api_fetch
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
 
 log = logging.getLogger(__name__)
@@ -177,4 +178,5 @@ def build_runner(
         status_writer=StatusWriter(api_client, refresh_seconds=config.status_refresh_seconds),
         source_for=SourceCache(config, api_client),
         leader=leader,
+        owners=OwnerReader(api_fetch(api_client)),
     )

@@ -23,7 +23,7 @@ from kubernetes import client
 
 from gpu_efficiency.api.names import GPU_RESOURCE
 from gpu_efficiency.api.policy import PREFIX
-from gpu_efficiency.engine.model import NamespaceView, NodeCondition, NodeView, PodView, Taint
+from gpu_efficiency.engine.model import NamespaceView, NodeCondition, NodeView, OwnerRef, PodView, Taint
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 #: Only pods bound to a node (a pending pod holds no GPU).
@@ -82,7 +82,11 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         gpu_request=_gpu_request(spec),
         is_static=MIRROR_ANNOTATION in annotations,
         deleting=bool(meta.get("deletionTimestamp")),
-    )
+        controller=OwnerRef(
+            controller.get("apiVersion", ""), controller.get("kind", ""), controller.get("name", ""),
+            controller.get("uid", ""),
+        ) if controller else None,
+    )  # fmt: skip
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:

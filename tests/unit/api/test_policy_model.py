@@ -67,3 +67,18 @@ def test_parse_duration_rejects(text: str) -> None:
 def test_format_duration() -> None:
     assert format_duration(3725) == "1h2m5s"
     assert format_duration(0) == "0s"
+
+
+def test_reclaim_actions_default_per_kind_and_reject_actions_that_do_not_fit() -> None:
+    from gpu_efficiency.api.policy import ReclaimAction
+
+    actions = GPUEfficiencyPolicySpec().reclaim.actions
+    assert actions.for_kind("Deployment") is ReclaimAction.SCALE_TO_ZERO
+    assert actions.for_kind("Notebook") is ReclaimAction.STOP
+    assert actions.for_kind("DaemonSet") is ReclaimAction.RECOMMEND
+    chosen = GPUEfficiencyPolicySpec.model_validate({"reclaim": {"actions": {"Deployment": "Evict"}}})
+    assert chosen.reclaim.actions.for_kind("Deployment") is ReclaimAction.EVICT
+    with pytest.raises(ValidationError, match="Deployment"):
+        GPUEfficiencyPolicySpec.model_validate({"reclaim": {"actions": {"Deployment": "Stop"}}})
+    with pytest.raises(ValidationError, match="DaemonSet"):
+        GPUEfficiencyPolicySpec.model_validate({"reclaim": {"actions": {"DaemonSet": "Evict"}}})

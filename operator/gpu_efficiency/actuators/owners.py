@@ -1,0 +1,153 @@
+"""Owner writes: scale to zero through ``/scale``, suspend, stop; and their undo (``restore``).
+
+The way back is written on the owner before the destructive write (previous replicas, when, by
+which policy, why), so it is never lost: a failed write after it is rolled back, and a record left
+on an owner that was not changed is harmless (the engine takes an owner as reclaimed only while it
+is still at 0 replicas, suspended or stopped). Every write carries the owner's uid (never a
+same-named successor) and, for scaling, the resourceVersion read with the replicas, so a change
+made meanwhile by someone else fails the write (409) instead of being overwritten.
+
+Built-in kinds go through the same generic paths as CRDs (``/apis/GROUP/VERSION/...``), one client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpu_efficiency.actuators.events import ObjectRef, pod_ref
+from gpu_efficiency.actuators.outcomes import Outcome, Result
+from gpu_efficiency.api import names
+from gpu_efficiency.api.policy import ReclaimAction
+from gpu_efficiency.engine.model import OwnerRef, ReclaimOwner
+from gpu_efficiency.engine.owners import restore_commands
+from gpu_efficiency.engine.timefmt import format_rfc3339
+
+MERGE = "application/merge-patch+json"
+PLURALS: Mapping[str, str] = {
+    "Deployment": "deployments",
+    "StatefulSet": "statefulsets",
+    "LeaderWorkerSet": "leaderworkersets",
+    "Job": "jobs",
+    "JobSet": "jobsets",
+    "Notebook": "notebooks",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where an owner lives in the API."""
+
+    group: str
+    version: str
+    namespace: str
+    plural: str
+    name: str
+
+    @classmethod
+    def of(cls, namespace: str, ref: OwnerRef) -> Target:
+        group, _, version = ref.api_version.rpartition("/")
+        return cls(group, version, namespace, PLURALS[ref.kind], ref.name)
+
+
+def _patch(api: client.CustomObjectsApi, t: Target, body: Mapping[str, Any]) -> Any:
+    return api.patch_namespaced_custom_object(
+        t.group, t.version, t.namespace, t.plural, t.name, dict(body), _content_type=MERGE
+    )
+
+
+def undo_record(action: ReclaimOwner, now: float, previous_replicas: int | None) -> dict[str, str | None]:
+    record: dict[str, str | None] = {
+        names.RECLAIMED: action.action,
+        names.RECLAIMED_AT: format_rfc3339(now),
+        names.RECLAIMED_BY: action.policy,
+        names.RECLAIM_REASON: action.reason[:1024],
+        names.PREVIOUS_REPLICAS: None if previous_replicas is None else str(previous_replicas),
+    }
+    return record
+
+
+def _skip_or_fail(action: ReclaimOwner, exc: ApiException, step: str) -> Outcome:
+    if exc.status == 404:
+        return Outcome(action, Result.SKIPPED, f"owner gone (HTTP 404 at {step})")
+    if exc.status == 409:
+        return Outcome(
+            action, Result.SKIPPED, f"owner changed meanwhile (HTTP 409 at {step}): retried next cycle"
+        )
+    return Outcome(action, Result.FAILED, f"HTTP {exc.status} at {step}: {exc.reason}")
+
+
+def reclaim_owner(api: client.CustomObjectsApi, action: ReclaimOwner, now: float) -> Outcome:
+    """Apply one ReclaimOwner; DONE only when the owner's state was changed by the API server."""
+    target = Target.of(action.namespace, action.owner)
+    if action.action == ReclaimAction.SCALE_TO_ZERO:
+        return _scale_to_zero(api, action, target, now)
+    body: dict[str, Any] = {
+        "metadata": {"uid": action.owner.uid, "annotations": undo_record(action, now, None)}
+    }
+    if action.action == ReclaimAction.SUSPEND:
+        body["spec"] = {"suspend": True}
+    elif action.action == ReclaimAction.STOP:
+        body["metadata"]["annotations"][names.KUBEFLOW_STOPPED] = format_rfc3339(now)
+    else:
+        return Outcome(action, Result.FAILED, f"unknown owner action {action.action!r}")
+    try:
+        _patch(api, target, body)
+    except ApiException as exc:
+        return _skip_or_fail(action, exc, "patch")
+    return Outcome(action, Result.DONE)
+
+
+def _scale_to_zero(api: client.CustomObjectsApi, action: ReclaimOwner, t: Target, now: float) -> Outcome:
+    try:
+        scale: Any = api.get_namespaced_custom_object_scale(t.group, t.version, t.namespace, t.plural, t.name)
+    except ApiException as exc:
+        return _skip_or_fail(action, exc, "get scale")
+    replicas = int(((scale.get("spec") or {}).get("replicas")) or 0)
+    version = (scale.get("metadata") or {}).get("resourceVersion")
+    if replicas == 0:
+        return Outcome(action, Result.SKIPPED, "already at 0 replicas")
+    record = {
+        "uid": action.owner.uid,
+        "resourceVersion": version,
+        "annotations": undo_record(action, now, replicas),
+    }
+    try:
+        written: Any = _patch(api, t, {"metadata": record})
+    except ApiException as exc:
+        return _skip_or_fail(action, exc, "annotate")
+    version = (written.get("metadata") or {}).get("resourceVersion") if isinstance(written, dict) else None
+    body = {"metadata": {"resourceVersion": version} if version else {}, "spec": {"replicas": 0}}
+    try:
+        api.patch_namespaced_custom_object_scale(
+            t.group, t.version, t.namespace, t.plural, t.name, body, _content_type=MERGE
+        )
+    except ApiException as exc:
+        # The record must not claim a scale-down that did not happen; if this fails too, it is
+        # harmless: an owner not at 0 replicas is not taken as reclaimed.
+        with contextlib.suppress(ApiException):
+            undo = {"uid": action.owner.uid, "annotations": dict.fromkeys(names.OWNER_ANNOTATIONS)}
+            _patch(api, t, {"metadata": undo})
+        return _skip_or_fail(action, exc, "scale")
+    return Outcome(action, Result.DONE, f"replicas {replicas} -> 0")
+
+
+def owner_ref(action: ReclaimOwner) -> ObjectRef:
+    o = action.owner
+    return ObjectRef(
+        kind=o.kind, name=o.name, uid=o.uid, namespace=action.namespace, api_version=o.api_version
+    )
+
+
+def reclaim_events(action: ReclaimOwner) -> list[tuple[ObjectRef, str]]:
+    """The GPUReclaimed events of a done reclaim: on the owner and on each of its GPU pods, each
+    with the exact way back."""
+    way_back = restore_commands(action.namespace, action.owner.kind, action.owner.name)
+    message = f"{action.reason}. {way_back}"
+    refs = [owner_ref(action)] + [pod_ref(action.namespace, name, uid) for name, uid in action.pods]
+    return [(ref, message) for ref in refs]

@@ -1,0 +1,178 @@
+"""Owner resolution and the reclaim action per owner, from plain data (no I/O).
+
+Evicting a pod whose controller recreates it frees nothing: the GPU goes straight back to the same
+idle workload. So an idle pod is traced up its controller chain to its top owner (ReplicaSet ->
+Deployment, StatefulSet -> Notebook, Job -> JobSet, ...) and the action is chosen for that owner
+(DESIGN.md safety rule 8). The chain is followed only through objects the source layer read: a
+controller that was not read (a kind without an integration, a CRD not installed) makes the owner
+unknown, and an unknown owner is only ever given a recommendation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpu_efficiency.api import names
+from gpu_efficiency.api.policy import OwnerActions, ReclaimAction
+from gpu_efficiency.engine.model import OwnerKey, OwnerObject, OwnerRef, PodView
+
+#: Owner kinds with an integration, and the API group each must come from.
+OWNER_GROUPS: Mapping[str, str] = {
+    "Deployment": "apps",
+    "StatefulSet": "apps",
+    "Job": "batch",
+    "JobSet": "jobset.x-k8s.io",
+    "LeaderWorkerSet": "leaderworkerset.x-k8s.io",
+    "Notebook": "kubeflow.org",
+    "InferenceService": "serving.kserve.io",
+}
+#: What each owner-level action can be applied to (the rest: Evict or Recommend only).
+ACTION_KINDS: Mapping[ReclaimAction, frozenset[str]] = {
+    ReclaimAction.SCALE_TO_ZERO: frozenset({"Deployment", "StatefulSet", "LeaderWorkerSet"}),
+    ReclaimAction.STOP: frozenset({"Notebook"}),
+    ReclaimAction.SUSPEND: frozenset({"Job", "JobSet"}),
+}
+BARE = "Pod"
+_MAX_DEPTH = 8  # controller chains are 2-4 deep; a longer one is a loop in bad data
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The top owner of a pod (the pod itself when bare)."""
+
+    namespace: str
+    ref: OwnerRef
+    known: bool  # the kind has an integration and every link of the chain was read
+    why: str = ""  # why not known
+    obj: OwnerObject | None = None  # None for a bare pod or an owner that was not read
+
+    @property
+    def key(self) -> OwnerKey:
+        return (self.namespace, self.ref.kind, self.ref.name)
+
+    @property
+    def label(self) -> str:
+        """``deployment/nb``: the KIND/NAME form kubectl and ``gpu-efficiency restore`` take."""
+        return f"{self.ref.kind.lower()}/{self.ref.name}"
+
+
+def resolve_owner(pod: PodView, objects: Mapping[OwnerKey, OwnerObject]) -> Owner:
+    """Follow the pod's controller references through ``objects`` to the top owner."""
+    ref = pod.controller
+    if ref is None:
+        if pod.controller_kind is not None:  # a view without the reference itself: nothing to follow
+            return Owner(pod.namespace, OwnerRef("", pod.controller_kind, ""), False, "controller not known")
+        return Owner(pod.namespace, OwnerRef("v1", BARE, pod.name, pod.uid), True)
+    obj: OwnerObject | None = None
+    for _ in range(_MAX_DEPTH):
+        found = objects.get((pod.namespace, ref.kind, ref.name))
+        if found is None or found.ref.group != ref.group or (ref.uid and found.ref.uid != ref.uid):
+            what = f"{ref.kind}/{ref.name} ({ref.api_version or 'no apiVersion'})"
+            reason = (
+                "a controller kind without an integration" if ref.kind not in OWNER_GROUPS else "not found"
+            )
+            return Owner(pod.namespace, ref, False, f"controller {what} was not read: {reason}", obj)
+        obj = found
+        if found.controller is None:
+            break
+        ref = found.controller
+    else:
+        return Owner(pod.namespace, ref, False, "controller chain too deep", obj)
+    if OWNER_GROUPS.get(ref.kind) != ref.group:
+        return Owner(
+            pod.namespace,
+            ref,
+            False,
+            f"top controller {ref.kind} ({ref.api_version}) has no integration",
+            obj,
+        )
+    return Owner(pod.namespace, ref, True, "", obj)
+
+
+def choose_action(
+    owner: Owner, actions: OwnerActions, autoscaled: frozenset[OwnerKey]
+) -> tuple[ReclaimAction, str]:
+    """The policy's action for the owner, or Recommend and why (unknown owner, autoscaled)."""
+    if not owner.known:
+        return ReclaimAction.RECOMMEND, f"owner {owner.label} unknown ({owner.why})"
+    if owner.key in autoscaled:
+        return ReclaimAction.RECOMMEND, f"{owner.label} is the scaleTargetRef of a HorizontalPodAutoscaler"
+    action = actions.for_kind(owner.ref.kind)
+    if action is ReclaimAction.RECOMMEND:
+        return action, f"reclaim.actions.{owner.ref.kind} is Recommend"
+    if action is not ReclaimAction.EVICT and owner.ref.kind not in ACTION_KINDS[action]:
+        return ReclaimAction.RECOMMEND, f"{action.value} does not apply to a {owner.ref.kind}"
+    return action, ""
+
+
+def already_reclaimed(owner: Owner) -> str:
+    """The action recorded on the owner when it is still in that state ('' otherwise)."""
+    obj = owner.obj
+    if obj is None:
+        return ""
+    done = obj.annotations.get(names.RECLAIMED, "")
+    in_state = {
+        ReclaimAction.SCALE_TO_ZERO.value: obj.replicas == 0,
+        ReclaimAction.SUSPEND.value: obj.suspended,
+        ReclaimAction.STOP.value: names.KUBEFLOW_STOPPED in obj.annotations,
+    }
+    return done if in_state.get(done, False) else ""
+
+
+_VERBS: Mapping[str, str] = {
+    "Deployment": "scale it to zero",
+    "StatefulSet": "scale it to zero",
+    "LeaderWorkerSet": "scale it to zero",
+    "InferenceService": "set its minReplicas to 0 or delete it",
+    "Job": "suspend it",
+    "JobSet": "suspend it",
+    "Notebook": "stop it",
+    BARE: "delete it",
+}
+
+
+def recommendation(owner: Owner, idle: int, total: int) -> str:
+    """What the owner's user should do: the pod annotation and ReclaimSkipped event text."""
+    if idle < total:
+        return f"{idle} of {total} replicas idle: reduce replicas of {owner.label}"
+    return f"all {total} GPU pod(s) of {owner.label} idle: {_VERBS.get(owner.ref.kind, 'release its GPUs')}"
+
+
+_PAST: Mapping[ReclaimAction, str] = {
+    ReclaimAction.SCALE_TO_ZERO: "scaled to zero",
+    ReclaimAction.STOP: "stopped",
+    ReclaimAction.SUSPEND: "suspended",
+    ReclaimAction.EVICT: "evicted",
+}
+
+
+def action_words(owner: Owner, action: ReclaimAction) -> str:
+    """``deployment/nb will be scaled to zero``: the warning's subject and verb."""
+    if owner.ref.kind == BARE:
+        return "the pod will be evicted"
+    if action is ReclaimAction.EVICT:
+        return f"the pods of {owner.label} will be evicted"
+    return f"{owner.label} will be {_PAST.get(action, 'reclaimed')}"
+
+
+def restore_commands(namespace: str, kind: str, name: str) -> str:
+    """The way back, printed in every GPUReclaimed event."""
+    label = f"{kind.lower()}/{name}"
+    return f"restore with: gpu-efficiency restore {label} -n {namespace} (or: {kubectl_restore(namespace, kind, name)})"
+
+
+def kubectl_restore(namespace: str, kind: str, name: str) -> str:
+    """The equivalent kubectl line (previous replicas read from the owner's annotation)."""
+    label = f"{kind.lower()}/{name}"
+    drop = " ".join(f"{key}-" for key in names.OWNER_ANNOTATIONS)
+    if kind in ACTION_KINDS[ReclaimAction.SCALE_TO_ZERO]:
+        first = (
+            f"kubectl scale {label} -n {namespace} --replicas=$(kubectl get {label} -n {namespace} "
+            f"-o jsonpath='{{.metadata.annotations.gpuefficiency\\.io/previous-replicas}}')"
+        )
+    elif kind in ACTION_KINDS[ReclaimAction.SUSPEND]:
+        first = f'kubectl patch {label} -n {namespace} --type=merge -p \'{{"spec":{{"suspend":false}}}}\''
+    else:
+        first = f"kubectl annotate {label} -n {namespace} {names.KUBEFLOW_STOPPED}-"
+    return f"{first} && kubectl annotate {label} -n {namespace} {drop}"

@@ -1,0 +1,260 @@
+"""Idle verdicts grouped by owner: which owners may be reclaimed, and this cycle's reclaim actions.
+
+The pod lifecycle (idle.py) still keeps each pod's clock and warning. This module decides, per top
+owner (owners.py), whether those warnings may stand and what happens when they are all due:
+
+* The owner is acted on only when every one of its GPU pods (in scope or not) is Idle, warned and
+  past evict-after. One that is busy, Unknown or not judged by this policy holds the whole owner.
+* An owner that can never be acted on (unknown, autoscaled, Recommend by policy, partly idle, a pod
+  that may never be touched, or one held by exempt/keep-until) is a *blocker*: its pods' warnings are
+  withdrawn (a warning that cannot come true is a lie) and they carry the recommendation instead.
+* Budgets count owners: scaling a Deployment of four replicas is one action, like evicting one pod.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gpu_efficiency.api import names
+from gpu_efficiency.api.policy import ReclaimAction
+from gpu_efficiency.engine.budgets import EvictionCandidate, permanent_blocker, temporary_blocker
+from gpu_efficiency.engine.idle import PodKey, hold_reason
+from gpu_efficiency.engine.model import (
+    Action,
+    AnnotatePod,
+    DisruptionBudget,
+    EvictPod,
+    OwnerKey,
+    PodEvent,
+    PodView,
+    ReclaimOwner,
+    Snapshot,
+    Verdict,
+)
+from gpu_efficiency.engine.owners import (
+    Owner,
+    action_words,
+    already_reclaimed,
+    choose_action,
+    recommendation,
+    resolve_owner,
+)
+from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.selection import LabelMatcher, compile_selector
+from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
+
+
+@dataclass(slots=True)
+class OwnerGroup:
+    """One top owner, its GPU pods and what may be done to it this cycle."""
+
+    owner: Owner
+    action: ReclaimAction
+    why: str  # why Recommend ('' when the policy's action applies)
+    pods: list[PodView] = field(default_factory=list)
+    idle: int = 0  # pods with the verdict Idle
+    blocker: str = ""  # never acted on while this holds: warnings withdrawn
+    hold: str = ""  # not acted on this cycle, warnings kept (owners unreadable, already reclaimed)
+    disruption_blocked: str = ""  # a PodDisruptionBudget allows too few disruptions: retried
+    recommendation: str = ""
+
+    @property
+    def actionable(self) -> bool:
+        return self.action is not ReclaimAction.RECOMMEND
+
+    def describe(self) -> str:
+        """One line for notes and explain: owner, action and why not (when not)."""
+        text = f"owner {self.owner.label}, action {self.action.value}, {self.idle} of {len(self.pods)} GPU pod(s) idle"
+        if self.why:
+            text += f" ({self.why})"
+        why_not = self.blocker or self.hold or self.disruption_blocked
+        return text + (f": {why_not}" if why_not else "")
+
+
+@dataclass(slots=True)
+class OwnerPlan:
+    groups: dict[OwnerKey, OwnerGroup]
+    of_pod: dict[PodKey, OwnerGroup]
+
+    def warning_subject(self, key: PodKey) -> str:
+        group = self.of_pod.get(key)
+        return action_words(group.owner, group.action) if group is not None else "the pod will be evicted"
+
+
+def group_owners(
+    snapshot: Snapshot, pods: Iterable[PodView], verdicts: Mapping[PodKey, Verdict], params: CycleParams
+) -> OwnerPlan:
+    """Group ``pods`` (every GPU pod outside the protected namespaces) by top owner and decide, per
+    owner, the action and whether it is blocked or held. ``verdicts``: this policy's verdicts."""
+    objects = snapshot.owners or {}
+    resolved: dict[tuple[str, str, str], Owner] = {}
+    groups: dict[OwnerKey, OwnerGroup] = {}
+    of_pod: dict[PodKey, OwnerGroup] = {}
+    for pod in pods:
+        ref = pod.controller
+        cache_key = (pod.namespace, ref.kind, ref.name) if ref is not None else None
+        owner = resolved.get(cache_key) if cache_key is not None else None
+        if owner is None:
+            owner = resolve_owner(pod, objects)
+            if cache_key is not None:
+                resolved[cache_key] = owner
+        group = groups.get(owner.key)
+        if group is None:
+            action, why = choose_action(owner, snapshot.policy.reclaim.actions, snapshot.autoscaled)
+            group = groups[owner.key] = OwnerGroup(owner, action, why)
+        group.pods.append(pod)
+        group.idle += verdicts.get((pod.namespace, pod.name)) is Verdict.IDLE
+        of_pod[(pod.namespace, pod.name)] = group
+    budgets = [(b, compile_selector(b.selector)) for b in snapshot.disruption_budgets]
+    for group in groups.values():
+        _decide(group, snapshot, params)
+        if not group.blocker and not group.hold and group.action is not ReclaimAction.EVICT:
+            group.disruption_blocked = _disruption_blocker(group, budgets)
+    return OwnerPlan(groups, of_pod)
+
+
+def _disruption_blocker(group: OwnerGroup, budgets: list[tuple[DisruptionBudget, LabelMatcher]]) -> str:
+    """PodDisruptionBudgets apply to owner actions as to evictions (the Eviction API checks those):
+    an owner is not reclaimed while a budget covering its pods allows fewer disruptions than that."""
+    for budget, matches in budgets:
+        if budget.namespace != group.owner.namespace:
+            continue
+        covered = sum(1 for pod in group.pods if matches(pod.labels))
+        if covered and budget.disruptions_allowed < covered:
+            return (
+                f"PodDisruptionBudget {budget.name} allows {budget.disruptions_allowed} disruption(s) and "
+                f"covers {covered} pod(s) of {group.owner.label}: not reclaimed, retried next cycle"
+            )
+    return ""
+
+
+def _decide(group: OwnerGroup, snapshot: Snapshot, params: CycleParams) -> None:
+    owner, total = group.owner, len(group.pods)
+    group.recommendation = recommendation(owner, group.idle, total)
+    if snapshot.owners_error and owner.ref.kind != "Pod":
+        group.hold = f"owners could not be read this cycle: {snapshot.owners_error}"
+        return
+    if not group.actionable:
+        group.blocker = f"recommend only ({group.why}): {group.recommendation}"
+        return
+    done = already_reclaimed(owner)
+    if done:
+        group.hold = f"{owner.label} already reclaimed ({done}): its pods are going"
+        return
+    if group.idle < total:
+        group.blocker = f"{group.recommendation} (never reclaimed while one of its GPU pods is not idle)"
+        return
+    for pod in group.pods:
+        blocker = permanent_blocker(pod, params) or _own_hold(pod, params, snapshot.now)
+        if blocker:
+            group.blocker = f"pod {pod.namespace}/{pod.name} of {owner.label}: {blocker}"
+            return
+
+
+def _own_hold(pod: PodView, params: CycleParams, now: float) -> str:
+    """exempt / keep-until of one pod, which holds its whole owner."""
+    ann = pod.annotations
+    seen = parse_rfc3339(ann.get(names.KEEP_SEEN)) if names.KEEP_SEEN in ann else now
+    return hold_reason(ann, params, now, seen)
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimSelection:
+    actions: tuple[Action, ...]
+    notes: tuple[str, ...]
+
+
+def select_reclaims(
+    plan: OwnerPlan,
+    candidates: Iterable[EvictionCandidate],
+    params: CycleParams,
+    now: float,
+    actions_last_hour: int,
+    policy_name: str,
+) -> ReclaimSelection:
+    """The owners whose GPU pods are all due, within the budgets: longest idle first, then by name."""
+    due: dict[OwnerKey, list[EvictionCandidate]] = {}
+    for candidate in candidates:
+        group = plan.of_pod.get((candidate.pod.namespace, candidate.pod.name))
+        if group is not None:
+            due.setdefault(group.owner.key, []).append(candidate)
+    notes: list[str] = []
+    blocked: list[Action] = []
+    ready: list[tuple[float, OwnerGroup, list[EvictionCandidate]]] = []
+    for key, found in due.items():
+        group = plan.groups[key]
+        who = f"{found[0].pod.namespace}/{found[0].pod.name}"
+        why = group.blocker or group.hold
+        if not why and len(found) < len(group.pods):
+            why = f"{len(found)} of {len(group.pods)} GPU pods of {group.owner.label} due; waiting for all"
+        if not why:
+            why = next(
+                (f"pod {c.pod.name}: {b}" for c in found if (b := temporary_blocker(c.pod, params, now))), ""
+            )
+        if not why and group.disruption_blocked:
+            why = group.disruption_blocked
+            blocked.extend(_blocked_once(found, why, now))
+        if why:
+            notes.append(f"{who}: reclaim of {group.owner.label} postponed or skipped: {why}")
+            continue
+        ready.append((max(c.idle_since for c in found), group, found))
+    ready.sort(key=lambda r: (r[0], r[1].owner.namespace, r[1].owner.label))
+    hour_left = max(0, params.max_per_hour - actions_last_hour)
+    per_namespace: Counter[str] = Counter()
+    actions: list[Action] = []
+    taken = 0
+    for idle_since, group, found in ready:
+        owner = group.owner
+        who = f"{owner.namespace}/{owner.label}"
+        if taken >= params.max_per_cycle:
+            notes.append(
+                f"{who}: reclaim postponed: maxPerCycle {params.max_per_cycle} reached; retried next cycle"
+            )
+        elif taken >= hour_left:
+            notes.append(
+                f"{who}: reclaim postponed: maxPerHour {params.max_per_hour} reached "
+                f"({actions_last_hour} in the last hour); retried next cycle"
+            )
+        elif per_namespace[owner.namespace] >= params.max_per_namespace:
+            notes.append(
+                f"{who}: reclaim postponed: maxPerNamespacePerCycle {params.max_per_namespace} reached "
+                f"in {owner.namespace}; retried next cycle"
+            )
+        else:
+            taken += 1
+            per_namespace[owner.namespace] += 1
+            actions.extend(_actions(group, found, idle_since, policy_name))
+    return ReclaimSelection(tuple(blocked + actions), tuple(notes))
+
+
+def _blocked_once(found: list[EvictionCandidate], why: str, now: float) -> list[Action]:
+    """The refusal recorded on each pod the first time (``eviction-blocked`` + EvictionBlocked), as
+    a refused eviction is: the owner is retried every cycle, the event is not repeated."""
+    out: list[Action] = []
+    for c in found:
+        pod = c.pod
+        if names.EVICTION_BLOCKED not in pod.annotations:
+            out.append(
+                AnnotatePod(pod.namespace, pod.name, pod.uid, {names.EVICTION_BLOCKED: format_rfc3339(now)})
+            )
+            out.append(PodEvent(pod.namespace, pod.name, pod.uid, names.EV_EVICTION_BLOCKED, why, "Warning"))
+    return out
+
+
+def _actions(
+    group: OwnerGroup, found: list[EvictionCandidate], idle_since: float, policy_name: str
+) -> list[Action]:
+    if group.action is ReclaimAction.EVICT:
+        return [
+            EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} (policy {policy_name})")
+            for c in sorted(found, key=lambda c: c.pod.name)
+        ]
+    owner = group.owner
+    pods = tuple(sorted((c.pod.name, c.pod.uid) for c in found))
+    reason = (
+        f"all {len(pods)} GPU pod(s) of {owner.label} idle since {format_rfc3339(idle_since)} and warned; "
+        f"{action_words(owner, group.action).split(' will be ', 1)[-1]} to free the GPU by policy {policy_name}"
+    )
+    return [ReclaimOwner(owner.namespace, owner.ref, group.action.value, pods, reason, policy_name)]

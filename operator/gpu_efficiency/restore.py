@@ -1,0 +1,147 @@
+"""``gpu-efficiency restore KIND/NAME -n NS``: undo a reclaim from the record written on the owner.
+
+Scaled to zero -> the previous replicas (unless someone scaled it up meanwhile: then their choice
+stands and only the record is cleared); suspended -> resumed; stopped -> the kubeflow-resource-stopped
+annotation removed. Our owner annotations are removed in every case. An owner without our record
+is left untouched with a clear error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpu_efficiency.actuators.events import ObjectRef
+from gpu_efficiency.actuators.owners import MERGE, Target
+from gpu_efficiency.api import names
+from gpu_efficiency.api.policy import ReclaimAction
+from gpu_efficiency.engine.model import OwnerRef
+
+#: KIND spellings accepted (kubectl's names and short names) -> (kind, apiVersion).
+KINDS: Mapping[str, tuple[str, str]] = {
+    **dict.fromkeys(("deployment", "deployments", "deploy"), ("Deployment", "apps/v1")),
+    **dict.fromkeys(("statefulset", "statefulsets", "sts"), ("StatefulSet", "apps/v1")),
+    **dict.fromkeys(("job", "jobs"), ("Job", "batch/v1")),
+    **dict.fromkeys(("jobset", "jobsets"), ("JobSet", "jobset.x-k8s.io/v1alpha2")),
+    **dict.fromkeys(
+        ("leaderworkerset", "leaderworkersets", "lws"), ("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1")
+    ),
+    **dict.fromkeys(("notebook", "notebooks"), ("Notebook", "kubeflow.org/v1")),
+}
+EXIT_NOTHING = 1
+EXIT_USAGE = 2
+
+
+class RestoreError(Exception):
+    def __init__(self, message: str, code: int = EXIT_NOTHING) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parse_target(text: str) -> tuple[str, str, str]:
+    """``deployment/nb`` -> (kind, apiVersion, name)."""
+    kind_text, _, name = text.partition("/")
+    found = KINDS.get(kind_text.lower())
+    if found is None or not name:
+        known = ", ".join(sorted({k for k, _ in KINDS.values()}))
+        raise RestoreError(f"expected KIND/NAME with KIND one of {known} (got {text!r})", EXIT_USAGE)
+    return found[0], found[1], name
+
+
+def restore(
+    api: client.CustomObjectsApi,
+    target: str,
+    namespace: str,
+    record_event: Callable[[ObjectRef, str], None] | None = None,
+) -> str:
+    """Undo the reclaim recorded on the owner; returns what was done (raises RestoreError)."""
+    kind, api_version, name = parse_target(target)
+    label = f"{kind.lower()}/{name}"
+    t = Target.of(namespace, OwnerRef(api_version, kind, name))
+    try:
+        obj: Any = api.get_namespaced_custom_object(t.group, t.version, t.namespace, t.plural, t.name)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise RestoreError(f"{label} not found in namespace {namespace}") from exc
+        raise RestoreError(f"cannot read {label} in {namespace}: HTTP {exc.status} {exc.reason}") from exc
+    meta = obj.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    done = ann.get(names.RECLAIMED)
+    if not done:
+        raise RestoreError(
+            f"nothing to restore: {label} in {namespace} carries no {names.RECLAIMED} annotation "
+            "(it was not reclaimed by gpu-efficiency, or was restored already)"
+        )
+    clear: dict[str, Any] = dict.fromkeys(names.OWNER_ANNOTATIONS)
+    body: dict[str, Any] = {"metadata": {"uid": meta.get("uid"), "annotations": clear}}
+    try:
+        if done == ReclaimAction.SCALE_TO_ZERO:
+            what = _scale_back(api, t, label, ann)
+        elif done == ReclaimAction.SUSPEND:
+            body["spec"] = {"suspend": False}
+            what = "resumed (spec.suspend=false)"
+        elif done == ReclaimAction.STOP:
+            clear[names.KUBEFLOW_STOPPED] = None
+            what = f"started ({names.KUBEFLOW_STOPPED} removed)"
+        else:
+            raise RestoreError(f"{label}: unknown {names.RECLAIMED} value {done!r}; nothing changed")
+        api.patch_namespaced_custom_object(
+            t.group, t.version, t.namespace, t.plural, t.name, body, _content_type=MERGE
+        )
+    except ApiException as exc:
+        raise RestoreError(
+            f"restoring {label} in {namespace} failed: HTTP {exc.status} {exc.reason}"
+        ) from exc
+    message = f"restored {label} in {namespace}: {what}"
+    if record_event is not None:
+        ref = ObjectRef(
+            kind=kind, name=name, uid=meta.get("uid", ""), namespace=namespace, api_version=api_version
+        )
+        record_event(ref, message)
+    return message
+
+
+def _scale_back(api: client.CustomObjectsApi, t: Target, label: str, ann: Mapping[str, str]) -> str:
+    text = ann.get(names.PREVIOUS_REPLICAS, "")
+    if not text.isdigit() or int(text) < 1:
+        raise RestoreError(
+            f"{label}: {names.PREVIOUS_REPLICAS}={text!r} is not a replica count; nothing changed"
+        )
+    scale: Any = api.get_namespaced_custom_object_scale(t.group, t.version, t.namespace, t.plural, t.name)
+    current = int((scale.get("spec") or {}).get("replicas") or 0)
+    if current > 0:
+        return f"already at {current} replicas (scaled meanwhile): only the record is cleared"
+    version = (scale.get("metadata") or {}).get("resourceVersion")
+    body = {"metadata": {"resourceVersion": version} if version else {}, "spec": {"replicas": int(text)}}
+    api.patch_namespaced_custom_object_scale(
+        t.group, t.version, t.namespace, t.plural, t.name, body, _content_type=MERGE
+    )
+    return f"replicas 0 -> {text}"
+
+
+def restore_main(args: argparse.Namespace) -> int:
+    from gpu_efficiency.actuators.events import EventRecorder
+    from gpu_efficiency.apiclient import load_api_client
+
+    try:
+        parse_target(args.target)
+        api_client = load_api_client()
+        recorder = EventRecorder(api_client)
+
+        def record_event(ref: ObjectRef, message: str) -> None:
+            try:
+                recorder.record(ref, names.EV_RESTORED, message)
+            except ApiException as exc:  # the restore happened; the event is a courtesy
+                sys.stderr.write(f"note: event not recorded (HTTP {exc.status})\n")
+
+        message = restore(client.CustomObjectsApi(api_client), args.target, args.namespace, record_event)
+    except RestoreError as exc:
+        sys.stderr.write(f"gpu-efficiency restore: {exc}\n")
+        return exc.code
+    sys.stdout.write(message + "\n")
+    return 0

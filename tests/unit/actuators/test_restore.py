@@ -1,0 +1,92 @@
+"""``gpu-efficiency restore``: each reclaim undone from the owner's record, and clear errors."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import pytest
+
+from gpu_efficiency import cli
+from gpu_efficiency.actuators.owners import reclaim_owner
+from gpu_efficiency.api import names
+from gpu_efficiency.restore import RestoreError, restore
+
+from .fake_custom import FakeCustom
+from .test_owners import DEPLOY, JOB, NOTEBOOK, NOW, action
+
+
+def test_a_deployment_comes_back_with_its_previous_replicas_and_the_record_cleared() -> None:
+    api = FakeCustom()
+    obj = api.add(DEPLOY, replicas=2, annotations={"keep": "me"})
+    reclaim_owner(api, action("Deployment", "nb", "ScaleToZero"), NOW)  # type: ignore[arg-type]
+    events: list[str] = []
+    message = restore(
+        api, "deployment/nb", "ml", lambda ref, text: events.append(f"{ref.kind}/{ref.name}: {text}")
+    )  # type: ignore[arg-type]
+    assert message == "restored deployment/nb in ml: replicas 0 -> 2"
+    assert obj["spec"]["replicas"] == 2
+    assert obj["metadata"]["annotations"] == {"keep": "me"}
+    assert events == ["Deployment/nb: restored deployment/nb in ml: replicas 0 -> 2"]
+
+
+def test_a_suspended_job_is_resumed() -> None:
+    api = FakeCustom()
+    obj = api.add(JOB, suspend=False)
+    reclaim_owner(api, action("Job", "train", "Suspend", "batch/v1"), NOW)  # type: ignore[arg-type]
+    assert "resumed" in restore(api, "job/train", "ml")  # type: ignore[arg-type]
+    assert obj["spec"]["suspend"] is False
+    assert not any(k in obj["metadata"]["annotations"] for k in names.OWNER_ANNOTATIONS)
+
+
+def test_a_stopped_notebook_is_started() -> None:
+    api = FakeCustom()
+    obj = api.add(NOTEBOOK)
+    reclaim_owner(api, action("Notebook", "lab", "Stop", "kubeflow.org/v1"), NOW)  # type: ignore[arg-type]
+    restore(api, "notebook/lab", "ml")  # type: ignore[arg-type]
+    assert obj["metadata"]["annotations"] == {}
+
+
+def test_an_owner_scaled_up_meanwhile_keeps_its_replicas() -> None:
+    api = FakeCustom()
+    obj = api.add(DEPLOY, replicas=2)
+    reclaim_owner(api, action("Deployment", "nb", "ScaleToZero"), NOW)  # type: ignore[arg-type]
+    obj["spec"]["replicas"] = 4
+    assert "only the record is cleared" in restore(api, "deploy/nb", "ml")  # type: ignore[arg-type]
+    assert obj["spec"]["replicas"] == 4
+    assert names.RECLAIMED not in obj["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("target", "prepare", "error"),
+    [
+        ("deployment/nb", lambda api: api.add(DEPLOY, replicas=1), "nothing to restore"),
+        ("deployment/other", lambda api: None, "not found in namespace ml"),
+        ("daemonset/agent", lambda api: None, "expected KIND/NAME"),
+        ("deployment", lambda api: None, "expected KIND/NAME"),
+        (
+            "deployment/nb",
+            lambda api: api.add(
+                DEPLOY, replicas=0, annotations={names.RECLAIMED: "ScaleToZero", names.PREVIOUS_REPLICAS: "x"}
+            ),
+            "is not a replica count",
+        ),
+    ],
+)
+def test_nothing_to_restore_or_bad_input_is_a_clear_error_and_changes_nothing(
+    target: str, prepare: Any, error: str
+) -> None:
+    api = FakeCustom()
+    prepare(api)
+    before = repr(api.objects)
+    with pytest.raises(RestoreError, match=error):
+        restore(api, target, "ml")  # type: ignore[arg-type]
+    assert repr(api.objects) == before
+
+
+def test_the_cli_parses_restore(capsys: pytest.CaptureFixture[str]) -> None:
+    args = cli.build_parser().parse_args(["restore", "deployment/nb", "-n", "ml"])
+    assert (args.target, args.namespace) == ("deployment/nb", "ml")
+    usage = argparse.Namespace(target="pod/x", namespace="ml")
+    assert args.func(usage) == 2
+    assert "expected KIND/NAME" in capsys.readouterr().err

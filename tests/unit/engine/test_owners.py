@@ -1,0 +1,160 @@
+"""Owner resolution and the action per owner kind, on plain data (engine/owners.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpu_efficiency.api import names
+from gpu_efficiency.api.policy import OwnerActions, ReclaimAction
+from gpu_efficiency.engine.owners import (
+    already_reclaimed,
+    choose_action,
+    kubectl_restore,
+    recommendation,
+    resolve_owner,
+    restore_commands,
+)
+
+from .owner_builders import chain, obj, owned, ref
+
+
+def index(*objects):  # type: ignore[no-untyped-def]
+    return {(o.namespace, o.ref.kind, o.ref.name): o for o in objects}
+
+
+@pytest.mark.parametrize(
+    ("links", "top"),
+    [
+        ([("ReplicaSet", "nb-5d9"), ("Deployment", "nb")], ("Deployment", "nb")),
+        ([("StatefulSet", "db")], ("StatefulSet", "db")),
+        ([("StatefulSet", "lab"), ("Notebook", "lab")], ("Notebook", "lab")),
+        ([("Job", "train-w-0"), ("JobSet", "train")], ("JobSet", "train")),
+        ([("Job", "once")], ("Job", "once")),
+        ([("StatefulSet", "llm"), ("LeaderWorkerSet", "llm")], ("LeaderWorkerSet", "llm")),
+        (
+            [("ReplicaSet", "pred-1"), ("Deployment", "pred"), ("InferenceService", "pred")],
+            ("InferenceService", "pred"),
+        ),
+    ],
+)
+def test_the_chain_is_followed_to_the_top_owner(links: list[tuple[str, str]], top: tuple[str, str]) -> None:
+    pod = owned("p", links[0])
+    owner = resolve_owner(pod, index(*chain(*links)))
+    assert (owner.ref.kind, owner.ref.name, owner.known) == (*top, True)
+    assert owner.label == f"{top[0].lower()}/{top[1]}"
+
+
+def test_a_bare_pod_is_its_own_owner() -> None:
+    owner = resolve_owner(owned("solo", None), {})
+    assert (owner.ref.kind, owner.ref.name, owner.known) == ("Pod", "solo", True)
+
+
+@pytest.mark.parametrize(
+    ("links", "read", "why"),
+    [
+        # the ReplicaSet's Deployment was not read: scaling the ReplicaSet would fight it
+        ([("ReplicaSet", "nb-1"), ("Deployment", "nb")], 1, "not found"),
+        ([("ReplicaSet", "orphan")], 1, "has no integration"),  # a ReplicaSet without a Deployment
+        ([("Job", "nightly-1"), ("CronJob", "nightly")], 1, "without an integration"),
+        ([("Thing", "x")], 0, "without an integration"),  # a controller CRD of some other operator
+        ([("DaemonSet", "agent")], 0, "without an integration"),
+    ],
+)
+def test_an_owner_not_read_or_without_integration_is_unknown(
+    links: list[tuple[str, str]], read: int, why: str
+) -> None:
+    owner = resolve_owner(owned("p", links[0]), index(*chain(*links)[:read]))
+    assert not owner.known
+    assert why in owner.why
+
+
+def test_an_owner_of_another_group_or_uid_is_not_taken_for_ours() -> None:
+    pod = owned("p", ("StatefulSet", "lab"))
+    sts = obj("StatefulSet", "lab", controller=replace(ref("Notebook", "lab"), api_version="other.io/v1"))
+    foreign = replace(obj("Notebook", "lab"), ref=replace(ref("Notebook", "lab"), api_version="other.io/v1"))
+    assert not resolve_owner(pod, index(sts, foreign)).known
+    successor = replace(obj("StatefulSet", "lab"), ref=replace(ref("StatefulSet", "lab"), uid="new-uid"))
+    assert "not found" in resolve_owner(pod, index(successor)).why
+
+
+def test_a_controller_loop_in_bad_data_ends_unknown() -> None:
+    a = obj("ReplicaSet", "a", controller=ref("ReplicaSet", "b"))
+    b = obj("ReplicaSet", "b", controller=ref("ReplicaSet", "a"))
+    assert not resolve_owner(owned("p", ("ReplicaSet", "a")), index(a, b)).known
+
+
+DEFAULTS = {
+    "Deployment": ReclaimAction.SCALE_TO_ZERO,
+    "StatefulSet": ReclaimAction.SCALE_TO_ZERO,
+    "Job": ReclaimAction.SUSPEND,
+    "JobSet": ReclaimAction.SUSPEND,
+    "Notebook": ReclaimAction.STOP,
+    "LeaderWorkerSet": ReclaimAction.RECOMMEND,
+    "InferenceService": ReclaimAction.RECOMMEND,
+}
+
+
+@pytest.mark.parametrize(("kind", "action"), DEFAULTS.items())
+def test_default_action_per_kind(kind: str, action: ReclaimAction) -> None:
+    owner = resolve_owner(owned("p", (kind, "w")), index(obj(kind, "w")))
+    assert choose_action(owner, OwnerActions(), frozenset())[0] is action
+
+
+def test_bare_pods_are_evicted_and_unknown_owners_recommended() -> None:
+    assert (
+        choose_action(resolve_owner(owned("p", None), {}), OwnerActions(), frozenset())[0]
+        is ReclaimAction.EVICT
+    )
+    unknown = resolve_owner(owned("p", ("Thing", "x")), {})
+    action, why = choose_action(unknown, OwnerActions(deployment=ReclaimAction.EVICT), frozenset())
+    assert action is ReclaimAction.RECOMMEND
+    assert "unknown" in why
+
+
+def test_an_autoscaled_owner_is_never_scaled() -> None:
+    owner = resolve_owner(
+        owned("p", ("ReplicaSet", "web-1")), index(*chain(("ReplicaSet", "web-1"), ("Deployment", "web")))
+    )
+    action, why = choose_action(owner, OwnerActions(), frozenset({("team-a", "Deployment", "web")}))
+    assert action is ReclaimAction.RECOMMEND
+    assert "HorizontalPodAutoscaler" in why
+
+
+def test_the_admin_may_choose_evict_or_recommend() -> None:
+    owner = resolve_owner(owned("p", ("StatefulSet", "db")), index(obj("StatefulSet", "db")))
+    assert (
+        choose_action(owner, OwnerActions(stateful_set=ReclaimAction.EVICT), frozenset())[0]
+        is ReclaimAction.EVICT
+    )
+    chosen = choose_action(owner, OwnerActions(stateful_set=ReclaimAction.RECOMMEND), frozenset())
+    assert chosen == (ReclaimAction.RECOMMEND, "reclaim.actions.StatefulSet is Recommend")
+
+
+def test_recommendation_texts() -> None:
+    owner = resolve_owner(owned("p", ("StatefulSet", "db")), index(obj("StatefulSet", "db")))
+    assert recommendation(owner, 3, 4) == "3 of 4 replicas idle: reduce replicas of statefulset/db"
+    assert recommendation(owner, 2, 2) == "all 2 GPU pod(s) of statefulset/db idle: scale it to zero"
+
+
+def test_already_reclaimed_only_while_the_owner_is_still_in_that_state() -> None:
+    done = {names.RECLAIMED: "ScaleToZero"}
+    at_zero = resolve_owner(
+        owned("p", ("StatefulSet", "db")), index(obj("StatefulSet", "db", replicas=0, annotations=done))
+    )
+    scaled_back = resolve_owner(
+        owned("p", ("StatefulSet", "db")), index(obj("StatefulSet", "db", replicas=2, annotations=done))
+    )
+    assert already_reclaimed(at_zero) == "ScaleToZero"
+    assert already_reclaimed(scaled_back) == ""
+
+
+def test_restore_commands_name_the_cli_and_kubectl() -> None:
+    text = restore_commands("ml", "Deployment", "nb")
+    assert "gpu-efficiency restore deployment/nb -n ml" in text
+    assert "kubectl scale deployment/nb -n ml --replicas=" in text
+    assert 'suspend":false' in kubectl_restore("ml", "Job", "train")
+    assert "kubectl annotate notebook/lab -n ml kubeflow-resource-stopped-" in kubectl_restore(
+        "ml", "Notebook", "lab"
+    )
