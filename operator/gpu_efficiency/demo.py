@@ -2,7 +2,7 @@
 
 Starts (or reuses) the local control plane and Prometheus, plays the shipped demo scenario with the
 operator as a real process, shows a refreshing table of pods, verdicts, taints and events until
-the idle notebooks are evicted and the faulty node is tainted, prints the report, and cleans up.
+the idle notebooks are reclaimed and the faulty node is tainted, prints the report, and cleans up.
 """
 
 from __future__ import annotations

@@ -59,6 +59,9 @@ def policy_body(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
         "metrics": {"prometheus": {"scrapeInterval": "1s"}},
         "selection": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
         "faults": {"enabled": False},
+        # These tests follow the eviction path (leadership, restarts, missing metrics); the default
+        # for a Deployment is to scale it to zero, which the owner-reclaim tests cover.
+        "reclaim": {"actions": {"Deployment": "Evict"}},
     }
     base.update(spec)
     return {

@@ -78,8 +78,11 @@ class GPUEfficiencyPolicyStatus(StatusModel):
     """Evictions done by this policy since it was created."""
     evictions_blocked_total: int = 0
     """Evictions refused (PodDisruptionBudget) since the policy was created."""
+    reclaims_total: int = 0
+    """Owners reclaimed (scaled to zero, stopped or suspended) by this policy since it was created."""
     recent_evictions: list[str] = Field(default_factory=list)
-    """Times (RFC3339) of the evictions in the last hour: the per-hour budget survives restarts."""
+    """Times (RFC3339) of the evictions and reclaims in the last hour: the per-hour budget survives
+    restarts."""
     idle_gpu_hours: float = 0.0
     """GPU-hours spent idle, accumulated over cycles."""
     estimated_waste_per_hour: float = 0.0

@@ -82,6 +82,7 @@ def merge_budgets(
             "recent_evictions": merge_recent(base.recent_evictions, other.recent_evictions, now),
             "evictions_total": max(base.evictions_total, other.evictions_total),
             "evictions_blocked_total": max(base.evictions_blocked_total, other.evictions_blocked_total),
+            "reclaims_total": max(base.reclaims_total, other.reclaims_total),
         }
     )
 

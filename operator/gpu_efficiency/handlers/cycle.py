@@ -432,6 +432,7 @@ def fold_outcomes(
         update={
             "evictions_total": status.evictions_total + len(evicted),
             "evictions_blocked_total": status.evictions_blocked_total + len(blocked),
+            "reclaims_total": status.reclaims_total + len(reclaimed),
             "recent_evictions": recent,
         }
     )

@@ -14,6 +14,7 @@ from typing import Any
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.sim.observation import JSON, Observation, WorkloadHistory, current_pods
 from gpu_efficiency.sim.scenario import (
+    CurrentPods,
     EventCheck,
     Expectation,
     NodeCondition,
@@ -24,6 +25,7 @@ from gpu_efficiency.sim.scenario import (
     PolicyStatus,
     PromQL,
     ValueTest,
+    WorkloadObject,
     WorkloadRef,
     seconds,
 )
@@ -75,6 +77,11 @@ def describe(e: Expectation) -> str:
         text = f"policy {c.policy} condition {c.type}={c.status}"
     elif isinstance(c, PolicyStatus):
         text = f"policy {c.policy} status.{c.field} {_describe_test(c)}"
+    elif isinstance(c, WorkloadObject):
+        where = c.field if c.field is not None else f"annotation {c.annotation}"
+        text = f"{c.workload} {where} {_describe_test(c)}"
+    elif isinstance(c, CurrentPods):
+        text = f"current pods of {c.workload} {_describe_test(c)}"
     else:
         assert isinstance(c, PromQL)
         text = f"PromQL {c.query} {_describe_test(c)}"
@@ -175,8 +182,30 @@ def check(
         for part in c.field.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         return Verdict(_passes(c, value), f"status.{c.field} = {value!r}")
+    if isinstance(c, WorkloadObject):
+        return _workload_object(c, obs, names)
+    if isinstance(c, CurrentPods):
+        namespace, workload = names.workload(c.workload)
+        count = len(current_pods(obs.pods, namespace, workload))
+        return Verdict(_passes(c, count), f"{count} current pod(s) of {c.workload}")
     assert isinstance(c, PromQL)
     return _promql(c, obs)
+
+
+def _workload_object(c: WorkloadObject, obs: Observation, names: Names) -> Verdict:
+    obj = obs.workloads.get(names.workload(c.workload))
+    if obj is None:
+        return Verdict(_passes(c, None), f"{c.workload}: object not found")
+    value: Any
+    if c.annotation is not None:
+        value = ((obj.get("metadata") or {}).get("annotations") or {}).get(c.annotation)
+        where = f"annotation {c.annotation}"
+    else:
+        value = obj
+        for part in (c.field or "").split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        where = c.field or ""
+    return Verdict(_passes(c, value), f"{c.workload} {where} = {value!r}")
 
 
 def _annotation(c: PodAnnotation, obs: Observation, names: Names) -> Verdict:

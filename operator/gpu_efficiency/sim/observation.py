@@ -120,3 +120,4 @@ class Observation:
     policies: dict[str, JSON] = field(default_factory=dict)  # name -> policy
     events: list[JSON] = field(default_factory=list)
     queries: dict[str, list[tuple[dict[str, str], float]] | str] = field(default_factory=dict)  # error text
+    workloads: dict[tuple[str, str], JSON | None] = field(default_factory=dict)  # (ns, name) -> object

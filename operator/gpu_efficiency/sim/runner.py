@@ -497,7 +497,31 @@ class ScenarioRun:
             obs.events = self._events(core)
         for query in self.tracker.queries():
             obs.queries[query] = self._query(self.expand(query))
+        if "workloadObject" in needs:
+            obs.workloads = self._workload_objects()
         return obs
+
+    def _workload_objects(self) -> dict[tuple[str, str], dict[str, Any] | None]:
+        """Each controller workload's own object (None when it is gone)."""
+        apps: Any = client.AppsV1Api(self._api)
+        batch: Any = client.BatchV1Api(self._api)
+        read = {
+            WorkloadKind.DEPLOYMENT: apps.read_namespaced_deployment,
+            WorkloadKind.STATEFUL_SET: apps.read_namespaced_stateful_set,
+            WorkloadKind.JOB: batch.read_namespaced_job,
+        }
+        out: dict[tuple[str, str], dict[str, Any] | None] = {}
+        for w in self.scenario.workloads:
+            if w.kind not in read:
+                continue
+            namespace, name = self.names.workload(w.name)
+            try:
+                out[(namespace, name)] = _json(read[w.kind](name, namespace, _preload_content=False))
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                out[(namespace, name)] = None
+        return out
 
     def expand(self, query: str) -> str:
         """PromQL templates: ${ns:NAME} is scenario namespace NAME as created, ${target} this run's target

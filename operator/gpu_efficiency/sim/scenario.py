@@ -397,6 +397,28 @@ class PolicyStatus(ValueTest):
     """Dotted path in the policy's status, camelCase as served: evictionsTotal, verdicts.idle, ..."""
 
 
+class WorkloadObject(ValueTest):
+    """The workload's own object (Deployment, StatefulSet or Job, not its pods): a field by dotted
+    path (spec.replicas, spec.suspend) or one of its annotations; a missing value is None."""
+
+    workload: str
+    field: str | None = None
+    annotation: str | None = None
+
+    @model_validator(mode="after")
+    def _one_place(self) -> WorkloadObject:
+        if (self.field is None) == (self.annotation is None):
+            raise ValueError("give exactly one of field and annotation")
+        return self
+
+
+class CurrentPods(ValueTest):
+    """How many of the workload's pods exist and are not terminating or finished (a scaled-to-zero
+    or suspended owner has none; a recreated one has its replacement)."""
+
+    workload: str
+
+
 class PromQL(ValueTest):
     """A PromQL instant query against the scenario's Prometheus: some series must pass the tests
     (exists: false means the query returns nothing)."""
@@ -415,6 +437,8 @@ EXPECTATION_KINDS: Final = (
     "policyCondition",
     "policyStatus",
     "metric",
+    "workloadObject",
+    "currentPods",
 )
 #: Kinds that are held (must stay true for the whole duration) unless ``hold`` says otherwise.
 HELD_BY_DEFAULT: Final = frozenset({"podNotEvicted", "nodeNotTainted"})
@@ -442,6 +466,8 @@ class Expectation(Model):
     policy_condition: PolicyCondition | None = None
     policy_status: PolicyStatus | None = None
     metric: PromQL | None = None
+    workload_object: WorkloadObject | None = None
+    current_pods: CurrentPods | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Expectation:

@@ -163,4 +163,7 @@ def test_a_failed_reclaim_emits_nothing_and_a_done_one_counts_in_the_hour_budget
     status = GPUEfficiencyPolicyStatus()
     assert fold_outcomes(status, failed, NOW).recent_evictions == []
     done = [Outcome(action("Deployment", "nb", "ScaleToZero"), Result.DONE)]
-    assert fold_outcomes(status, done, NOW).recent_evictions == ["2023-11-14T22:13:20Z"]
+    folded = fold_outcomes(status, done, NOW)
+    assert folded.recent_evictions == ["2023-11-14T22:13:20Z"]
+    assert (folded.reclaims_total, folded.evictions_total) == (1, 0)
+    assert fold_outcomes(status, failed, NOW).reclaims_total == 0

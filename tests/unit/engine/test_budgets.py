@@ -118,7 +118,10 @@ def test_merged_records_keep_every_eviction_of_either_once() -> None:
 def test_merging_budgets_keeps_the_base_and_the_larger_totals() -> None:
     t1 = format_rfc3339(NOW - 60)
     base = GPUEfficiencyPolicyStatus(evictions_total=3, evictions_blocked_total=1, warned_pods=7)
-    other = GPUEfficiencyPolicyStatus(recent_evictions=[t1], evictions_total=4, warned_pods=2)
+    other = GPUEfficiencyPolicyStatus(
+        recent_evictions=[t1], evictions_total=4, warned_pods=2, reclaims_total=2
+    )
     merged = merge_budgets(base, other, NOW)
     assert (merged.recent_evictions, merged.evictions_total, merged.evictions_blocked_total) == ([t1], 4, 1)
+    assert merged.reclaims_total == 2
     assert merged.warned_pods == 7

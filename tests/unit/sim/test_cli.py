@@ -17,7 +17,7 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "e2e" / "scenarios"
 
 def test_validate_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(SCENARIOS / "idle-reclaim.yaml")]) == 0
-    assert "idle-reclaim.yaml: OK (1 node(s), 2 workload(s)" in capsys.readouterr().out
+    assert "idle-reclaim.yaml: OK (1 node(s), 3 workload(s)" in capsys.readouterr().out
     assert (
         main(["validate", str(SCENARIOS / "idle-reclaim.yaml"), str(SCENARIOS / "bad" / "malformed.yaml")])
         == 2

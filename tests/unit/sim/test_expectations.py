@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpu_efficiency.sim.expectations import Names, Tracker, check, describe
 from gpu_efficiency.sim.observation import Observation, WorkloadHistory, update_histories
 from gpu_efficiency.sim.scenario import Expectation, parse_scenario
@@ -331,3 +333,46 @@ def test_default_names_read_like_sentences() -> None:
     assert describe(expectation(within="1m", after="30s", nodeNotTainted={"node": "n0"})) == (
         "node n0 not tainted gpuefficiency.io/gpu-fault from 30s for 1m"
     )
+
+
+def test_workload_object_reads_a_field_or_an_annotation_of_the_owner_itself() -> None:
+    replicas = expectation(
+        workloadObject={"workload": "w", "field": "spec.replicas", "equals": 0}, within="60s"
+    )
+    previous = expectation(
+        workloadObject={"workload": "w", "annotation": "gpuefficiency.io/previous-replicas", "equals": "2"},
+        within="60s",
+    )
+    scaled = {
+        "metadata": {"annotations": {"gpuefficiency.io/previous-replicas": "2"}},
+        "spec": {"replicas": 0},
+    }
+    running = {"metadata": {}, "spec": {"replicas": 2}}
+    for e in (replicas, previous):
+        assert check(e, Observation(t=1, workloads={("pre-ns", "w"): scaled}), NAMES, histories()).ok
+        assert not check(e, Observation(t=1, workloads={("pre-ns", "w"): running}), NAMES, histories()).ok
+        assert not check(e, Observation(t=1, workloads={("pre-ns", "w"): None}), NAMES, histories()).ok
+    assert (
+        "spec.replicas = 0"
+        in check(replicas, Observation(t=1, workloads={("pre-ns", "w"): scaled}), NAMES, histories()).observed
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"workload": "w", "equals": 0},
+        {"workload": "w", "field": "spec.replicas", "annotation": "a", "equals": 0},
+    ],
+)
+def test_workload_object_needs_exactly_one_place(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="exactly one of field and annotation"):
+        expectation(workloadObject=bad, within="60s")
+
+
+def test_current_pods_counts_pods_that_are_neither_terminating_nor_finished() -> None:
+    none_left = expectation(currentPods={"workload": "w", "equals": 0}, within="60s")
+    pods = [pod("w-a", "a", deleting=True), pod("w-b", "b")]
+    assert not check(none_left, Observation(t=1, pods=pods), NAMES, histories()).ok
+    assert check(none_left, Observation(t=1, pods=pods[:1]), NAMES, histories()).ok
+    assert describe(none_left).startswith("current pods of w == 0")
