@@ -72,7 +72,7 @@ from gpu_efficiency.sim.faults import Fault, FaultKind
 from gpu_efficiency.sim.gpu_models import find_model
 from gpu_efficiency.sim.server import MetricsServer
 from gpu_efficiency.sim.simulator import SimNode, Simulator
-from gpu_efficiency.sim.targets import register, unregister
+from gpu_efficiency.sim.targets import DEFAULT_JOB, register, unregister
 from scale.run import OPERATOR_NAMESPACE, Cluster, install_crd_and_rbac, machine, running_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -690,7 +690,7 @@ def start_simulator(cluster: Cluster, nodes: list[SimNode]) -> tuple[Simulator, 
         SIM_NAME,
         [server.address],
         directory=cluster.state_dir / "prometheus" / "targets",
-        labels={"job": "dcgm-sim", "simulator": SIM_NAME},
+        labels={"job": DEFAULT_JOB, "simulator": SIM_NAME},
     )
     return sim, server, registered
 

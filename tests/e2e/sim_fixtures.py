@@ -22,7 +22,7 @@ from gpu_efficiency.sim.playbook import sim_nodes
 from gpu_efficiency.sim.scenario import parse_scenario
 from gpu_efficiency.sim.server import MetricsServer
 from gpu_efficiency.sim.simulator import SimNode, Simulator
-from gpu_efficiency.sim.targets import register, targets_dir, unregister
+from gpu_efficiency.sim.targets import DEFAULT_JOB, register, targets_dir, unregister
 from tests.e2e.harness import Cluster, wait_for
 
 
@@ -84,7 +84,7 @@ def simulator(cluster: Cluster, k8s: client.ApiClient, gpu_nodes: GPUNodes) -> I
         os.environ.get("GPUEFF_PROMETHEUS_TARGETS_DIR", targets_dir())
     )
     path = register(
-        target, [server.address], directory=directory, labels={"job": "dcgm-sim", "simulator": target}
+        target, [server.address], directory=directory, labels={"job": DEFAULT_JOB, "simulator": target}
     )
     try:
         yield RunningSimulator(sim, server, target)

@@ -148,7 +148,9 @@ def test_operator_judges_from_the_agent_through_prometheus(
         os.environ.get("GPUEFF_PROMETHEUS_TARGETS_DIR", targets_dir())
     )
     target = f"agent-{uuid.uuid4().hex[:6]}"
-    path = register(target, [agent.removeprefix("http://")], directory=directory, labels={"job": "gpu-agent"})
+    path = register(
+        target, [agent.removeprefix("http://")], directory=directory, labels={"job": "node-agent"}
+    )
     name = _policy(k8s, notebook[0], node_agent=False)
     try:
         start_operator()

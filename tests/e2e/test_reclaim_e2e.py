@@ -90,7 +90,10 @@ def test_idle_owners_get_their_action_and_the_freed_gpus_run_the_waiting_pod(
         core.create_namespaced_pod(owners_ns, waiting_pod("waiting", bg.run.name))
 
         def waiting() -> client.V1Pod:
-            return core.read_namespaced_pod("waiting", owners_ns)
+            try:
+                return core.read_namespaced_pod("waiting", owners_ns)
+            except client.exceptions.ApiException as exc:
+                raise AssertionError(f"the waiting pod: HTTP {exc.status}\n{bg.report()}") from exc
 
         time.sleep(5)
         assert waiting().status.phase == "Pending", "the nodes should be full before any reclaim"

@@ -289,7 +289,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gpu_efficiency.sim.playbook import sim_faults, sim_nodes, sim_options, workload_plays
     from gpu_efficiency.sim.server import MetricsServer
     from gpu_efficiency.sim.simulator import Simulator
-    from gpu_efficiency.sim.targets import register, targets_dir, unregister
+    from gpu_efficiency.sim.targets import DEFAULT_JOB, register, targets_dir, unregister
 
     _logging(args)
     plays: list[Any] = []
@@ -342,7 +342,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             args.register,
             [s.address for s in servers],
             directory=args.targets_dir or targets_dir(),
-            labels={"job": "dcgm-sim", "simulator": args.register},
+            labels={"job": DEFAULT_JOB, "simulator": args.register},
         )
     gpus = sum(n.gpus for n in sim.nodes)
     print(

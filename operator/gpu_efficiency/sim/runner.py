@@ -39,7 +39,7 @@ from gpu_efficiency.sim.playbook import sim_faults, sim_nodes, sim_options, work
 from gpu_efficiency.sim.scenario import LoadedScenario, WorkloadKind, load_scenario
 from gpu_efficiency.sim.server import MetricsServer
 from gpu_efficiency.sim.simulator import Simulator
-from gpu_efficiency.sim.targets import register, targets_dir, unregister
+from gpu_efficiency.sim.targets import DEFAULT_JOB, register, targets_dir, unregister
 
 CRD_NAME: Final = f"{PLURAL}.{GROUP}"
 DEFAULT_PROMETHEUS_URL: Final = "http://127.0.0.1:19090"
@@ -392,7 +392,7 @@ class ScenarioRun:
         target = self.target_name
         directory = self.options.targets_dir or targets_dir()
         self._targets_file = register(
-            target, [server.address], directory=directory, labels={"job": "dcgm-sim", "simulator": target}
+            target, [server.address], directory=directory, labels={"job": DEFAULT_JOB, "simulator": target}
         )
         self.say(f"  simulator {server.url} registered in {self._targets_file}")
         self._wait_scraped(server.address)

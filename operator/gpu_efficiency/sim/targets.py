@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Final
 
 DEFAULT_STATE_DIR: Final = "/tmp/gpueff-localcluster"
-DEFAULT_JOB: Final = "dcgm-sim"
+#: The job the GPU Operator's dcgm-exporter gets, one the operator reads by default (config.DEFAULT_MATCHERS).
+DEFAULT_JOB: Final = "nvidia-dcgm-exporter"
 
 
 def targets_dir(state_dir: str | None = None) -> Path:
