@@ -43,6 +43,10 @@ OPERATOR_POD_ANNOTATIONS: Final = (
     KEEP_SEEN,
 )
 
+# Pod annotation written while the GPU the pod runs on is held faulty (removed on recovery):
+# JSON {"kind", "code" (XIDs), "value", "meaning", "action", "node", "gpu", "since"}.
+POD_GPU_FAULT: Final = PREFIX + "gpu-fault"
+
 # Owner annotations (Deployment, StatefulSet, Job, JobSet, LeaderWorkerSet, Notebook) written when
 # reclaimed, read by `gpu-efficiency restore` to undo it.
 RECLAIMED: Final = PREFIX + "reclaimed"  # the action: ScaleToZero | Stop | Suspend
@@ -60,6 +64,7 @@ FAULT_TAINT_KEY: Final = PREFIX + "gpu-fault"  # value: ecc | xid | thermal
 GPU_HEALTHY: Final = "GPUHealthy"  # node condition type
 NODE_FAULTS: Final = PREFIX + "faults"  # node annotation: JSON record of faults the operator holds
 FAULT_RECOVERED: Final = PREFIX + "fault-recovered"  # admin sets "ecc", "xid", "all" for manual recovery
+XID_HISTORY: Final = PREFIX + "xid-history"  # node annotation: JSON of recent XID sightings per GPU and code
 
 # Policy conditions.
 COND_READY: Final = "Ready"
@@ -80,6 +85,8 @@ EV_FAULT: Final = "GPUFaultDetected"
 EV_TAINTED: Final = "NodeTainted"
 EV_UNTAINTED: Final = "NodeUntainted"
 EV_BREAKER: Final = "CircuitBreakerOpen"
+EV_XID_INCIDENT: Final = "XidIncident"  # application XIDs on many nodes at once: one policy event, no taint
+EV_POD_GPU_FAULT: Final = "GPUFaultOnPod"  # the pod's GPU became faulty (Warning) or recovered (Normal)
 EV_METRICS_UNAVAILABLE: Final = "MetricsUnavailable"
 EV_POLICY_INVALID: Final = "PolicyInvalid"
 EV_POLICY_SHADOWED: Final = "PolicyShadowed"  # Warning when the set of older policies winning pods changes

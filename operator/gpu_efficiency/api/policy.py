@@ -289,21 +289,74 @@ class EccFault(FaultKindBase):
 
 #: XID codes that production GPU health systems treat as fatal.
 DEFAULT_CRITICAL_XIDS = (48, 62, 63, 64, 74, 79, 92, 94, 95, 109, 110, 119, 120, 136, 140, 143)
+"""The node agent's default for its GPUHealthy condition (``--critical-xids``); policies choose by class."""
 #: XID codes that are application errors, not hardware faults.
 DEFAULT_IGNORED_XIDS = (13, 31, 43, 45, 68)
 
 
-class XidFault(FaultKindBase):
-    """XID errors reported by the driver. The dcgm-exporter gauge holds the last XID, so a change counts."""
+class XidResolution(StrEnum):
+    """What NVIDIA's XID catalog recommends for an XID (its resolution bucket, immediate action)."""
 
-    critical: list[int] = Field(default_factory=lambda: list(DEFAULT_CRITICAL_XIDS), max_length=512)
-    """XID codes that taint."""
-    ignored: list[int] = Field(default_factory=lambda: list(DEFAULT_IGNORED_XIDS), max_length=512)
-    """XID codes never acted upon (application errors)."""
+    IGNORE = "ignore"
+    RESTART_APP = "restart-app"
+    RESET_GPU = "reset-gpu"
+    REBOOT_NODE = "reboot-node"
+    CONTACT_SUPPORT = "contact-support"
+    CHECK_HARDWARE = "check-hardware"
+    UPDATE_SOFTWARE = "update-software"
+    INVESTIGATE = "investigate"
+    UNKNOWN = "unknown"
+
+
+#: Classes that taint by default: the GPU itself needs a reset, a reboot or NVIDIA support.
+DEFAULT_TAINT_CLASSES = (XidResolution.RESET_GPU, XidResolution.REBOOT_NODE, XidResolution.CONTACT_SUPPORT)
+
+
+class XidRepeat(Model):
+    """XID codes that matter only when they repeat on one GPU."""
+
+    codes: list[Annotated[int, Field(ge=1)]] = Field(min_length=1, max_length=256)
+    """XID codes this rule covers."""
+    count: int = Field(ge=2, le=1000)
+    """Occurrences on one GPU within `within` before the XID taints."""
+    within: Duration = "1h"
+    """The window the occurrences are counted in."""
+
+
+class XidFault(FaultKindBase):
+    """XID errors reported by the driver. The dcgm-exporter gauge holds the last XID, so a change counts.
+
+    Whether an XID taints: codes in `ignored` never do; codes in `critical` always do; any other code
+    does when its class in the operator's XID catalogue (written from NVIDIA's XID catalog) is one of
+    `taintClasses`. A code covered by `repeat` then taints only once it repeats often enough.
+    """
+
+    taint_classes: list[XidResolution] = Field(
+        default_factory=lambda: list(DEFAULT_TAINT_CLASSES), max_length=16
+    )
+    """Resolution classes whose XIDs taint (ignore, restart-app, reset-gpu, reboot-node, contact-support, check-hardware, update-software, investigate, unknown for codes not in the catalogue)."""
+    critical: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=512)
+    """XID codes that taint whatever their class (an override of the catalogue)."""
+    ignored: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=512)
+    """XID codes never acted upon whatever their class; wins over critical."""
+    repeat: list[XidRepeat] = Field(default_factory=list, max_length=64)
+    """Codes that taint only past a count of occurrences on one GPU within a window."""
+    incident_nodes: int = Field(default=3, ge=2, le=100000)
+    """Application-class XIDs (restart-app or ignore) newly seen on at least this many nodes in one cycle are reported as one incident (one policy event) and never taint."""
     recovery: Recovery = Recovery.MANUAL
     """Manual by default: annotate the node gpuefficiency.io/fault-recovered=xid."""
     recovery_after: Duration = "30m"
     """With Automatic recovery, how long without a new critical XID before the taint is removed."""
+
+    @model_validator(mode="after")
+    def _one_rule_per_code(self) -> XidFault:
+        seen: set[int] = set()
+        for rule in self.repeat:
+            twice = seen & set(rule.codes)
+            if twice:
+                raise ValueError(f"repeat: XID {sorted(twice)} listed in more than one rule")
+            seen |= set(rule.codes)
+        return self
 
 
 class ThermalFault(FaultKindBase):

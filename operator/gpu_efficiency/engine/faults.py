@@ -29,6 +29,7 @@ from gpu_efficiency.api.names import (
 )
 from gpu_efficiency.api.policy import EccFault, FaultRules, Mode, Recovery, ThermalFault, XidFault
 from gpu_efficiency.engine.conditions import find_condition
+from gpu_efficiency.engine.fault_workloads import workload_actions
 from gpu_efficiency.engine.faults_breaker import BreakerDecision, breaker_message, decide_taints, taint_budget
 from gpu_efficiency.engine.faults_data import DataRules, data_rules
 from gpu_efficiency.engine.faults_ecc import judge_ecc
@@ -42,7 +43,7 @@ from gpu_efficiency.engine.faults_kinds import (
 from gpu_efficiency.engine.faults_node import FaultContext, KindRules, NodeDecision, decide_node, describe
 from gpu_efficiency.engine.faults_record import kind_order
 from gpu_efficiency.engine.faults_thermal import judge_thermal
-from gpu_efficiency.engine.faults_xid import judge_xid
+from gpu_efficiency.engine.faults_xid import judge_xid, new_xid
 from gpu_efficiency.engine.model import (
     Action,
     FaultOutcome,
@@ -57,6 +58,8 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.selection import compile_selector
+from gpu_efficiency.engine.xid_catalogue import XidChoice
+from gpu_efficiency.engine.xid_repeats import XidSighting, screen_xids
 
 Judgements = Mapping[str, Mapping[FaultKind, Sequence[GpuJudgement]]]  # node -> kind -> GPUs
 
@@ -140,13 +143,13 @@ def judge_gpus(
     raw: dict[str, dict[FaultKind, dict[str, list[GpuJudgement]]]] = defaultdict(
         lambda: {kind: defaultdict(list) for kind in KINDS}
     )
-    critical, ignored = frozenset(faults.xid.critical), frozenset(faults.xid.ignored)
+    taints = XidChoice(faults.xid)
     for gpu in gpus:
         if gpu.node not in nodes:
             continue
         per_kind = raw[gpu.node]
         per_kind[FaultKind.ECC][gpu.uuid].append(judge_ecc(gpu, rules))
-        per_kind[FaultKind.XID][gpu.uuid].append(judge_xid(gpu, rules, critical=critical, ignored=ignored))
+        per_kind[FaultKind.XID][gpu.uuid].append(judge_xid(gpu, rules, taints=taints))
         per_kind[FaultKind.THERMAL][gpu.uuid].append(judge_thermal(gpu, rules, faults.thermal))
     return {
         node: {kind: [merge_judgements(js) for js in by_uuid.values()] for kind, by_uuid in per_kind.items()}
@@ -215,11 +218,30 @@ def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
     ctx = fault_context(snapshot, rules)
     nodes = in_scope_nodes(snapshot)
     quiet = {n.name for n in nodes if _quiet(n)}
-    judged = (
+    judged: Judgements = (
         judge_gpus(_worth_judging(snapshot.gpus, quiet), {n.name for n in nodes}, rules, spec.faults)
         if ctx.data_ok
         else {}
     )
+    xid_actions: list[Action] = []
+    if ctx.data_ok and ctx.kinds[FaultKind.XID].enabled:
+        scope = {n.name for n in nodes}
+        sightings = [
+            XidSighting(g.node, g.uuid, g.index, code)
+            for g in snapshot.gpus
+            if g.node in scope and (code := new_xid(g, rules)) is not None
+        ]
+        screen = screen_xids(
+            judged,
+            sightings,
+            {n.name: n.annotations for n in nodes},
+            spec.faults.xid,
+            now=snapshot.now,
+            memory_s=ctx.xid_memory_s,
+        )
+        judged, xid_actions = screen.judged, screen.actions
+    else:
+        screen = None
     decisions = [
         NodeDecision(node=node.name, present={}, held={})
         if node.name in quiet and node.name not in judged
@@ -262,6 +284,8 @@ def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
     actions: list[Action] = []
     quarantined: list[QuarantinedNodeRecord] = []
     notes: list[str] = []
+    if screen is not None:
+        notes.extend(screen.notes)
     if not ctx.data_ok:
         notes.append(
             f"metrics unavailable ({snapshot.metrics_error or 'no detail'}): "
@@ -278,6 +302,9 @@ def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
         if decision.wants and not granted:
             notes.append(f"node {decision.node}: faulty but not tainted, the circuit breaker is open")
     actions.extend(policy_events)
+    actions.extend(xid_actions)
+    held = {d.node: d.held for d in decisions}
+    actions.extend(workload_actions(held, snapshot.gpus, snapshot.pods, data_ok=ctx.data_ok))
     return FaultOutcome(
         actions=tuple(actions),
         quarantined=tuple(quarantined),

@@ -48,6 +48,7 @@ from gpu_efficiency.engine.model import (
     SetNodeCondition,
 )
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
+from gpu_efficiency.engine.xid_catalogue import xid_advice
 
 #: Longest GPUHealthy message; longer ones end with how many faults were left out.
 MAX_MESSAGE = 1024
@@ -304,9 +305,19 @@ class _NodeCycle:
             self.faults[kind.value] = replace(
                 held, detected=self.now_text, gpus=merge_gpus(held, gpus), manual_untaint=False
             )
+            if kind is FaultKind.XID:  # the same XID again on a GPU (a flood): its count grows, silently
+                gpus = tuple(
+                    g for g in gpus if (old := held.gpu(g.uuid)) is None or old.fingerprint != g.fingerprint
+                )
         self.out.new_kinds.append(kind.value)
+        if not gpus:
+            return
         mode = "" if self.ctx.enforce else " (Observe mode: the node is not tainted)"
-        self.event(EV_FAULT, f"{kind} fault on {describe(sorted_gpus(gpus))}{mode}", "Warning")
+        self.event(
+            EV_FAULT,
+            f"{kind} fault on {describe(sorted_gpus(gpus))}{xid_advice(kind, gpus)}{mode}",
+            "Warning",
+        )
 
     def recover_automatically(self) -> None:
         if not self.ctx.data_ok:
@@ -397,7 +408,10 @@ def _fault_condition(held: Mapping[str, FaultEntry], ctx: FaultContext) -> tuple
         reason = known.condition_reason if known is not None else FAULT_REASON_PREFIX + kinds[0].capitalize()
     else:
         reason = REASON_MULTIPLE
-    parts = [f"{kind} fault on {describe(held[kind].gpus)} since {held[kind].since}" for kind in kinds]
+    parts = [
+        f"{kind} fault on {describe(held[kind].gpus)} since {held[kind].since}{xid_advice(kind, held[kind].gpus)}"
+        for kind in kinds
+    ]
     manual = [k for k in kinds if (fk := kind_of(k)) is None or not ctx.kinds[fk].automatic]
     if manual:
         parts.append(f"after repair, annotate the node {FAULT_RECOVERED}={'|'.join(manual)} or all")

@@ -97,7 +97,7 @@ def test_garbage_counters_are_never_a_fault(garbage: Stats) -> None:
 
 def _xid(stats: Stats | None, **kw: Stats | None) -> GpuState:
     fault = {Signal.XID: stats, **{Signal[k]: v for k, v in kw.items()}}
-    return judge_xid(gpu("n1", fault=fault), RULES, critical=CRITICAL, ignored=IGNORED).state
+    return judge_xid(gpu("n1", fault=fault), RULES, taints=lambda x: x in CRITICAL and x not in IGNORED).state
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,7 @@ def test_thin_xid_series_without_dense_siblings_is_unknown_not_new() -> None:
 
 def test_xid_lists_come_from_the_policy() -> None:
     sample = gpu("n1", fault={Signal.XID: st(31, low=0, high=31, changes=1)})
-    assert judge_xid(sample, RULES, critical={31}, ignored=set()).state is FAULT
+    assert judge_xid(sample, RULES, taints=lambda x: x == 31).state is FAULT
 
 
 @settings(max_examples=60, deadline=None)

@@ -202,7 +202,7 @@ def code_annotations() -> set[str]:
     return {
         a.removeprefix("gpuefficiency.io/")
         for a in (*names.OPERATOR_POD_ANNOTATIONS, names.EXEMPT, names.KEEP_UNTIL, names.NODE_FAULTS,
-                  names.FAULT_RECOVERED, names.FAULT_TAINT_KEY,
+                  names.FAULT_RECOVERED, names.FAULT_TAINT_KEY, names.XID_HISTORY, names.POD_GPU_FAULT,
                   *names.OWNER_ANNOTATIONS)
     }  # fmt: skip
 
