@@ -199,15 +199,18 @@ def name_cause(
     window = sample.stats.get(Window.ACTIVITY, {})
     mask = _mask(window.get(Signal.CLOCK_EVENTS))
     temp = window.get(Signal.GPU_TEMP)
-    hot = temp is not None and math.isfinite(temp.max) and temp.max > temperature_limit
-    temp_text = f", temperature max {temp.max:.0f} C" if temp is not None and math.isfinite(temp.max) else ""
+    hottest = temp.max if temp is not None and math.isfinite(temp.max) else None
+    temp_text = "" if hottest is None else f", temperature max {hottest:.0f} C"
     if mask is not None:
+        common = 0  # bits at least half the group shows
+        for bit in range(16):
+            if sum(1 for m in peer_masks if m >> bit & 1) * 2 >= len(peer_masks):
+                common |= 1 << bit
         for bits, words in _EVENT_CAUSES:
-            common = sum(1 for m in peer_masks if m & bits) * 2 >= len(peer_masks)
-            if mask & bits and not common:
+            if mask & bits & ~common:
                 return words, f"clock-event bits {mask:#x}{temp_text}", True
-    if hot:
-        return "thermal slowdown", f"temperature max {temp.max:.0f} C over {temperature_limit:.0f} C", True
+    if hottest is not None and hottest > temperature_limit:
+        return "thermal slowdown", f"temperature max {hottest:.0f} C over {temperature_limit:.0f} C", True
     clock = next((s for s in shortfalls if s.signal is Signal.SM_CLOCK), None)
     if clock is not None:
         return (

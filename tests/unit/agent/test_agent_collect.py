@@ -83,7 +83,7 @@ def test_every_field_in_dcgm_units() -> None:
             "shutdown_temp_c": 92,
             "clock_event_reasons": 0x60,
             "sm_clock_mhz": 1410,
-                "ecc_enabled": 1.0,
+            "ecc_enabled": 1.0,
             "ecc_pending_enabled": 0.0,
             "ecc_dbe_volatile": 2,
             "ecc_dbe_aggregate": 5,
