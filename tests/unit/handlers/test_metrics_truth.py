@@ -111,7 +111,9 @@ def test_every_metric_the_docs_dashboard_and_alerts_name_is_exported_with_sample
     assert missing == {doc: [] for doc in missing}
     assert sample("gpu_efficiency_leader") == 1.0
     assert sample("gpu_efficiency_evictions_total", policy="truth", result="blocked") == 1.0
-    assert sample("gpu_efficiency_straggler_gpus", policy="truth", namespace="team-a", group="job/train") == 0.0
+    assert (
+        sample("gpu_efficiency_straggler_gpus", policy="truth", namespace="team-a", group="job/train") == 0.0
+    )
 
 
 def test_idle_gpu_hours_count_idle_gpus_times_the_time_since_the_last_cycle() -> None:
