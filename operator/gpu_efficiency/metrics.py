@@ -78,6 +78,12 @@ BREAKER_OPEN = Gauge(
 TAINTED_NODES = Gauge(
     "gpu_efficiency_tainted_nodes", "Nodes held tainted by kind.", ["policy", "kind"], registry=REGISTRY
 )
+STRAGGLER_GPUS = Gauge(
+    "gpu_efficiency_straggler_gpus",
+    "Straggling GPUs reported per judged job group (0: judged, none slow).",
+    ["policy", "namespace", "group"],
+    registry=REGISTRY,
+)
 PROM_QUERIES = Counter(
     "gpu_efficiency_prometheus_queries", "PromQL queries issued.", ["policy"], registry=REGISTRY
 )
@@ -120,6 +126,7 @@ POLICY_GAUGES: tuple[Gauge, ...] = (
     METRICS_AVAILABLE,
     BREAKER_OPEN,
     TAINTED_NODES,
+    STRAGGLER_GPUS,
 )
 #: Every per-policy series (label ``policy`` first): dropped with the policy.
 POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
@@ -179,6 +186,15 @@ def reset_labelled(gauge: Gauge, policy: str, values: dict[str, int]) -> None:
 
 
 # The watch-based cache of pods, nodes and namespaces (sources/watch.py), labelled by resource.
+def reset_groups(gauge: Gauge, policy: str, values: dict[tuple[str, str], int]) -> None:
+    """Set ``gauge{policy, namespace, group}`` to exactly ``values``: a group no longer judged goes."""
+    for labels in _policy_label_sets(gauge, policy):
+        if (labels[1], labels[2]) not in values:
+            gauge.remove(*labels)
+    for (namespace, group), value in values.items():
+        gauge.labels(policy, namespace, group).set(value)
+
+
 CACHE_EVENTS = Counter(
     "gpu_efficiency_cache_events",
     "Watch events applied to the cluster cache by resource and type (ADDED, MODIFIED, DELETED, BOOKMARK).",

@@ -31,6 +31,7 @@ from gpu_efficiency.engine.model import (
     AnnotatePod,
     EvictPod,
     NodeEvent,
+    OwnerEvent,
     PodEvent,
     PolicyEvent,
     ReclaimOwner,
@@ -178,6 +179,12 @@ class Applier:
         )
         return Outcome(action, Result.DONE)
 
+    def _owner_event(self, action: OwnerEvent, policy: ObjectRef) -> Outcome:
+        owner = action.owner
+        ref = ObjectRef(owner.kind, owner.name, owner.uid, action.namespace, owner.api_version)
+        self.recorder.record(ref, action.reason, action.message, action.type)
+        return Outcome(action, Result.DONE)
+
     def _node_event(self, action: NodeEvent, policy: ObjectRef) -> Outcome:
         self.recorder.record(node_ref(action.node), action.reason, action.message, action.type)
         return Outcome(action, Result.DONE)
@@ -204,6 +211,7 @@ _HANDLERS: dict[type, Callable[[Applier, object, ObjectRef], Outcome]] = {
     EvictPod: Applier._evict,  # type: ignore[dict-item]
     ReclaimOwner: Applier._reclaim,  # type: ignore[dict-item]
     PodEvent: Applier._pod_event,  # type: ignore[dict-item]
+    OwnerEvent: Applier._owner_event,  # type: ignore[dict-item]
     NodeEvent: Applier._node_event,  # type: ignore[dict-item]
     PolicyEvent: Applier._policy_event,  # type: ignore[dict-item]
     TaintNode: Applier._taint,  # type: ignore[dict-item]

@@ -43,6 +43,7 @@ FIELDS: Final = (
         "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
         "Current clock event reasons (bitmask of NVML clocksEventReason*).",
     ),
+    Field("sm_clock_mhz", Probe.SM_CLOCK, "DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),
     Field("ecc_enabled", Probe.ECC_MODE, "DCGM_FI_DEV_ECC_CURRENT", "ECC mode, current (1 enabled)."),
     Field(
         "ecc_pending_enabled", Probe.ECC_MODE, "DCGM_FI_DEV_ECC_PENDING", "ECC mode after reboot (1 enabled)."
@@ -146,6 +147,7 @@ HISTORY_SIGNALS: Final = (
     "DCGM_FI_DEV_GPU_TEMP",
     "DCGM_FI_DEV_MEMORY_TEMP",
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    "DCGM_FI_DEV_SM_CLOCK",
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     XID_METRIC,
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",

@@ -22,6 +22,8 @@ EVICT_AFTER: Final = PREFIX + "evict-after"  # RFC3339
 EVICTION_BLOCKED: Final = PREFIX + "eviction-blocked"  # RFC3339 of the first refusal
 POLICY: Final = PREFIX + "policy"  # name of the policy that judged the pod
 KEEP_SEEN: Final = PREFIX + "keep-until-seen"  # when the operator first saw keep-until (bounds it)
+STRAGGLER: Final = PREFIX + "straggler"  # on every pod of a job group: which GPU is slow, how much, why
+STRAGGLER_SINCE: Final = PREFIX + "straggler-since"  # on a straggling pod: RFC3339, since first seen slow
 
 # Pod annotations set by users.
 EXEMPT: Final = PREFIX + "exempt"  # "true": opt out (only where the policy allows)
@@ -41,6 +43,8 @@ OPERATOR_POD_ANNOTATIONS: Final = (
     EVICTION_BLOCKED,
     POLICY,
     KEEP_SEEN,
+    STRAGGLER,
+    STRAGGLER_SINCE,
 )
 
 # Pod annotation written while the GPU the pod runs on is held faulty (removed on recovery):
@@ -92,6 +96,8 @@ EV_POLICY_INVALID: Final = "PolicyInvalid"
 EV_POLICY_SHADOWED: Final = "PolicyShadowed"  # Warning when the set of older policies winning pods changes
 EV_RECLAIMED: Final = "GPUReclaimed"  # owner scaled to zero, stopped or suspended
 EV_RESTORED: Final = "GPURestored"
+EV_STRAGGLER: Final = "GPUStraggler"  # on the slow pod, its job's owner and (hardware cause) its node
+EV_STRAGGLER_CLEARED: Final = "GPUStragglerCleared"  # the pod's GPUs caught up with their group
 EV_RECLAIM_SKIPPED: Final = "ReclaimSkipped"  # HPA, partly idle or unknown owner: recommendation only
 
 #: Resource name of GPUs on nodes and in pod requests.

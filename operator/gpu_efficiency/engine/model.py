@@ -32,6 +32,7 @@ class Signal(StrEnum):
     POWER = "DCGM_FI_DEV_POWER_USAGE"  # W
     GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"  # C
     MEMORY_TEMP = "DCGM_FI_DEV_MEMORY_TEMP"  # C
+    SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"  # MHz (on in dcgm-exporter's default counters)
     CLOCK_EVENTS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"  # bitmask (old name ..._CLOCK_THROTTLE_REASONS)
     ECC_DBE_VOLATILE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"  # counter
     XID = "DCGM_FI_DEV_XID_ERRORS"  # gauge holding the last XID
@@ -305,6 +306,17 @@ class PodEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerEvent:
+    """An event on a pod's owner object (a Job, JobSet, PyTorchJob...), where its user looks."""
+
+    namespace: str
+    owner: OwnerRef
+    reason: str
+    message: str
+    type: str = "Warning"
+
+
+@dataclass(frozen=True, slots=True)
 class NodeEvent:
     node: str
     reason: str
@@ -353,6 +365,7 @@ Action = (
     | EvictPod
     | ReclaimOwner
     | PodEvent
+    | OwnerEvent
     | NodeEvent
     | PolicyEvent
     | TaintNode
@@ -370,6 +383,8 @@ class Plan:
     verdicts: tuple[PodVerdict, ...]
     status: GPUEfficiencyPolicyStatus  # new status, before action outcomes are folded in
     notes: tuple[str, ...] = ()  # skipped-for-safety explanations, for logs and `explain`
+    #: Straggling GPUs per judged job group: (namespace, group, count), 0 for a group without any.
+    stragglers: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

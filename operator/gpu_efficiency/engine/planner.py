@@ -62,6 +62,7 @@ from gpu_efficiency.engine.podannotations import (
 )
 from gpu_efficiency.engine.reclaim import OwnerGroup, OwnerPlan, group_owners, select_reclaims
 from gpu_efficiency.engine.selection import Scope, build_scope
+from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_params
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import merged_counts, vet_samples
 from gpu_efficiency.engine.underutilization import RECOMMENDATIONS, Finding, diagnose, verdict_of
@@ -673,6 +674,11 @@ def evaluate(
             {(r.pod.namespace, r.pod.name): r.verdict.verdict for r in records},
             params,
         )
+    stragglers = evaluate_stragglers(
+        snapshot, in_scope, pod_gpus, ctx.bounds,
+        straggler_params(snapshot.policy.stragglers, params.under.temperature_limit_celsius, params.min_pod_age_s),
+    )  # fmt: skip
+    notes.extend(stragglers.notes)
     for record in records:
         pod = record.pod
         key = (pod.namespace, pod.name)
@@ -686,6 +692,9 @@ def evaluate(
             record, params, now, policy_name, notes,
             ledger.get(pod.uid) if ledger is not None else None, group,
         )  # fmt: skip
+        straggler_patch = stragglers.patches.get(key)
+        if straggler_patch:
+            record.patch = {**record.patch, **straggler_patch}
         lifecycle = record.lifecycle
         if lifecycle is not None:
             if lifecycle.clock:
@@ -698,6 +707,7 @@ def evaluate(
         actions.extend(record.events)
         if key == focus:
             focused = record
+    actions.extend(stragglers.events)
     actions.extend(cleanups)
 
     faults = evaluate_faults(snapshot)
@@ -722,7 +732,10 @@ def evaluate(
     )  # fmt: skip
     actions.extend(policy_events)
     actions.extend(destructive)
-    plan = Plan(actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes))
+    plan = Plan(
+        actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes),
+        stragglers=tuple(stragglers.groups),
+    )  # fmt: skip
     if memo is not None:
         memo.end()
     if ledger is not None:

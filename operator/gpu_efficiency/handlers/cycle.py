@@ -318,7 +318,7 @@ class CycleRunner:
             except Exception as exc:  # a source's bug or an answer it failed to decode: blind, not idle
                 log.exception("policy %s: the metric source failed", name)
                 available, error = False, f"metric source failed: {type(exc).__name__}: {exc}"
-        owners, owners_error = self._read_owners(cluster)
+        owners, owners_error = self._read_owners(cluster, spec.stragglers.enabled)
         gpus = result.gpus if result is not None else ()
         if available and not gpus and cluster.pods:
             available, error = (
@@ -350,10 +350,15 @@ class CycleRunner:
             cluster = replace(cluster, requests=cluster.requests + owners.requests)
         return snapshot, cluster, result
 
-    def _read_owners(self, cluster: ClusterState) -> tuple[OwnerState | None, str]:
-        """The pods' owners, once some pod carries idle-since (before, nothing can be due)."""
+    def _read_owners(
+        self, cluster: ClusterState, spec_reads_owners: bool = False
+    ) -> tuple[OwnerState | None, str]:
+        """The pods' owners, once some pod carries idle-since (before, nothing can be due), or every
+        cycle when ``spec_reads_owners`` (stragglers: events go to the job's top owner)."""
         if self.owners is None or not (
-            self.read_owners_always or any(names.IDLE_SINCE in p.annotations for p in cluster.pods)
+            self.read_owners_always
+            or spec_reads_owners
+            or any(names.IDLE_SINCE in p.annotations for p in cluster.pods)
         ):
             return None, ""
         try:
@@ -478,6 +483,7 @@ def _record_metrics(
         if q.tainted:
             kinds[q.kind] = kinds.get(q.kind, 0) + 1
     metrics.reset_labelled(metrics.TAINTED_NODES, name, kinds)
+    metrics.reset_groups(metrics.STRAGGLER_GPUS, name, {(ns, group): n for ns, group, n in plan.stragglers})
     for action in RECLAIM_ACTIONS:  # exported at 0 from the first cycle, so rate() sees the first
         for result in (Result.DONE, Result.FAILED):
             metrics.RECLAIMS.labels(name, action, result.value)

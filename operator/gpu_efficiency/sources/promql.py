@@ -56,6 +56,7 @@ QUERY_PLAN: Mapping[Window, Mapping[Signal, tuple[str, ...]]] = {
         Signal.FB_USED: ("avg", "max", "min", "last", "count", "ts"),
         Signal.FB_FREE: ("avg", "max", "last", "count", "ts"),
         Signal.POWER: ("avg", "max", "stddev", "count", "ts"),
+        Signal.SM_CLOCK: ("avg", "max", "count", "ts"),  # stragglers: a GPU clocked below its peers
         Signal.GPU_TEMP: ("max", "avg", "count", "ts"),
         Signal.MEMORY_TEMP: ("max", "count"),
         Signal.CLOCK_EVENTS: ("avg", "last", "max", "min", "count", "ts"),

@@ -36,6 +36,7 @@ PER_POLICY = (
     metrics.CYCLES, metrics.CYCLE_SECONDS, metrics.PODS, metrics.DIAGNOSES, metrics.IDLE_GPUS,
     metrics.EVICTIONS, metrics.IDLE_GPU_HOURS, metrics.WASTE_PER_HOUR, metrics.METRICS_AVAILABLE,
     metrics.BREAKER_OPEN, metrics.TAINTED_NODES, metrics.PROM_QUERIES, metrics.API_WRITES,
+    metrics.STRAGGLER_GPUS,
 )  # fmt: skip
 
 
@@ -78,9 +79,13 @@ def mixed_cycle() -> None:
         b.gpu("GPU-2", b.input_starved(), ("team-a", "starved")),
     ]
     pods = [warned_idle_pod("idle", b.NOW), b.pod("busy"), b.pod("starved")]
+    for i in range(4):  # a judged job group (gpu_efficiency_straggler_gpus)
+        gpus.append(b.gpu(f"GPU-{i + 3}", b.compute_bound(), ("team-a", f"train-{i}")))
+        pods.append(b.pod(f"train-{i}", labels={"batch.kubernetes.io/job-name": "train"}))
     cycle_runner = runner(gpus, pods)
     registry = PolicyRegistry()
-    registry.observe("ADDED", body("truth", "2026-01-01T00:00:00Z", spec=ENFORCE_SPEC))
+    spec = {**ENFORCE_SPEC, "stragglers": {"enabled": True}}
+    registry.observe("ADDED", body("truth", "2026-01-01T00:00:00Z", spec=spec))
     assert Scheduler(cycle_runner, registry).run_due() == ["truth"]
 
 
@@ -106,6 +111,9 @@ def test_every_metric_the_docs_dashboard_and_alerts_name_is_exported_with_sample
     assert missing == {doc: [] for doc in missing}
     assert sample("gpu_efficiency_leader") == 1.0
     assert sample("gpu_efficiency_evictions_total", policy="truth", result="blocked") == 1.0
+    assert (
+        sample("gpu_efficiency_straggler_gpus", policy="truth", namespace="team-a", group="job/train") == 0.0
+    )
 
 
 def test_idle_gpu_hours_count_idle_gpus_times_the_time_since_the_last_cycle() -> None:
