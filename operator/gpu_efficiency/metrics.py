@@ -57,6 +57,27 @@ IDLE_GPU_HOURS = Counter(
     ["policy"],
     registry=REGISTRY,
 )
+GPU_HOURS_RETURNED = Counter(
+    "gpu_efficiency_gpu_hours_returned",
+    "GPU-hours given back by reclamations: each cycle adds the GPUs of every reclamation still in "
+    "force times the time since the previous cycle (at most two intervals), as status.gpuHoursReturned does.",
+    ["policy"],
+    registry=REGISTRY,
+)
+RECLAIM_TO_RUNNING = Histogram(
+    "gpu_efficiency_reclaim_to_running_seconds",
+    "Per reclamation, from the action to the start of the first pod that was waiting for GPUs and "
+    "runs on a freed node (status.reclamations[].secondsToRunning).",
+    ["policy"],
+    buckets=(5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+    registry=REGISTRY,
+)
+PENDING_GPU_DEMAND = Gauge(
+    "gpu_efficiency_pending_gpu_demand",
+    "GPUs requested by pods Pending as unschedulable for lack of nvidia.com/gpu (status.pendingGpuDemand).",
+    ["policy"],
+    registry=REGISTRY,
+)
 WASTE_PER_HOUR = Gauge(
     "gpu_efficiency_estimated_waste_per_hour",
     "Cost per hour of the GPUs idle now.",
@@ -127,6 +148,7 @@ POLICY_GAUGES: tuple[Gauge, ...] = (
     BREAKER_OPEN,
     TAINTED_NODES,
     STRAGGLER_GPUS,
+    PENDING_GPU_DEMAND,
 )
 #: Every per-policy series (label ``policy`` first): dropped with the policy.
 POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
@@ -139,6 +161,8 @@ POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
     STATUS_WRITES_FAILED,
     DROPPED_SAMPLES,
     RECLAIMS,
+    GPU_HOURS_RETURNED,
+    RECLAIM_TO_RUNNING,
     LAST_CYCLE,
     *POLICY_GAUGES,
 )

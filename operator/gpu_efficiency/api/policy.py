@@ -253,11 +253,23 @@ class OwnerActions(Model):
         return chosen.get(kind, ReclaimAction.RECOMMEND)
 
 
+class ReclaimWhen(StrEnum):
+    """When warned-and-due idle owners are acted on."""
+
+    ALWAYS = "Always"  # as soon as their warning is over
+    ON_PRESSURE = "OnPressure"  # only while GPU pods wait unschedulable, and only enough to fit them
+
+
 class ReclaimRule(Model):
     """How idle GPUs are given back: act on each idle pod's top owner, so the GPU stays free."""
 
     actions: OwnerActions = Field(default_factory=OwnerActions)
     """The action per owner kind (Enforce mode only; Observe shows what would be done)."""
+    reclaim_when: ReclaimWhen = ReclaimWhen.ALWAYS
+    """Always: an idle owner is reclaimed once its warning is over. OnPressure: warnings still go out
+    on time, but a due owner is reclaimed only while a GPU pod is Pending as unschedulable for lack
+    of nvidia.com/gpu, and only the fewest owners whose GPUs make that pod fit (its GPU request,
+    nodeSelector, required node affinity and tolerations against each node's allocatable GPUs)."""
 
 
 class FaultEffect(StrEnum):

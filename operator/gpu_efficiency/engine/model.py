@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, LabelSelector, Selection
-from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 
 
 class Signal(StrEnum):
@@ -120,6 +120,7 @@ class NodeView:
     conditions: tuple[NodeCondition, ...]
     gpu_capacity: int
     unschedulable: bool = False
+    gpu_allocatable: int | None = None  # status.allocatable (what the scheduler counts); None: capacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +182,43 @@ class PodView:
 
 
 @dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str  # '' with operator Exists tolerates every taint
+    operator: str  # Equal | Exists
+    value: str
+    effect: str  # '' matches every effect
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRequirement:
+    """One matchExpressions (or matchFields, key ``metadata.name``) entry of required node affinity."""
+
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...]
+    field: bool = False  # a matchFields entry: the key is a node field, not a label
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A GPU pod not yet bound to a node, with what the scheduler matches nodes by (engine/pressure.py)."""
+
+    namespace: str
+    name: str
+    uid: str
+    gpu_request: int
+    priority: int
+    created: float | None  # metadata.creationTimestamp, unix seconds
+    node_selector: Mapping[str, str]
+    #: requiredDuringScheduling node affinity: any term (ORed) whose requirements all hold (ANDed).
+    affinity_terms: tuple[tuple[NodeRequirement, ...], ...]
+    tolerations: tuple[Toleration, ...]
+    scheduled_reason: str  # the PodScheduled condition's reason when its status is False ('' otherwise)
+    scheduled_message: str
+    unreadable: str = ""  # why its scheduling constraints could not be read ('' when they could)
+
+
+@dataclass(frozen=True, slots=True)
 class NamespaceView:
     name: str
     labels: Mapping[str, str]
@@ -220,6 +258,7 @@ class Snapshot:
     autoscaled: frozenset[OwnerKey] = frozenset()  # scaleTargetRefs of HorizontalPodAutoscalers
     owners_error: str = ""  # why the owners could not be read: nothing with a controller is acted on
     disruption_budgets: tuple[DisruptionBudget, ...] = ()  # read with the owners
+    pending: tuple[PendingPod, ...] = ()  # GPU pods not bound to a node (reclaimWhen OnPressure)
 
 
 class Verdict(StrEnum):
@@ -385,6 +424,9 @@ class Plan:
     notes: tuple[str, ...] = ()  # skipped-for-safety explanations, for logs and `explain`
     #: Straggling GPUs per judged job group: (namespace, group, count), 0 for a group without any.
     stragglers: tuple[tuple[str, str, int], ...] = ()
+    #: A record per planned reclamation with its actions (engine/reclaimproof.py): folded into the
+    #: status only when one of those actions is accepted.
+    reclamations: tuple[tuple[tuple[Action, ...], Reclamation], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
-from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus, QuarantinedNode, VerdictCounts
+from gpu_efficiency.api.status import (
+    Condition,
+    GPUEfficiencyPolicyStatus,
+    PendingGpuDemand,
+    QuarantinedNode,
+    Reclamation,
+    VerdictCounts,
+)
 from gpu_efficiency.engine.activity import (
     ACTIVITY_CHAIN,
     DataBounds,
@@ -60,7 +67,9 @@ from gpu_efficiency.engine.podannotations import (
     desired_annotations,
     state_value,
 )
-from gpu_efficiency.engine.reclaim import OwnerGroup, OwnerPlan, group_owners, select_reclaims
+from gpu_efficiency.engine.pressure import choose_for_pressure, waiting_for_gpus
+from gpu_efficiency.engine.reclaim import OwnerGroup, OwnerPlan, Pressure, group_owners, select_reclaims
+from gpu_efficiency.engine.reclaimproof import advance
 from gpu_efficiency.engine.selection import Scope, build_scope
 from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_params
 from gpu_efficiency.engine.timefmt import format_rfc3339
@@ -466,6 +475,8 @@ def _status(
         ]
     hours = elapsed_hours(previous.last_evaluation_time, now, params.interval_s)
     waste = idle_waste(idle_gpu_models, params.prices, hours)
+    waiting = [p for p in snapshot.pending if waiting_for_gpus(p)]
+    reclamations, returned = advance(previous.reclamations, snapshot.pods, snapshot.owners, now, hours)
     status = previous.model_copy(
         update={
             "observed_generation": generation,
@@ -482,6 +493,11 @@ def _status(
             "estimated_waste_total": previous.estimated_waste_total + waste.cost,
             "quarantined_nodes": quarantined,
             "dropped_samples": dict(dropped or {}),
+            "pending_gpu_demand": PendingGpuDemand(
+                pods=len(waiting), gpus=sum(p.gpu_request for p in waiting)
+            ),
+            "reclamations": reclamations,
+            "gpu_hours_returned": previous.gpu_hours_returned + returned,
         }
     )
     return status, events
@@ -528,6 +544,25 @@ def _unattributed(
         f"{gpus} GPUs have samples but none is attributed to the {len(grown)} pod(s) in scope "
         "(check the exporter's pod labels: pod/namespace, exported_pod/exported_namespace or pod_name/pod_namespace)"
     )
+
+
+def _pods_under_pressure(
+    candidates: list[EvictionCandidate], cluster: Pressure, notes: list[str]
+) -> list[EvictionCandidate]:
+    """reclaimWhen OnPressure without owners read: each due pod is its own owner."""
+    ordered = sorted(candidates, key=lambda c: (c.idle_since, c.pod.namespace, c.pod.name))
+    offers = {(c.pod.namespace, "Pod", c.pod.name): {c.pod.node: c.pod.gpu_request} for c in ordered}
+    choice = choose_for_pressure(cluster.nodes, cluster.pods, cluster.pending, offers)
+    notes.extend(choice.notes)
+    chosen = set(choice.chosen)
+    kept = [c for c in ordered if (c.pod.namespace, "Pod", c.pod.name) in chosen]
+    notes.extend(
+        f"{c.pod.namespace}/{c.pod.name}: due, not evicted: reclaimWhen OnPressure and no GPU pod waiting "
+        f"({len(choice.waiting)} pending for GPUs) needs its GPUs; warning kept"
+        for c in ordered
+        if c not in kept
+    )
+    return kept
 
 
 def _claimed_by(pod: PodView, seniors: list[tuple[str, Scope]]) -> str:
@@ -715,7 +750,11 @@ def evaluate(
     actions.extend(faults.actions)
     recent = recent_within_hour(snapshot.status.recent_evictions, now)
     destructive: list[Action] = []
+    cluster = Pressure(snapshot.nodes, snapshot.pods, snapshot.pending)
+    drafts: tuple[tuple[tuple[Action, ...], Reclamation], ...] = ()
     if owners is None:
+        if params.on_pressure:
+            candidates = _pods_under_pressure(candidates, cluster, notes)
         selection = select_evictions(candidates, params, now, len(recent))
         notes.extend(selection.notes)
         destructive.extend(
@@ -723,9 +762,10 @@ def evaluate(
             for c in selection.selected
         )
     else:
-        reclaims = select_reclaims(owners, candidates, params, now, len(recent), policy_name)
+        reclaims = select_reclaims(owners, candidates, params, now, len(recent), policy_name, cluster)
         notes.extend(reclaims.notes)
         destructive.extend(reclaims.actions)
+        drafts = reclaims.records
     status, policy_events = _status(
         snapshot, params, verdicts, len(evaluated_gpus), warned, list(idle_gpus.values()), faults,
         shadowed, _unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx), dropped,
@@ -734,7 +774,7 @@ def evaluate(
     actions.extend(destructive)
     plan = Plan(
         actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes),
-        stragglers=tuple(stragglers.groups),
+        stragglers=tuple(stragglers.groups), reclamations=drafts,
     )  # fmt: skip
     if memo is not None:
         memo.end()

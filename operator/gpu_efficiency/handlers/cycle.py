@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -28,13 +28,14 @@ from gpu_efficiency.actuators.status import StatusWriter, parse_status
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, ReclaimAction
-from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.budgets import merge_budgets
 from gpu_efficiency.engine.conditions import set_condition
 from gpu_efficiency.engine.idleledger import IdleLedger
 from gpu_efficiency.engine.judgememo import JudgeMemo
 from gpu_efficiency.engine.model import (
+    Action,
     AnnotateNode,
     AnnotatePod,
     EvictPod,
@@ -49,6 +50,7 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from gpu_efficiency.gcpause import gc_paused
 from gpu_efficiency.sources.agent import CONTRADICTS_AGENT
@@ -345,6 +347,7 @@ class CycleRunner:
             autoscaled=owners.autoscaled if owners is not None else frozenset(),
             owners_error=owners_error,
             disruption_budgets=owners.disruption_budgets if owners is not None else (),
+            pending=cluster.pending,
         )
         if owners is not None:
             cluster = replace(cluster, requests=cluster.requests + owners.requests)
@@ -386,7 +389,7 @@ class CycleRunner:
         queries = fetched.queries if fetched is not None else 0
         writes_before = self.applier.writes
         outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)
-        status = fold_outcomes(plan.status, outcomes, snapshot.now)
+        status = fold_outcomes(plan.status, outcomes, snapshot.now, plan.reclamations)
         if self.leader.still_leader():
             status = self.write_status(name, status)
         self._last_status[name] = status
@@ -423,14 +426,22 @@ def feed_write(reader: ClusterSource, outcome: Outcome) -> None:
 
 
 def fold_outcomes(
-    status: GPUEfficiencyPolicyStatus, outcomes: list[Outcome], now: float
+    status: GPUEfficiencyPolicyStatus,
+    outcomes: list[Outcome],
+    now: float,
+    drafts: Sequence[tuple[tuple[Action, ...], Reclamation]] = (),
 ) -> GPUEfficiencyPolicyStatus:
-    """Count what actually happened (the plan only says what was attempted)."""
+    """Count what actually happened (the plan only says what was attempted); ``drafts``: the
+    plan's reclamation records, kept for the reclamations one of whose actions was accepted."""
     evicted = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.DONE]
     blocked = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.BLOCKED]
     reclaimed = [o for o in outcomes if isinstance(o.action, ReclaimOwner) and o.result is Result.DONE]
     if not evicted and not blocked and not reclaimed:
         return status
+    done = [o.action for o in (*evicted, *reclaimed)]
+    records = [record for actions, record in drafts if any(a in done for a in actions)]
+    if records:
+        status = status.model_copy(update={"reclamations": accepted(status.reclamations, records)})
     # each owner reclaimed counts once against the rolling hour's budget, like one eviction
     recent = [*status.recent_evictions, *(rfc3339(now) for _ in [*evicted, *reclaimed])]
     return status.model_copy(
@@ -487,6 +498,13 @@ def _record_metrics(
     for action in RECLAIM_ACTIONS:  # exported at 0 from the first cycle, so rate() sees the first
         for result in (Result.DONE, Result.FAILED):
             metrics.RECLAIMS.labels(name, action, result.value)
+    metrics.GPU_HOURS_RETURNED.labels(name).inc(
+        max(0.0, status.gpu_hours_returned - snapshot.status.gpu_hours_returned)
+    )
+    to_running = metrics.RECLAIM_TO_RUNNING.labels(name)
+    for seconds in newly_running(snapshot.status.reclamations, status.reclamations):
+        to_running.observe(seconds)
+    metrics.PENDING_GPU_DEMAND.labels(name).set(status.pending_gpu_demand.gpus)
     for o in outcomes:
         if isinstance(o.action, EvictPod):
             metrics.EVICTIONS.labels(name, o.result.value).inc()
