@@ -16,7 +16,9 @@ from typing import Any
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
+from gpu_efficiency.api.status import Condition
 from gpu_efficiency.engine.acknowledge import ending_with, keep_command
+from gpu_efficiency.engine.conditions import condition_flipped, set_condition
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -26,6 +28,7 @@ from gpu_efficiency.engine.model import (
     PodEvent,
     PodVerdict,
     PodView,
+    PolicyEvent,
     ReclaimOwner,
     Snapshot,
 )
@@ -358,3 +361,53 @@ def slack_message(n: Notification) -> dict[str, Any]:
     if n.channel:
         message["channel"] = n.channel
     return message
+
+
+# ---- what the cycle exports and reports about notifications --------------------------------------
+
+
+def pending_evictions(snapshot: Snapshot, plan: Plan) -> dict[tuple[str, ...], float]:
+    """(namespace, pod, owner, deadline) -> deadline (unix seconds) of every pod this policy judged
+    that carries a warning after this cycle's writes, except pods acted on in this cycle."""
+    index = _Index(snapshot, plan)
+    judged = {(v.namespace, v.name) for v in plan.verdicts}
+    acted = {a.uid for a in plan.actions if isinstance(a, EvictPod)}
+    for action in plan.actions:
+        if isinstance(action, ReclaimOwner):
+            acted.update(uid for _, uid in action.pods)
+    pending: dict[tuple[str, ...], float] = {}
+    for pod in snapshot.pods:
+        if (pod.namespace, pod.name) not in judged or pod.uid in acted:
+            continue
+        if names.EVICT_AFTER not in pod.annotations and pod.uid not in index.patches:
+            continue  # the common case: nothing pending, nothing written
+        ctx = index.context(pod.uid, pod.namespace, pod.name)
+        deadline = parse_rfc3339(ctx.annotations.get(names.EVICT_AFTER))
+        if deadline is not None:
+            key = (pod.namespace, pod.name, index.owner_label(pod), format_rfc3339(deadline))
+            pending[key] = deadline
+    return pending
+
+
+def notifications_condition(
+    conditions: Sequence[Condition], failures: Mapping[str, str], sinks: int, now: float, generation: int
+) -> tuple[list[Condition], PolicyEvent | None]:
+    """The NotificationsHealthy condition (absent without sinks), and the NotificationFailed event
+    its flip to False calls for. ``failures``: sink name -> why its last delivery failed."""
+    if sinks == 0:
+        return [c for c in conditions if c.type != names.COND_NOTIFY], None
+    if not failures:
+        return set_condition(
+            conditions, names.COND_NOTIFY, "True", "Delivering",
+            f"{sinks} sink(s): no failed delivery", now, generation,
+        ), None  # fmt: skip
+    message = "; ".join(f"sink {name}: {why}" for name, why in sorted(failures.items()))
+    event = (
+        PolicyEvent(names.EV_NOTIFICATION_FAILED, f"notifications are not delivered: {message}", "Warning")
+        if condition_flipped(conditions, names.COND_NOTIFY, "False")
+        else None
+    )
+    updated = set_condition(
+        conditions, names.COND_NOTIFY, "False", "DeliveryFailed", message, now, generation
+    )
+    return updated, event
