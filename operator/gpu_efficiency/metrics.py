@@ -123,6 +123,20 @@ STATUS_WRITES_FAILED = Counter(
     ["policy"],
     registry=REGISTRY,
 )
+NOTIFICATIONS = Counter(
+    "gpu_efficiency_notifications",
+    "Notifications to the policy's sinks (spec.notify) by result: sent, failed (after every retry), "
+    "dropped (the sink's queue was full) and retried (attempts that failed and were retried).",
+    ["policy", "sink", "result"],
+    registry=REGISTRY,
+)
+POD_EVICTION_PENDING = Gauge(
+    "gpu_efficiency_pod_eviction_pending",
+    "Unix time at which a warned idle pod's GPU is reclaimed unless it works again or is kept "
+    "(gpuefficiency.io/keep-for); the series goes when the warning ends.",
+    ["policy", "namespace", "pod", "owner", "deadline"],
+    registry=REGISTRY,
+)
 LAST_CYCLE = Gauge(
     "gpu_efficiency_last_cycle_timestamp_seconds",
     "Unix time this replica last completed a cycle of the policy (as leader; invalid specs count).",
@@ -149,6 +163,7 @@ POLICY_GAUGES: tuple[Gauge, ...] = (
     TAINTED_NODES,
     STRAGGLER_GPUS,
     PENDING_GPU_DEMAND,
+    POD_EVICTION_PENDING,
 )
 #: Every per-policy series (label ``policy`` first): dropped with the policy.
 POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
@@ -163,6 +178,7 @@ POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
     RECLAIMS,
     GPU_HOURS_RETURNED,
     RECLAIM_TO_RUNNING,
+    NOTIFICATIONS,
     LAST_CYCLE,
     *POLICY_GAUGES,
 )
@@ -207,6 +223,16 @@ def reset_labelled(gauge: Gauge, policy: str, values: dict[str, int]) -> None:
             gauge.remove(*labels)
     for value_label, value in values.items():
         gauge.labels(policy, value_label).set(value)
+
+
+def reset_series(gauge: Gauge, policy: str, values: dict[tuple[str, ...], float]) -> None:
+    """Set ``gauge{policy, *labels}`` to exactly ``values`` (keyed by the labels after ``policy``):
+    series absent from it are removed, so a warning that ended stops being exported."""
+    for labels in _policy_label_sets(gauge, policy):
+        if labels[1:] not in values:
+            gauge.remove(*labels)
+    for labels, value in values.items():
+        gauge.labels(policy, *labels).set(value)
 
 
 # The watch-based cache of pods, nodes and namespaces (sources/watch.py), labelled by resource.

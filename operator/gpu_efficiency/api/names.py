@@ -21,13 +21,21 @@ IDLE_SINCE: Final = PREFIX + "idle-since"  # RFC3339
 EVICT_AFTER: Final = PREFIX + "evict-after"  # RFC3339
 EVICTION_BLOCKED: Final = PREFIX + "eviction-blocked"  # RFC3339 of the first refusal
 POLICY: Final = PREFIX + "policy"  # name of the policy that judged the pod
-KEEP_SEEN: Final = PREFIX + "keep-until-seen"  # when the operator first saw keep-until (bounds it)
+KEEP_SEEN: Final = PREFIX + "keep-until-seen"  # when the operator first saw keep-until/keep-for (bounds it)
 STRAGGLER: Final = PREFIX + "straggler"  # on every pod of a job group: which GPU is slow, how much, why
 STRAGGLER_SINCE: Final = PREFIX + "straggler-since"  # on a straggling pod: RFC3339, since first seen slow
 
 # Pod annotations set by users.
 EXEMPT: Final = PREFIX + "exempt"  # "true": opt out (only where the policy allows)
 KEEP_UNTIL: Final = PREFIX + "keep-until"  # RFC3339: acknowledgement, bounded by policy maxKeep
+KEEP_FOR: Final = (
+    PREFIX + "keep-for"
+)  # Go duration ("4h"): acknowledgement from when first seen, bounded by maxKeep
+#: Every acknowledgement annotation a pod's owner may set (honoured where the policy allows).
+ACKNOWLEDGEMENTS: Final = (KEEP_UNTIL, KEEP_FOR)
+
+# Namespace annotations set by admins.
+NOTIFY_CHANNEL: Final = PREFIX + "notify-channel"  # the Slack channel of the namespace's warnings
 
 #: Every pod annotation the operator may write; it removes only these.
 OPERATOR_POD_ANNOTATIONS: Final = (
@@ -76,6 +84,7 @@ COND_METRICS: Final = "MetricsAvailable"
 COND_BREAKER: Final = "CircuitBreakerOpen"
 COND_VALID: Final = "PolicyValid"
 COND_SHADOWED: Final = "Shadowed"  # True: an older policy judges some of the pods this one selects
+COND_NOTIFY: Final = "NotificationsHealthy"  # False: a notification sink failed its last delivery
 
 # Event reasons.
 EV_UNDERUTILIZED: Final = "GPUUnderutilized"
@@ -99,6 +108,8 @@ EV_RESTORED: Final = "GPURestored"
 EV_STRAGGLER: Final = "GPUStraggler"  # on the slow pod, its job's owner and (hardware cause) its node
 EV_STRAGGLER_CLEARED: Final = "GPUStragglerCleared"  # the pod's GPUs caught up with their group
 EV_RECLAIM_SKIPPED: Final = "ReclaimSkipped"  # HPA, partly idle or unknown owner: recommendation only
+EV_NOTIFICATION_FAILED: Final = "NotificationFailed"  # a notification sink started failing
+EV_ACK_INVALID: Final = "AcknowledgementInvalid"  # keep-for/keep-until unreadable: ignored
 
 #: Resource name of GPUs on nodes and in pod requests.
 GPU_RESOURCE: Final = "nvidia.com/gpu"

@@ -134,9 +134,9 @@ class IdleRule(Model):
     allow_opt_out: bool = False
     """Honour the pod annotation gpuefficiency.io/exempt=true."""
     allow_keep_until: bool = True
-    """Honour the pod annotation gpuefficiency.io/keep-until=<RFC3339>, bounded by maxKeep."""
+    """Honour the pod acknowledgements gpuefficiency.io/keep-for=<duration> and keep-until=<RFC3339>, bounded by maxKeep."""
     max_keep: Duration = "24h"
-    """Longest a keep-until acknowledgement may postpone eviction, counted from when it was seen."""
+    """Longest an acknowledgement (keep-for, keep-until) may postpone eviction, counted from when it was first seen."""
 
 
 class UnderutilizationRule(Model):
@@ -438,6 +438,61 @@ class StragglerRule(Model):
     """How long a GPU must stay a straggler before it is reported."""
 
 
+class SinkType(StrEnum):
+    CLOUD_EVENTS = "CloudEvents"  # CloudEvents 1.0, structured mode (application/cloudevents+json)
+    SLACK = "Slack"  # a Slack incoming webhook (text + blocks); Mattermost and others accept it too
+
+
+#: Event reasons a sink can be sent: the warnings and actions a person may want to hear of.
+NotifyReason = Literal[
+    "GPUIdleEvictionScheduled",
+    "GPUIdleEvicted",
+    "GPUReclaimed",
+    "EvictionBlocked",
+    "GPUActiveAgain",
+    "GPUIdle",
+    "GPUUnderutilized",
+    "ReclaimSkipped",
+    "GPUFaultDetected",
+    "NodeTainted",
+    "NodeUntainted",
+]
+#: What a sink is sent when its ``reasons`` is empty: the warning and the actions that take GPUs.
+DEFAULT_NOTIFY_REASONS: tuple[str, ...] = (
+    "GPUIdleEvictionScheduled",
+    "GPUIdleEvicted",
+    "GPUReclaimed",
+    "EvictionBlocked",
+    "GPUFaultDetected",
+    "NodeTainted",
+)
+
+
+class NotifySink(Model):
+    """One place warnings and actions are posted to (asynchronously: a failing sink never slows a cycle)."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """The sink's name (a DNS label), in metrics, conditions and logs."""
+    type: SinkType
+    """CloudEvents (structured-mode JSON for any webhook) or Slack (incoming-webhook text and blocks)."""
+    url_secret_key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+    """Key of the webhook URL in the Secret the chart mounts into the operator (notify.secretName); the operator reads no Secrets."""
+    reasons: list[NotifyReason] = Field(default_factory=list, max_length=16)
+    """Event reasons sent; empty: GPUIdleEvictionScheduled, GPUIdleEvicted, GPUReclaimed, EvictionBlocked, GPUFaultDetected, NodeTainted."""
+    namespaces: list[str] = Field(default_factory=list, max_length=256)
+    """Only pods in these namespaces (empty: all); node events (faults) are sent only when this is empty."""
+    max_per_minute: int = Field(default=30, ge=1, le=600)
+    """Rate limit of posts to this sink; a burst waits in a bounded queue, the excess is dropped and counted."""
+
+    def wants(self, reason: str, namespace: str) -> bool:
+        """Whether a notification with this reason about an object in ``namespace`` goes here."""
+        if reason not in (self.reasons or DEFAULT_NOTIFY_REASONS):
+            return False
+        if not self.namespaces:
+            return True
+        return bool(namespace) and namespace in self.namespaces
+
+
 class GPUEfficiencyPolicySpec(Model):
     """Desired behaviour: what to watch, how to judge it and what the operator may do."""
 
@@ -465,6 +520,8 @@ class GPUEfficiencyPolicySpec(Model):
     """Stragglers: the slow GPU that holds back a whole multi-GPU job."""
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict, max_length=64)
     """Cost of one GPU-hour by GPU model (the nvidia.com/gpu.product label or DCGM modelName); key "default" for the rest."""
+    notify: list[NotifySink] = Field(default_factory=list, max_length=16)
+    """Where warnings and actions are posted (webhooks), besides Kubernetes events; names must be unique."""
 
     @model_validator(mode="after")
     def _check_cross_fields(self) -> GPUEfficiencyPolicySpec:
@@ -478,6 +535,9 @@ class GPUEfficiencyPolicySpec(Model):
             raise ValueError("underutilization.noTensorSmActiveMin must not exceed noTensorSmActiveMax")
         if any(v < 0 for v in self.price_per_gpu_hour.values()):
             raise ValueError("pricePerGpuHour values must be non-negative")
+        sink_names = [sink.name for sink in self.notify]
+        if len(set(sink_names)) != len(sink_names):
+            raise ValueError(f"notify: sink names must be unique, got {sink_names}")
         overlap = set(self.faults.xid.critical) & set(self.faults.xid.ignored)
         if overlap:
             raise ValueError(f"faults.xid codes both critical and ignored: {sorted(overlap)}")

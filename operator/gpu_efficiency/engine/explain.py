@@ -129,7 +129,7 @@ def explain_lines(snapshot: Snapshot, evaluation: Evaluation, namespace: str, na
     lifecycle = record.lifecycle
     clock = {
         k: pod.annotations[k]
-        for k in (names.IDLE_SINCE, names.EVICT_AFTER, names.KEEP_UNTIL)
+        for k in (names.IDLE_SINCE, names.EVICT_AFTER, names.KEEP_UNTIL, names.KEEP_FOR)
         if k in pod.annotations
     }
     lines.append(f"idle lifecycle: current {clock or 'no idle state'}")

@@ -222,6 +222,7 @@ class PendingPod:
 class NamespaceView:
     name: str
     labels: Mapping[str, str]
+    annotations: Mapping[str, str] = field(default_factory=dict)  # gpuefficiency.io/ ones only
 
 
 @dataclass(frozen=True, slots=True)

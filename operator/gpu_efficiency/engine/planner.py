@@ -20,6 +20,7 @@ from gpu_efficiency.api.status import (
     Reclamation,
     VerdictCounts,
 )
+from gpu_efficiency.engine.acknowledge import ending_with, keep_command
 from gpu_efficiency.engine.activity import (
     ACTIVITY_CHAIN,
     DataBounds,
@@ -344,6 +345,12 @@ def _act(
     if not params.under_enabled and verdict.verdict not in (Verdict.IDLE, Verdict.UNKNOWN):
         desired[names.DIAGNOSIS] = None
         desired[names.RECOMMENDATION] = None
+    if lifecycle.warned and params.allow_keep_until and verdict.verdict is Verdict.IDLE:
+        # the warning's annotation ends with the one line that keeps the GPU, as its event does
+        desired[names.RECOMMENDATION] = ending_with(
+            verdict.recommendation,
+            f". To keep it: {keep_command(pod.namespace, pod.name, params.max_keep_s)}",
+        )
     patch = annotation_patch(current, desired)
     if lifecycle.updates:
         patch.update(lifecycle.updates)

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from gpu_efficiency import metrics
 from gpu_efficiency.actuators.apply import Applier, rfc3339
+from gpu_efficiency.actuators.notify import Notifier
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.status import StatusWriter, parse_status
 from gpu_efficiency.api import names
@@ -49,6 +50,7 @@ from gpu_efficiency.engine.model import (
     UntaintNode,
     Window,
 )
+from gpu_efficiency.engine.notify import notifications, notifications_condition, pending_evictions
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
@@ -149,6 +151,7 @@ class CycleRunner:
     clock: Callable[[], float] = time.time
     owners: OwnerReader | None = None  # owner-aware reclamation (None: pods judged one by one)
     read_owners_always: bool = False  # report/explain: owners even before any idle clock runs
+    notifier: Notifier | None = None  # spec.notify's webhooks (None: one-shot commands post nothing)
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
     _memos: dict[str, JudgeMemo] = field(default_factory=dict)  # per policy: last cycle's verdicts
     _terms: dict[str, int] = field(default_factory=dict)  # per policy: the term its status was read in
@@ -169,6 +172,8 @@ class CycleRunner:
         self._ledgers.pop(name, None)
         self.status_writer.forget(name)
         self.source_for.forget(name)
+        if self.notifier is not None:
+            self.notifier.forget(name)
         metrics.forget_policy(name)
 
     def start_term(self, name: str) -> bool:
@@ -390,6 +395,7 @@ class CycleRunner:
         writes_before = self.applier.writes
         outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)
         status = fold_outcomes(plan.status, outcomes, snapshot.now, plan.reclamations)
+        status = self._notify(name, uid, spec, snapshot, plan, outcomes, status)
         if self.leader.still_leader():
             status = self.write_status(name, status)
         self._last_status[name] = status
@@ -407,6 +413,55 @@ class CycleRunner:
             api_reads=cluster.requests,
             writes=writes,
         )
+
+    def _notify(
+        self,
+        name: str,
+        uid: str,
+        spec: GPUEfficiencyPolicySpec,
+        snapshot: Snapshot,
+        plan: Plan,
+        outcomes: list[Outcome],
+        status: GPUEfficiencyPolicyStatus,
+    ) -> GPUEfficiencyPolicyStatus:
+        """Offer what this cycle did to the policy's sinks (never waits on them) and report their
+        health in the NotificationsHealthy condition (a NotificationFailed event when it turns False)."""
+        if self.notifier is None:
+            return status
+        try:
+            warned_before = {p.uid for p in snapshot.pods if names.EVICTION_BLOCKED in p.annotations}
+            done = [o.action for o in outcomes if o.result is Result.DONE]
+            refused = [
+                o.action
+                for o in outcomes
+                if isinstance(o.action, EvictPod)
+                and o.result is Result.BLOCKED
+                and o.action.uid not in warned_before
+            ]
+            batch = (
+                notifications(
+                    done, refused, snapshot, plan,
+                    window_s=parse_duration(spec.window),
+                    max_keep_s=parse_duration(spec.idle.max_keep),
+                    keep_allowed=spec.idle.allow_keep_until,
+                )
+                if spec.notify
+                else []
+            )  # fmt: skip
+            self.notifier.submit(name, spec.notify, batch)
+            conditions, event = notifications_condition(
+                status.conditions,
+                self.notifier.failures(name, spec.notify),
+                len(spec.notify),
+                snapshot.now,
+                snapshot.generation,
+            )
+        except Exception:  # notifications are a side channel: they never fail a cycle
+            log.exception("policy %s: notifications failed", name)
+            return status
+        if event is not None:
+            self.applier.apply([event], policy_name=name, policy_uid=uid)
+        return status.model_copy(update={"conditions": conditions})
 
 
 _NODE_WRITES = (TaintNode, UntaintNode, SetNodeCondition, AnnotateNode)
@@ -495,6 +550,7 @@ def _record_metrics(
             kinds[q.kind] = kinds.get(q.kind, 0) + 1
     metrics.reset_labelled(metrics.TAINTED_NODES, name, kinds)
     metrics.reset_groups(metrics.STRAGGLER_GPUS, name, {(ns, group): n for ns, group, n in plan.stragglers})
+    metrics.reset_series(metrics.POD_EVICTION_PENDING, name, pending_evictions(snapshot, plan))
     for action in RECLAIM_ACTIONS:  # exported at 0 from the first cycle, so rate() sees the first
         for result in (Result.DONE, Result.FAILED):
             metrics.RECLAIMS.labels(name, action, result.value)

@@ -294,4 +294,9 @@ class ClusterReader:
 
 def namespace_view(obj: Mapping[str, Any]) -> NamespaceView:
     meta = obj.get("metadata") or {}
-    return NamespaceView(name=meta.get("name", ""), labels=meta.get("labels") or {})
+    annotations = meta.get("annotations") or {}
+    return NamespaceView(
+        name=meta.get("name", ""),
+        labels=meta.get("labels") or {},
+        annotations={k: v for k, v in annotations.items() if k.startswith(PREFIX)},
+    )
