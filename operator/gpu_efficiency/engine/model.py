@@ -213,7 +213,7 @@ class Snapshot:
     senior_policies: tuple[SeniorPolicy, ...] = ()  # overlapping policies judge each pod/node once
     #: Series or GPUs the source dropped as untrustworthy, by reason (folded into status.droppedSamples).
     dropped_samples: Mapping[str, int] = field(default_factory=dict)
-    # Owner-aware reclamation (engine/owners.py). None: no owner was read this cycle (no pod carries
+    # Owner-aware reclamation (engine/pods/owners.py). None: no owner was read this cycle (no pod carries
     # idle-since, so nothing can be due): pods are judged one by one, as before owners existed.
     owners: Mapping[OwnerKey, OwnerObject] | None = None
     autoscaled: frozenset[OwnerKey] = frozenset()  # scaleTargetRefs of HorizontalPodAutoscalers
@@ -374,7 +374,7 @@ class Plan:
 
 @dataclass(frozen=True, slots=True)
 class FaultOutcome:
-    """What fault quarantine decided this cycle (engine/faults.py), folded into the Plan by the planner."""
+    """What fault quarantine decided this cycle (engine/faults/evaluate.py), folded into the Plan by the planner."""
 
     actions: tuple[Action, ...]
     quarantined: tuple[QuarantinedNodeRecord, ...]

@@ -13,26 +13,9 @@ from dataclasses import dataclass, field, replace
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus, QuarantinedNode, VerdictCounts
-from gpu_efficiency.engine.activity import (
-    ACTIVITY_CHAIN,
-    DataBounds,
-    GPUActivity,
-    carried_bounds,
-    gpu_activity,
-    gpu_util_fraction,
-)
-from gpu_efficiency.engine.budgets import (
-    EvictionCandidate,
-    permanent_blocker,
-    recent_within_hour,
-    select_evictions,
-)
 from gpu_efficiency.engine.conditions import condition_flipped, find_condition, set_condition
 from gpu_efficiency.engine.explain import explain_lines
-from gpu_efficiency.engine.faults import evaluate_faults
-from gpu_efficiency.engine.idle import GPUState, Lifecycle, PodKey, idle_lifecycle, is_shared, shared_idleness
-from gpu_efficiency.engine.idleledger import IdleClock, IdleLedger
-from gpu_efficiency.engine.judgememo import JudgeInputs, JudgeMemo, Judgement
+from gpu_efficiency.engine.faults.evaluate import evaluate_faults
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -52,20 +35,44 @@ from gpu_efficiency.engine.model import (
     Verdict,
     Window,
 )
-from gpu_efficiency.engine.owners import action_words
 from gpu_efficiency.engine.params import CycleParams, cycle_params
-from gpu_efficiency.engine.podannotations import (
+from gpu_efficiency.engine.pods.activity import (
+    ACTIVITY_CHAIN,
+    DataBounds,
+    GPUActivity,
+    carried_bounds,
+    gpu_activity,
+    gpu_util_fraction,
+)
+from gpu_efficiency.engine.pods.annotations import (
     annotation_patch,
     cleanup_patch,
     desired_annotations,
     state_value,
 )
-from gpu_efficiency.engine.reclaim import OwnerGroup, OwnerPlan, group_owners, select_reclaims
+from gpu_efficiency.engine.pods.budgets import (
+    EvictionCandidate,
+    permanent_blocker,
+    recent_within_hour,
+    select_evictions,
+)
+from gpu_efficiency.engine.pods.idle import (
+    GPUState,
+    Lifecycle,
+    PodKey,
+    idle_lifecycle,
+    is_shared,
+    shared_idleness,
+)
+from gpu_efficiency.engine.pods.idleledger import IdleClock, IdleLedger
+from gpu_efficiency.engine.pods.judgememo import JudgeInputs, JudgeMemo, Judgement
+from gpu_efficiency.engine.pods.owners import action_words
+from gpu_efficiency.engine.pods.reclaim import OwnerGroup, OwnerPlan, group_owners, select_reclaims
+from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS, Finding, diagnose, verdict_of
+from gpu_efficiency.engine.pods.waste import elapsed_hours, idle_waste
 from gpu_efficiency.engine.selection import Scope, build_scope
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import merged_counts, vet_samples
-from gpu_efficiency.engine.underutilization import RECOMMENDATIONS, Finding, diagnose, verdict_of
-from gpu_efficiency.engine.waste import elapsed_hours, idle_waste
 
 _SIGNAL_RANK: Mapping[Signal, int] = {signal: i for i, (signal, _, _) in enumerate(ACTIVITY_CHAIN)}
 #: Plain-string values of the enums, looked up instead of the slower ``.value`` descriptor.

@@ -30,10 +30,7 @@ from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, ReclaimAction
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.engine.budgets import merge_budgets
 from gpu_efficiency.engine.conditions import set_condition
-from gpu_efficiency.engine.idleledger import IdleLedger
-from gpu_efficiency.engine.judgememo import JudgeMemo
 from gpu_efficiency.engine.model import (
     AnnotateNode,
     AnnotatePod,
@@ -49,6 +46,9 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.pods.budgets import merge_budgets
+from gpu_efficiency.engine.pods.idleledger import IdleLedger
+from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from gpu_efficiency.gcpause import gc_paused
 from gpu_efficiency.sources.agent import CONTRADICTS_AGENT

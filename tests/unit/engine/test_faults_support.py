@@ -17,7 +17,7 @@ from gpu_efficiency.actuators.nodes import with_kind, without_kind
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus
-from gpu_efficiency.engine.faults import evaluate_faults
+from gpu_efficiency.engine.faults.evaluate import evaluate_faults
 from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,

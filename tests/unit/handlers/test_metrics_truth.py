@@ -17,7 +17,7 @@ from gpu_efficiency import metrics
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import KIND, Mode
 from gpu_efficiency.engine.model import Verdict
-from gpu_efficiency.engine.podannotations import STATE_WARNED
+from gpu_efficiency.engine.pods.annotations import STATE_WARNED
 from gpu_efficiency.handlers.scheduler import PolicyRegistry, Scheduler
 
 from .cycle_harness import ENFORCE_SPEC, SwitchLeader, run_cycle, runner, warned_idle_pod

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
-from gpu_efficiency.engine.budgets import EvictionCandidate
-from gpu_efficiency.engine.idleledger import IdleClock
 from gpu_efficiency.engine.model import GPUSample, PodView, Verdict
 from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.pods.budgets import EvictionCandidate
+from gpu_efficiency.engine.pods.idleledger import IdleClock
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 PodKey = tuple[str, str]

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import ReclaimAction
-from gpu_efficiency.engine.budgets import EvictionCandidate, permanent_blocker, temporary_blocker
-from gpu_efficiency.engine.idle import PodKey, hold_reason
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -33,7 +31,10 @@ from gpu_efficiency.engine.model import (
     Snapshot,
     Verdict,
 )
-from gpu_efficiency.engine.owners import (
+from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.pods.budgets import EvictionCandidate, permanent_blocker, temporary_blocker
+from gpu_efficiency.engine.pods.idle import PodKey, hold_reason
+from gpu_efficiency.engine.pods.owners import (
     Owner,
     action_words,
     already_reclaimed,
@@ -41,7 +42,6 @@ from gpu_efficiency.engine.owners import (
     recommendation,
     resolve_owner,
 )
-from gpu_efficiency.engine.params import CycleParams
 from gpu_efficiency.engine.selection import LabelMatcher, compile_selector
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
