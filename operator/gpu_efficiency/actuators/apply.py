@@ -38,12 +38,9 @@ from gpu_efficiency.engine.model import (
     TaintNode,
     UntaintNode,
 )
+from gpu_efficiency.engine.timefmt import format_rfc3339
 
 log = logging.getLogger(__name__)
-
-
-def rfc3339(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 #: The follow-up events are exported at 0 from the start, so an alert's rate() sees the first failure.
@@ -151,7 +148,10 @@ class Applier:
             first = annotate_pod(
                 self.core,
                 AnnotatePod(
-                    action.namespace, action.name, action.uid, {names.EVICTION_BLOCKED: rfc3339(time.time())}
+                    action.namespace,
+                    action.name,
+                    action.uid,
+                    {names.EVICTION_BLOCKED: format_rfc3339(time.time())},
                 ),
             )
             message = f"eviction refused, will retry next cycle: {outcome.message}"

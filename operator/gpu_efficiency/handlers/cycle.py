@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gpu_efficiency import metrics
-from gpu_efficiency.actuators.apply import Applier, rfc3339
+from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.status import StatusWriter, parse_status
 from gpu_efficiency.api import names
@@ -49,6 +49,7 @@ from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.budgets import merge_budgets
 from gpu_efficiency.engine.pods.idleledger import IdleLedger
 from gpu_efficiency.engine.pods.judgememo import JudgeMemo
+from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from gpu_efficiency.gcpause import gc_paused
 from gpu_efficiency.sources.agent import CONTRADICTS_AGENT
@@ -427,7 +428,7 @@ def fold_outcomes(
     if not evicted and not blocked and not reclaimed:
         return status
     # each owner reclaimed counts once against the rolling hour's budget, like one eviction
-    recent = [*status.recent_evictions, *(rfc3339(now) for _ in [*evicted, *reclaimed])]
+    recent = [*status.recent_evictions, *(format_rfc3339(now) for _ in [*evicted, *reclaimed])]
     return status.model_copy(
         update={
             "evictions_total": status.evictions_total + len(evicted),

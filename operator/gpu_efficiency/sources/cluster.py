@@ -12,8 +12,6 @@ needs them, runs while the pods are listed.
 
 from __future__ import annotations
 
-import calendar
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -24,18 +22,12 @@ from kubernetes import client
 from gpu_efficiency.api.names import GPU_RESOURCE
 from gpu_efficiency.api.policy import PREFIX
 from gpu_efficiency.engine.model import NamespaceView, NodeCondition, NodeView, OwnerRef, PodView, Taint
+from gpu_efficiency.engine.timefmt import parse_rfc3339
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 #: Only pods bound to a node (a pending pod holds no GPU).
 POD_FIELD_SELECTOR = "spec.nodeName!="
 T = TypeVar("T")
-
-
-def parse_time(value: str | None) -> float | None:
-    """RFC3339 (as the API server writes it) to unix seconds."""
-    if not value:
-        return None
-    return float(calendar.timegm(time.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")))
 
 
 def _quantity(value: Any) -> int:
@@ -78,7 +70,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         annotations=own_annotations(annotations),
         controller_kind=controller.get("kind") if controller else None,
         priority=int(spec.get("priority") or 0),
-        start_time=parse_time(status.get("startTime")),
+        start_time=parse_rfc3339(status.get("startTime")),
         gpu_request=_gpu_request(spec),
         is_static=MIRROR_ANNOTATION in annotations,
         deleting=bool(meta.get("deletionTimestamp")),
