@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from kubernetes import client
@@ -71,7 +71,6 @@ class Applier:
         *,
         policy_name: str,
         policy_uid: str,
-        evicted_annotations: Mapping[str, str] | None = None,
     ) -> list[Outcome]:
         policy = policy_ref(policy_name, policy_uid)
         outcomes = []

@@ -160,7 +160,6 @@ def test_bitmask_range_proofs_match_brute_force(low: int, span: int, mask: int) 
 # ---- thermal: rule --------------------------------------------------------------------------------
 
 GPU_TEMP, MEM_TEMP, CLOCKS = Signal.GPU_TEMP, Signal.MEMORY_TEMP, Signal.CLOCK_EVENTS
-COOL_RECOVERY = {GPU_TEMP: st(60, low=55, high=65, count=20)}
 
 
 @pytest.mark.parametrize(

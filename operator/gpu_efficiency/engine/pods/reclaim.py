@@ -78,10 +78,6 @@ class OwnerPlan:
     groups: dict[OwnerKey, OwnerGroup]
     of_pod: dict[PodKey, OwnerGroup]
 
-    def warning_subject(self, key: PodKey) -> str:
-        group = self.of_pod.get(key)
-        return action_words(group.owner, group.action) if group is not None else "the pod will be evicted"
-
 
 def group_owners(
     snapshot: Snapshot, pods: Iterable[PodView], verdicts: Mapping[PodKey, Verdict], params: CycleParams
