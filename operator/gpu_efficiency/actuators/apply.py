@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from kubernetes import client
@@ -39,12 +39,9 @@ from gpu_efficiency.engine.model import (
     TaintNode,
     UntaintNode,
 )
+from gpu_efficiency.engine.timefmt import format_rfc3339
 
 log = logging.getLogger(__name__)
-
-
-def rfc3339(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 #: The follow-up events are exported at 0 from the start, so an alert's rate() sees the first failure.
@@ -75,7 +72,6 @@ class Applier:
         *,
         policy_name: str,
         policy_uid: str,
-        evicted_annotations: Mapping[str, str] | None = None,
     ) -> list[Outcome]:
         policy = policy_ref(policy_name, policy_uid)
         outcomes = []
@@ -152,7 +148,10 @@ class Applier:
             first = annotate_pod(
                 self.core,
                 AnnotatePod(
-                    action.namespace, action.name, action.uid, {names.EVICTION_BLOCKED: rfc3339(time.time())}
+                    action.namespace,
+                    action.name,
+                    action.uid,
+                    {names.EVICTION_BLOCKED: format_rfc3339(time.time())},
                 ),
             )
             message = f"eviction refused, will retry next cycle: {outcome.message}"

@@ -127,7 +127,6 @@ PROBE_FIELDS: Final = {p: tuple(f.key for f in FIELDS if f.probe is p) for p in 
 MIG_PROBES: Final = (Probe.MEMORY, Probe.GPM)
 
 XID_METRIC: Final = "DCGM_FI_DEV_XID_ERRORS"  # gauge: the last XID seen (0: none since the agent started)
-XID_KEY: Final = "xid"
 
 #: The signals kept in the rolling history, named as engine.model.Signal names them.
 HISTORY_SIGNALS: Final = (

@@ -201,7 +201,7 @@ class NodeRequirement:
 
 @dataclass(frozen=True, slots=True)
 class PendingPod:
-    """A GPU pod not yet bound to a node, with what the scheduler matches nodes by (engine/pressure.py)."""
+    """A GPU pod not yet bound to a node, with what the scheduler matches nodes by (engine/pods/pressure.py)."""
 
     namespace: str
     name: str
@@ -253,7 +253,7 @@ class Snapshot:
     senior_policies: tuple[SeniorPolicy, ...] = ()  # overlapping policies judge each pod/node once
     #: Series or GPUs the source dropped as untrustworthy, by reason (folded into status.droppedSamples).
     dropped_samples: Mapping[str, int] = field(default_factory=dict)
-    # Owner-aware reclamation (engine/owners.py). None: no owner was read this cycle (no pod carries
+    # Owner-aware reclamation (engine/pods/owners.py). None: no owner was read this cycle (no pod carries
     # idle-since, so nothing can be due): pods are judged one by one, as before owners existed.
     owners: Mapping[OwnerKey, OwnerObject] | None = None
     autoscaled: frozenset[OwnerKey] = frozenset()  # scaleTargetRefs of HorizontalPodAutoscalers
@@ -425,14 +425,14 @@ class Plan:
     notes: tuple[str, ...] = ()  # skipped-for-safety explanations, for logs and `explain`
     #: Straggling GPUs per judged job group: (namespace, group, count), 0 for a group without any.
     stragglers: tuple[tuple[str, str, int], ...] = ()
-    #: A record per planned reclamation with its actions (engine/reclaimproof.py): folded into the
+    #: A record per planned reclamation with its actions (engine/pods/reclaimproof.py): folded into the
     #: status only when one of those actions is accepted.
     reclamations: tuple[tuple[tuple[Action, ...], Reclamation], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class FaultOutcome:
-    """What fault quarantine decided this cycle (engine/faults.py), folded into the Plan by the planner."""
+    """What fault quarantine decided this cycle (engine/faults/evaluate.py), folded into the Plan by the planner."""
 
     actions: tuple[Action, ...]
     quarantined: tuple[QuarantinedNodeRecord, ...]

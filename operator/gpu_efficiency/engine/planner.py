@@ -8,7 +8,7 @@ destructive happens.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
@@ -20,27 +20,10 @@ from gpu_efficiency.api.status import (
     Reclamation,
     VerdictCounts,
 )
-from gpu_efficiency.engine.acknowledge import ending_with, keep_command
-from gpu_efficiency.engine.activity import (
-    ACTIVITY_CHAIN,
-    DataBounds,
-    GPUActivity,
-    carried_bounds,
-    gpu_activity,
-    gpu_util_fraction,
-)
-from gpu_efficiency.engine.budgets import (
-    EvictionCandidate,
-    permanent_blocker,
-    recent_within_hour,
-    select_evictions,
-)
 from gpu_efficiency.engine.conditions import condition_flipped, find_condition, set_condition
+from gpu_efficiency.engine.evaluation import Evaluation, PodRecord
 from gpu_efficiency.engine.explain import explain_lines
-from gpu_efficiency.engine.faults import evaluate_faults
-from gpu_efficiency.engine.idle import GPUState, Lifecycle, PodKey, idle_lifecycle, is_shared, shared_idleness
-from gpu_efficiency.engine.idleledger import IdleClock, IdleLedger
-from gpu_efficiency.engine.judgememo import JudgeInputs, JudgeMemo, Judgement
+from gpu_efficiency.engine.faults.evaluate import evaluate_faults
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -60,23 +43,50 @@ from gpu_efficiency.engine.model import (
     Verdict,
     Window,
 )
-from gpu_efficiency.engine.owners import action_words
 from gpu_efficiency.engine.params import CycleParams, cycle_params
-from gpu_efficiency.engine.podannotations import (
+from gpu_efficiency.engine.pods.acknowledge import ending_with, keep_command
+from gpu_efficiency.engine.pods.activity import (
+    ACTIVITY_CHAIN,
+    DataBounds,
+    GPUActivity,
+    carried_bounds,
+    gpu_activity,
+    gpu_util_fraction,
+)
+from gpu_efficiency.engine.pods.annotations import (
     annotation_patch,
     cleanup_patch,
     desired_annotations,
     state_value,
 )
-from gpu_efficiency.engine.pressure import choose_for_pressure, waiting_for_gpus
-from gpu_efficiency.engine.reclaim import OwnerGroup, OwnerPlan, Pressure, group_owners, select_reclaims
-from gpu_efficiency.engine.reclaimproof import advance
+from gpu_efficiency.engine.pods.budgets import (
+    EvictionCandidate,
+    permanent_blocker,
+    recent_within_hour,
+    select_evictions,
+)
+from gpu_efficiency.engine.pods.idle import (
+    GPUState,
+    PodKey,
+    below_idle_threshold,
+    gpu_state,
+    idle_lifecycle,
+    idle_rule,
+    is_shared,
+    shared_idleness,
+)
+from gpu_efficiency.engine.pods.idleledger import IdleClock, IdleLedger
+from gpu_efficiency.engine.pods.judgememo import JudgeInputs, JudgeMemo, Judgement
+from gpu_efficiency.engine.pods.owners import action_words
+from gpu_efficiency.engine.pods.pressure import choose_for_pressure, waiting_for_gpus
+from gpu_efficiency.engine.pods.reclaim import OwnerGroup, OwnerPlan, Pressure, group_owners, select_reclaims
+from gpu_efficiency.engine.pods.reclaimproof import advance
+from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS, diagnose, verdict_of
+from gpu_efficiency.engine.pods.waste import elapsed_hours, idle_waste
 from gpu_efficiency.engine.selection import Scope, build_scope
 from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_params
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import merged_counts, vet_samples
-from gpu_efficiency.engine.underutilization import RECOMMENDATIONS, Finding, diagnose, verdict_of
-from gpu_efficiency.engine.waste import elapsed_hours, idle_waste
 
 _SIGNAL_RANK: Mapping[Signal, int] = {signal: i for i, (signal, _, _) in enumerate(ACTIVITY_CHAIN)}
 #: Plain-string values of the enums, looked up instead of the slower ``.value`` descriptor.
@@ -84,29 +94,6 @@ _VALUE: Mapping[Signal | Diagnosis | Verdict, str] = {
     member: member.value for enum in (Signal, Diagnosis, Verdict) for member in enum
 }
 _EMPTY: Mapping[Signal, Stats] = {}
-
-
-@dataclass(slots=True)
-class PodRecord:
-    """Everything that led to one pod's verdict and actions (kept for ``explain_pod``)."""
-
-    pod: PodView
-    verdict: PodVerdict
-    activities: tuple[GPUActivity, ...] = ()
-    findings: tuple[Finding, ...] = ()
-    sharing: str = ""
-    lifecycle: Lifecycle | None = None
-    patch: Mapping[str, str | None] = field(default_factory=dict)
-    events: tuple[PodEvent, ...] = ()
-    owner: str = ""  # its owner, the action and why not (owner-aware reclamation only)
-
-
-@dataclass(slots=True)
-class Evaluation:
-    plan: Plan
-    params: CycleParams
-    record: PodRecord | None  # the focused pod's record, when one was asked for
-    exclusion: str  # why the focused pod is out of scope ('' when in scope or not asked)
 
 
 class _Context:
@@ -125,9 +112,7 @@ class _Context:
         self.now = now
         self.pod_gpus = pod_gpus
         self.memo = memo
-        self.idle_rule = (
-            f" < activityBelow {params.activity_below} over the {format_duration(params.window_s)} window"
-        )
+        self.idle_rule = idle_rule(params)
         self._activity: dict[str, GPUActivity] = {}
         self._bounds: dict[tuple[float, bool | None], DataBounds] = {}
 
@@ -152,10 +137,7 @@ class _Context:
         return found
 
     def gpu_state(self, sample: GPUSample) -> str:
-        activity = self.activity(sample)
-        if not activity.known:
-            return GPUState.UNKNOWN
-        return GPUState.IDLE if activity.peak < self.params.activity_below else GPUState.BUSY
+        return gpu_state(self.activity(sample), self.params)
 
 
 def _index_pods(gpus: Sequence[GPUSample]) -> dict[PodKey, list[GPUSample]]:
@@ -263,7 +245,7 @@ def _judge_gpus(
         efficiency = min(100.0, avg / util * 100.0)
 
     sharing = ""
-    if params.idle_enabled and peak < params.activity_below:
+    if params.idle_enabled and below_idle_threshold(peak, params):
         idle_evidence = f"peak {_VALUE[signal]} {peak:.3f}{ctx.idle_rule}"
         state = GPUState.IDLE
         if is_shared(samples, key):
@@ -804,4 +786,4 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str) -> list[str]:
     return explain_lines(snapshot, evaluation, namespace, name)
 
 
-__all__ = ["Evaluation", "PodRecord", "evaluate", "explain_pod", "plan_cycle"]
+__all__ = ["evaluate", "explain_pod", "plan_cycle"]

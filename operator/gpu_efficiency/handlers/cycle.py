@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gpu_efficiency import metrics
-from gpu_efficiency.actuators.apply import Applier, rfc3339
+from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.notify import Notifier
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.status import StatusWriter, parse_status
@@ -31,10 +31,7 @@ from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, ReclaimAction
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.engine.budgets import merge_budgets
 from gpu_efficiency.engine.conditions import set_condition
-from gpu_efficiency.engine.idleledger import IdleLedger
-from gpu_efficiency.engine.judgememo import JudgeMemo
 from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
@@ -50,9 +47,13 @@ from gpu_efficiency.engine.model import (
     UntaintNode,
     Window,
 )
-from gpu_efficiency.engine.notify import notifications, notifications_condition, pending_evictions
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.reclaimproof import accepted, newly_running
+from gpu_efficiency.engine.pods.budgets import merge_budgets
+from gpu_efficiency.engine.pods.idleledger import IdleLedger
+from gpu_efficiency.engine.pods.judgememo import JudgeMemo
+from gpu_efficiency.engine.pods.notify import notifications, notifications_condition, pending_evictions
+from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
+from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from gpu_efficiency.gcpause import gc_paused
 from gpu_efficiency.sources.agent import CONTRADICTS_AGENT
@@ -498,7 +499,7 @@ def fold_outcomes(
     if records:
         status = status.model_copy(update={"reclamations": accepted(status.reclamations, records)})
     # each owner reclaimed counts once against the rolling hour's budget, like one eviction
-    recent = [*status.recent_evictions, *(rfc3339(now) for _ in [*evicted, *reclaimed])]
+    recent = [*status.recent_evictions, *(format_rfc3339(now) for _ in [*evicted, *reclaimed])]
     return status.model_copy(
         update={
             "evictions_total": status.evictions_total + len(evicted),

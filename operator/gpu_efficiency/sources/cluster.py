@@ -13,8 +13,6 @@ needs them, runs while the pods are listed.
 
 from __future__ import annotations
 
-import calendar
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -35,6 +33,7 @@ from gpu_efficiency.engine.model import (
     Taint,
     Toleration,
 )
+from gpu_efficiency.engine.timefmt import parse_rfc3339
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 #: Only pods bound to a node (a pending pod holds no GPU).
@@ -42,13 +41,6 @@ POD_FIELD_SELECTOR = "spec.nodeName!="
 #: Pods not bound to a node yet: the demand ``reclaimWhen: OnPressure`` reclaims for.
 PENDING_FIELD_SELECTOR = "spec.nodeName=,status.phase=Pending"
 T = TypeVar("T")
-
-
-def parse_time(value: str | None) -> float | None:
-    """RFC3339 (as the API server writes it) to unix seconds."""
-    if not value:
-        return None
-    return float(calendar.timegm(time.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")))
 
 
 def _quantity(value: Any) -> int:
@@ -91,7 +83,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         annotations=own_annotations(annotations),
         controller_kind=controller.get("kind") if controller else None,
         priority=int(spec.get("priority") or 0),
-        start_time=parse_time(status.get("startTime")),
+        start_time=parse_rfc3339(status.get("startTime")),
         gpu_request=_gpu_request(spec),
         is_static=MIRROR_ANNOTATION in annotations,
         deleting=bool(meta.get("deletionTimestamp")),
@@ -144,7 +136,7 @@ def pending_view(obj: Mapping[str, Any]) -> PendingPod:
         uid=meta.get("uid", ""),
         gpu_request=_gpu_request(spec),
         priority=int(spec.get("priority") or 0),
-        created=parse_time(meta.get("creationTimestamp")),
+        created=parse_rfc3339(meta.get("creationTimestamp")),
         node_selector=selector,
         affinity_terms=terms,
         tolerations=tolerations,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpu_efficiency.engine.activity import ACTIVITY_CHAIN
 from gpu_efficiency.engine.model import Signal, Window
+from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN
 from gpu_efficiency.sources.base import FaultHints
 
 #: Labels that identify one GPU (or MIG instance) across every metric.

@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 
 from gpu_efficiency.api import names
-from gpu_efficiency.engine.faults import evaluate_faults
+from gpu_efficiency.engine.faults.evaluate import evaluate_faults
 from gpu_efficiency.engine.model import AnnotateNode, AnnotatePod, NodeView, PodEvent, PodRef, PodView, Signal
 from tests.unit.engine.test_faults_support import NOW, gpu, node, of_type, snapshot, st
 

@@ -10,15 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as s
 
 from gpu_efficiency.api.policy import DEFAULT_CRITICAL_XIDS, DEFAULT_IGNORED_XIDS, ThermalFault
-from gpu_efficiency.engine.faults_data import data_rules
-from gpu_efficiency.engine.faults_ecc import judge_ecc
-from gpu_efficiency.engine.faults_kinds import GpuState
-from gpu_efficiency.engine.faults_thermal import (
+from gpu_efficiency.engine.faults.data import data_rules
+from gpu_efficiency.engine.faults.ecc import judge_ecc
+from gpu_efficiency.engine.faults.kinds import GpuState
+from gpu_efficiency.engine.faults.thermal import (
     all_in_range_have,
     judge_thermal,
     none_in_range_have,
 )
-from gpu_efficiency.engine.faults_xid import judge_xid
+from gpu_efficiency.engine.faults.xid import judge_xid
 from gpu_efficiency.engine.model import Signal, Stats, Window
 from tests.unit.engine.test_faults_support import NAN, NOW, counter, gpu, policy, st
 
@@ -160,7 +160,6 @@ def test_bitmask_range_proofs_match_brute_force(low: int, span: int, mask: int) 
 # ---- thermal: rule --------------------------------------------------------------------------------
 
 GPU_TEMP, MEM_TEMP, CLOCKS = Signal.GPU_TEMP, Signal.MEMORY_TEMP, Signal.CLOCK_EVENTS
-COOL_RECOVERY = {GPU_TEMP: st(60, low=55, high=65, count=20)}
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,8 @@ from gpu_efficiency.engine.model import (
     Verdict,
 )
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS
 from gpu_efficiency.engine.timefmt import format_rfc3339
-from gpu_efficiency.engine.underutilization import RECOMMENDATIONS
 
 from . import builders as b
 from .builders import (

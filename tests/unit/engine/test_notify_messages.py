@@ -1,4 +1,4 @@
-"""Notification payloads (engine/notify.py): CloudEvents 1.0 structured JSON with the fields a
+"""Notification payloads (engine/pods/notify.py): CloudEvents 1.0 structured JSON with the fields a
 receiver acts on, and Slack Block Kit messages written for the person who owns the pod."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import NotifySink
 from gpu_efficiency.engine.model import EvictPod, NamespaceView, NodeEvent, Plan, PodEvent, Snapshot
-from gpu_efficiency.engine.notify import Notification, cloudevent, notifications, slack_message
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.pods.notify import Notification, cloudevent, notifications, slack_message
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b

@@ -17,7 +17,7 @@ from gpu_efficiency.engine.model import (
     Taint,
     Toleration,
 )
-from gpu_efficiency.engine.pressure import choose_for_pressure, free_gpus, may_run_on
+from gpu_efficiency.engine.pods.pressure import choose_for_pressure, free_gpus, may_run_on
 
 from .builders import pod
 

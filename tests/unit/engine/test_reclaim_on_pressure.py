@@ -11,7 +11,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.engine.model import NodeView, OwnerObject, PendingPod, PodView, ReclaimOwner, Snapshot
 from gpu_efficiency.engine.planner import evaluate
-from gpu_efficiency.engine.reclaimproof import advance, newly_running
+from gpu_efficiency.engine.pods.reclaimproof import advance, newly_running
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b

@@ -8,8 +8,14 @@ from hypothesis import strategies as hs
 from pydantic import ValidationError
 
 from gpu_efficiency.api.policy import DEFAULT_CRITICAL_XIDS, DEFAULT_IGNORED_XIDS, XidFault, XidResolution
+from gpu_efficiency.engine.faults.xid_catalogue import (
+    CATALOGUE,
+    XidChoice,
+    explain,
+    is_application,
+    resolution,
+)
 from gpu_efficiency.engine.model import SetNodeCondition, Signal, TaintNode
-from gpu_efficiency.engine.xid_catalogue import CATALOGUE, XidChoice, explain, is_application, resolution
 from tests.unit.engine.test_faults_support import Cluster, gpu, node, of_type, policy, st
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from gpu_efficiency.api import names
+from gpu_efficiency.engine.faults.xid_repeats import parse_history
 from gpu_efficiency.engine.model import NodeEvent, PolicyEvent, SetNodeCondition, Signal, TaintNode
-from gpu_efficiency.engine.xid_repeats import parse_history
 from tests.unit.engine.test_faults_support import Cluster, gpu, node, of_type, policy, st
 
 

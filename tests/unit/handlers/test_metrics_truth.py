@@ -18,7 +18,7 @@ from gpu_efficiency.actuators.notify import Notifier
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import KIND, Mode
 from gpu_efficiency.engine.model import Verdict
-from gpu_efficiency.engine.podannotations import STATE_WARNED
+from gpu_efficiency.engine.pods.annotations import STATE_WARNED
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.handlers.scheduler import PolicyRegistry, Scheduler
 

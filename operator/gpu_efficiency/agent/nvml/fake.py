@@ -150,10 +150,6 @@ class FakeBackend:
         with self._lock:
             self.gpu(key).errors[str(probe)] = code
 
-    def recover(self, key: str | int, probe: Probe | str) -> None:
-        with self._lock:
-            self.gpu(key).errors.pop(str(probe), None)
-
     def fail_next(self, op: str, code: int, times: int = 1) -> None:
         """Make the next ``times`` calls of a backend-wide op ("init", "devices", "wait_event") fail."""
         with self._lock:

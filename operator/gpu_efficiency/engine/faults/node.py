@@ -5,7 +5,7 @@ kinds it names; taints of released faults are removed (and their removal confirm
 our taint seen or missing updates ``tainted``/``manualUntaint``; baselines of hand-recovered
 faults age; new faults (beyond their reference fingerprint) open or renew an entry; held faults
 whose kind recovers automatically are released when their GPUs are healthy. What the node should be
-tainted with is returned as a wish: the circuit breaker (``faults_breaker``) decides across nodes.
+tainted with is returned as a wish: the circuit breaker (``breaker``) decides across nodes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.api.names import EV_FAULT, EV_UNTAINTED, FAULT_RECOVERED, GPU_HEALTHY, NODE_FAULTS
-from gpu_efficiency.engine.faults_kinds import (
+from gpu_efficiency.engine.faults.kinds import (
     FAULT_REASON_PREFIX,
     KINDS,
     REASON_CLEARED,
@@ -25,8 +25,8 @@ from gpu_efficiency.engine.faults_kinds import (
     GpuState,
     kind_of,
 )
-from gpu_efficiency.engine.faults_novelty import baseline_expired, is_new, lowered
-from gpu_efficiency.engine.faults_record import (
+from gpu_efficiency.engine.faults.novelty import baseline_expired, is_new, lowered
+from gpu_efficiency.engine.faults.record import (
     Baseline,
     FaultEntry,
     GpuFault,
@@ -38,7 +38,8 @@ from gpu_efficiency.engine.faults_record import (
     sorted_gpus,
     with_fingerprints,
 )
-from gpu_efficiency.engine.faults_taints import our_taints
+from gpu_efficiency.engine.faults.taints import our_taints
+from gpu_efficiency.engine.faults.xid_catalogue import xid_advice
 from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
@@ -48,7 +49,6 @@ from gpu_efficiency.engine.model import (
     SetNodeCondition,
 )
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
-from gpu_efficiency.engine.xid_catalogue import xid_advice
 
 #: Longest GPUHealthy message; longer ones end with how many faults were left out.
 MAX_MESSAGE = 1024

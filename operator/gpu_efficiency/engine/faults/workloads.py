@@ -14,10 +14,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from gpu_efficiency.api.names import EV_POD_GPU_FAULT, POD_GPU_FAULT
-from gpu_efficiency.engine.faults_record import FaultEntry, GpuFault, kind_order
+from gpu_efficiency.engine.faults.record import FaultEntry, GpuFault, kind_order
+from gpu_efficiency.engine.faults.xid_catalogue import ACTIONS as XID_ACTIONS
+from gpu_efficiency.engine.faults.xid_catalogue import CATALOGUE, resolution
 from gpu_efficiency.engine.model import Action, AnnotatePod, GPUSample, PodEvent, PodView
-from gpu_efficiency.engine.xid_catalogue import ACTIONS as XID_ACTIONS
-from gpu_efficiency.engine.xid_catalogue import CATALOGUE, resolution
 
 
 def fault_note(node: str, kind: str, entry: FaultEntry, gpu: GpuFault) -> str:

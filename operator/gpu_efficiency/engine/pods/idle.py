@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
-from gpu_efficiency.engine.acknowledge import ending_with, keep_command, parse_keep_for
-from gpu_efficiency.engine.budgets import EvictionCandidate
-from gpu_efficiency.engine.idleledger import IdleClock
 from gpu_efficiency.engine.model import GPUSample, PodView, Verdict
 from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.pods.acknowledge import ending_with, keep_command, parse_keep_for
+from gpu_efficiency.engine.pods.activity import GPUActivity
+from gpu_efficiency.engine.pods.budgets import EvictionCandidate
+from gpu_efficiency.engine.pods.idleledger import IdleClock
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 PodKey = tuple[str, str]
@@ -51,6 +52,23 @@ class GPUState:
     IDLE = "idle"
     BUSY = "busy"
     UNKNOWN = "unknown"
+
+
+def below_idle_threshold(peak: float, params: CycleParams) -> bool:
+    """The idle rule: peak activity over the window stays under ``activityBelow``."""
+    return peak < params.activity_below
+
+
+def idle_rule(params: CycleParams) -> str:
+    """The idle rule in words, appended to a pod's idle evidence after its peak."""
+    return f" < activityBelow {params.activity_below} over the {format_duration(params.window_s)} window"
+
+
+def gpu_state(activity: GPUActivity, params: CycleParams) -> str:
+    """One GPU's raw state from its own activity: Unknown without a sound signal, else the idle rule."""
+    if not activity.known:
+        return GPUState.UNKNOWN
+    return GPUState.IDLE if below_idle_threshold(activity.peak, params) else GPUState.BUSY
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpu_efficiency.engine.faults_data import (
+from gpu_efficiency.engine.faults.data import (
     DataRules,
     check_coverage,
     check_freshness,
     check_values,
     read,
 )
-from gpu_efficiency.engine.faults_kinds import FaultKind, GpuJudgement, GpuState
+from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
 
 #: A new series holds fewer than this share of its full-coverage siblings' samples.

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.api.policy import XidFault, XidResolution
-from gpu_efficiency.engine.faults_record import GpuFault
+from gpu_efficiency.engine.faults.record import GpuFault
 
 #: Where the table comes from, for messages and the README.
 CATALOGUE_VERSION = "NVIDIA Xid Catalog, codes 1-162 (NVSentinel xiderrorsmapping.csv @ 6f8b0fcf)"

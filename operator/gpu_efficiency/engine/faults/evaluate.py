@@ -1,12 +1,12 @@
 """GPU fault quarantine: judge every GPU, decide every node, let the circuit breaker bound the taints.
 
-Pure: a ``Snapshot`` in, a ``FaultOutcome`` out. A fault is judged per GPU (``faults_ecc``,
-``faults_xid``, ``faults_thermal``) and held per node in the node's own annotation
-(``faults_node``, ``faults_record``), so restarts and replicas agree. Only in-scope GPU nodes
+Pure: a ``Snapshot`` in, a ``FaultOutcome`` out. A fault is judged per GPU (``ecc``,
+``xid``, ``thermal``) and held per node in the node's own annotation
+(``node``, ``record``), so restarts and replicas agree. Only in-scope GPU nodes
 (``selection.nodeSelector``, ``nvidia.com/gpu`` capacity > 0) are read or written.
 
 Modes: Observe writes the GPUHealthy condition, the record and events, never a taint; Enforce also
-taints, within the circuit breaker (``faults_breaker``). When the metrics source is down nothing is
+taints, within the circuit breaker (``breaker``). When the metrics source is down nothing is
 detected, recovered or newly tainted; manual recoveries still apply. Events are emitted on changes
 only (a new fault, a taint set or removed, the breaker opening or closing); a steady state yields
 no action at all.
@@ -29,21 +29,23 @@ from gpu_efficiency.api.names import (
 )
 from gpu_efficiency.api.policy import EccFault, FaultRules, Mode, Recovery, ThermalFault, XidFault
 from gpu_efficiency.engine.conditions import find_condition
-from gpu_efficiency.engine.fault_workloads import workload_actions
-from gpu_efficiency.engine.faults_breaker import BreakerDecision, breaker_message, decide_taints, taint_budget
-from gpu_efficiency.engine.faults_data import DataRules, data_rules
-from gpu_efficiency.engine.faults_ecc import judge_ecc
-from gpu_efficiency.engine.faults_kinds import (
+from gpu_efficiency.engine.faults.breaker import BreakerDecision, breaker_message, decide_taints, taint_budget
+from gpu_efficiency.engine.faults.data import DataRules, data_rules
+from gpu_efficiency.engine.faults.ecc import judge_ecc
+from gpu_efficiency.engine.faults.kinds import (
     FAULT_REASON_PREFIX,
     KINDS,
     FaultKind,
     GpuJudgement,
     merge_judgements,
 )
-from gpu_efficiency.engine.faults_node import FaultContext, KindRules, NodeDecision, decide_node, describe
-from gpu_efficiency.engine.faults_record import kind_order
-from gpu_efficiency.engine.faults_thermal import judge_thermal
-from gpu_efficiency.engine.faults_xid import judge_xid, new_xid
+from gpu_efficiency.engine.faults.node import FaultContext, KindRules, NodeDecision, decide_node, describe
+from gpu_efficiency.engine.faults.record import kind_order
+from gpu_efficiency.engine.faults.thermal import judge_thermal
+from gpu_efficiency.engine.faults.workloads import workload_actions
+from gpu_efficiency.engine.faults.xid import judge_xid, new_xid
+from gpu_efficiency.engine.faults.xid_catalogue import XidChoice
+from gpu_efficiency.engine.faults.xid_repeats import XidSighting, screen_xids
 from gpu_efficiency.engine.model import (
     Action,
     FaultOutcome,
@@ -58,8 +60,6 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.selection import compile_selector
-from gpu_efficiency.engine.xid_catalogue import XidChoice
-from gpu_efficiency.engine.xid_repeats import XidSighting, screen_xids
 
 Judgements = Mapping[str, Mapping[FaultKind, Sequence[GpuJudgement]]]  # node -> kind -> GPUs
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.engine.model import OwnerKey, OwnerObject, PendingPod, PodView
-from gpu_efficiency.engine.owners import Owner, already_reclaimed
+from gpu_efficiency.engine.pods.owners import Owner, already_reclaimed
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 MAX_RECORDS = 10

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.api.status import Reclamation
-from gpu_efficiency.engine.budgets import EvictionCandidate, permanent_blocker, temporary_blocker
-from gpu_efficiency.engine.idle import PodKey, hold_reason
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -36,7 +34,10 @@ from gpu_efficiency.engine.model import (
     Snapshot,
     Verdict,
 )
-from gpu_efficiency.engine.owners import (
+from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.pods.budgets import EvictionCandidate, permanent_blocker, temporary_blocker
+from gpu_efficiency.engine.pods.idle import PodKey, hold_reason
+from gpu_efficiency.engine.pods.owners import (
     Owner,
     action_words,
     already_reclaimed,
@@ -44,9 +45,8 @@ from gpu_efficiency.engine.owners import (
     recommendation,
     resolve_owner,
 )
-from gpu_efficiency.engine.params import CycleParams
-from gpu_efficiency.engine.pressure import choose_for_pressure, waiting_for_gpus
-from gpu_efficiency.engine.reclaimproof import draft, waiting_names
+from gpu_efficiency.engine.pods.pressure import choose_for_pressure, waiting_for_gpus
+from gpu_efficiency.engine.pods.reclaimproof import draft, waiting_names
 from gpu_efficiency.engine.selection import LabelMatcher, compile_selector
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
@@ -83,10 +83,6 @@ class OwnerGroup:
 class OwnerPlan:
     groups: dict[OwnerKey, OwnerGroup]
     of_pod: dict[PodKey, OwnerGroup]
-
-    def warning_subject(self, key: PodKey) -> str:
-        group = self.of_pod.get(key)
-        return action_words(group.owner, group.action) if group is not None else "the pod will be evicted"
 
 
 def group_owners(
@@ -177,7 +173,7 @@ class ReclaimSelection:
 
 @dataclass(frozen=True, slots=True)
 class Pressure:
-    """The cluster as ``reclaimWhen: OnPressure`` weighs it (engine/pressure.py)."""
+    """The cluster as ``reclaimWhen: OnPressure`` weighs it (engine/pods/pressure.py)."""
 
     nodes: Sequence[NodeView]
     pods: Sequence[PodView]  # every GPU pod bound to a node

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, replace
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.names import EV_XID_INCIDENT, XID_HISTORY
 from gpu_efficiency.api.policy import XidFault
-from gpu_efficiency.engine.faults_kinds import FaultKind, GpuJudgement, GpuState
+from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
+from gpu_efficiency.engine.faults.xid_catalogue import explain, is_application
 from gpu_efficiency.engine.model import Action, AnnotateNode, PolicyEvent
-from gpu_efficiency.engine.xid_catalogue import explain, is_application
 
 #: Sightings kept per GPU and code (a flood's count saturates here; the rules' counts are lower).
 MAX_PER_CODE = 64
