@@ -23,6 +23,7 @@ LIB_RM_VERSION_MISMATCH
 NO_DATA
 PREFER_NO_SCHEDULE  # api/policy.py: TaintEffect
 NO_EXECUTE
+CLOUD_EVENTS  # api/policy.py: SinkType, chosen by value in a policy
 INDEX  # sim/catalog.py: DCGM field catalogue
 APPLICATIONS_CLOCKS_SETTING
 SYNC_BOOST
@@ -35,6 +36,7 @@ pod_annotation
 node_condition
 policy_condition
 policy_status
+workload_object
 
 # Record fields written and never read: removing them changes positional constructors across the
 # engine and the simulator, left for the keyword-only records step (issue 20 item 6).
@@ -57,3 +59,6 @@ timeout_ms
 amt
 decode_content
 tb
+
+# Read by people: the version of NVIDIA's XID catalogue the table was written from.
+CATALOGUE_VERSION  # engine/faults/xid_catalogue.py
