@@ -41,6 +41,7 @@ docs: crds
 lint: venv
 	$(VENV)/bin/ruff check operator tests bench
 	$(VENV)/bin/ruff format --check operator tests bench
+	$(VENV)/bin/vulture
 
 typecheck: venv
 	$(VENV)/bin/mypy

@@ -40,8 +40,7 @@ import orjson
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
-from gpu_efficiency.engine.faults import evaluate_faults
-from gpu_efficiency.engine.judgememo import JudgeMemo
+from gpu_efficiency.engine.faults.evaluate import evaluate_faults
 from gpu_efficiency.engine.model import (
     AnnotatePod,
     EvictPod,
@@ -57,6 +56,7 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
 try:  # the real source's decoder, once it exists

@@ -58,18 +58,6 @@ def _status_kib(field: str) -> int:
     return 0
 
 
-def _query_kind(text: str) -> str:
-    if text.startswith("group by"):
-        return "identity"
-    if "FB_USED:" in text:
-        return "activity"
-    if "ECC_DBE_VOLATILE:" in text:
-        return "fault"
-    if "GPU_TEMP:" in text:
-        return "thermal_recovery" if "[300s]" in text and "GPU_TEMP:min" in text else "thermal_hold"
-    return "other"
-
-
 def _timed_phase(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()

@@ -57,6 +57,12 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return restore_main(args)
 
 
+def cmd_keep(args: argparse.Namespace) -> int:
+    from gpu_efficiency.keep import keep_main
+
+    return keep_main(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from gpu_efficiency.demo import demo_main
 
@@ -123,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     restore.add_argument("-n", "--namespace", default="default", help="the owner's namespace")
     restore.set_defaults(func=cmd_restore)
+
+    keep = sub.add_parser(
+        "keep", help="keep a warned pod's GPU: sets gpuefficiency.io/keep-for (NAMESPACE/POD DURATION)"
+    )
+    keep.add_argument("pod", help="NAMESPACE/POD")
+    keep.add_argument("duration", help="how long, e.g. 4h or 90m (bounded by the policy's idle.maxKeep)")
+    keep.set_defaults(func=cmd_keep)
 
     demo = sub.add_parser("demo", help="the guided demo on the local cluster (make demo)")
     demo.add_argument("--keep", action="store_true", help="leave the demo objects in place")

@@ -59,6 +59,8 @@ class OperatorConfig:
     watch_cache: bool = True  # run: read pods, nodes and namespaces from watches (report/explain LIST)
     log_level: str = "INFO"
     log_format: str = "text"
+    #: the files of the notify Secret (one webhook URL per key, spec.notify[].urlSecretKey)
+    notify_secret_dir: str = "/etc/gpu-efficiency/notify"
 
     @property
     def credential_prefixes(self) -> tuple[str, ...]:
@@ -166,6 +168,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "cycle (default; `run` only)",
     )
     a("--no-watch-cache", dest="watch_cache", action="store_false", help="list them every cycle")
+    a(
+        "--notify-secret-dir",
+        default=_env("NOTIFY_SECRET_DIR", "/etc/gpu-efficiency/notify"),
+        help="directory of the mounted notify Secret: one webhook URL per file (spec.notify[].urlSecretKey)",
+    )
     a("--log-level", default=_env("LOG_LEVEL", "INFO"))
     a("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT", "text"))
 
@@ -194,6 +201,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
             log_level=args.log_level,
             log_format=args.log_format,
             agent_token_file=args.agent_token_file,
+            notify_secret_dir=args.notify_secret_dir,
         )
     return OperatorConfig(
         prometheus_url=args.prometheus_url,

@@ -57,6 +57,27 @@ IDLE_GPU_HOURS = Counter(
     ["policy"],
     registry=REGISTRY,
 )
+GPU_HOURS_RETURNED = Counter(
+    "gpu_efficiency_gpu_hours_returned",
+    "GPU-hours given back by reclamations: each cycle adds the GPUs of every reclamation still in "
+    "force times the time since the previous cycle (at most two intervals), as status.gpuHoursReturned does.",
+    ["policy"],
+    registry=REGISTRY,
+)
+RECLAIM_TO_RUNNING = Histogram(
+    "gpu_efficiency_reclaim_to_running_seconds",
+    "Per reclamation, from the action to the start of the first pod that was waiting for GPUs and "
+    "runs on a freed node (status.reclamations[].secondsToRunning).",
+    ["policy"],
+    buckets=(5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+    registry=REGISTRY,
+)
+PENDING_GPU_DEMAND = Gauge(
+    "gpu_efficiency_pending_gpu_demand",
+    "GPUs requested by pods Pending as unschedulable for lack of nvidia.com/gpu (status.pendingGpuDemand).",
+    ["policy"],
+    registry=REGISTRY,
+)
 WASTE_PER_HOUR = Gauge(
     "gpu_efficiency_estimated_waste_per_hour",
     "Cost per hour of the GPUs idle now.",
@@ -78,6 +99,12 @@ BREAKER_OPEN = Gauge(
 TAINTED_NODES = Gauge(
     "gpu_efficiency_tainted_nodes", "Nodes held tainted by kind.", ["policy", "kind"], registry=REGISTRY
 )
+STRAGGLER_GPUS = Gauge(
+    "gpu_efficiency_straggler_gpus",
+    "Straggling GPUs reported per judged job group (0: judged, none slow).",
+    ["policy", "namespace", "group"],
+    registry=REGISTRY,
+)
 PROM_QUERIES = Counter(
     "gpu_efficiency_prometheus_queries", "PromQL queries issued.", ["policy"], registry=REGISTRY
 )
@@ -94,6 +121,20 @@ STATUS_WRITES_FAILED = Counter(
     "gpu_efficiency_status_writes_failed",
     "Policy status writes that failed; the status is kept in memory and written next cycle.",
     ["policy"],
+    registry=REGISTRY,
+)
+NOTIFICATIONS = Counter(
+    "gpu_efficiency_notifications",
+    "Notifications to the policy's sinks (spec.notify) by result: sent, failed (after every retry), "
+    "dropped (the sink's queue was full) and retried (attempts that failed and were retried).",
+    ["policy", "sink", "result"],
+    registry=REGISTRY,
+)
+POD_EVICTION_PENDING = Gauge(
+    "gpu_efficiency_pod_eviction_pending",
+    "Unix time at which a warned idle pod's GPU is reclaimed unless it works again or is kept "
+    "(gpuefficiency.io/keep-for); the series goes when the warning ends.",
+    ["policy", "namespace", "pod", "owner", "deadline"],
     registry=REGISTRY,
 )
 LAST_CYCLE = Gauge(
@@ -120,6 +161,9 @@ POLICY_GAUGES: tuple[Gauge, ...] = (
     METRICS_AVAILABLE,
     BREAKER_OPEN,
     TAINTED_NODES,
+    STRAGGLER_GPUS,
+    PENDING_GPU_DEMAND,
+    POD_EVICTION_PENDING,
 )
 #: Every per-policy series (label ``policy`` first): dropped with the policy.
 POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
@@ -132,6 +176,9 @@ POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
     STATUS_WRITES_FAILED,
     DROPPED_SAMPLES,
     RECLAIMS,
+    GPU_HOURS_RETURNED,
+    RECLAIM_TO_RUNNING,
+    NOTIFICATIONS,
     LAST_CYCLE,
     *POLICY_GAUGES,
 )
@@ -178,7 +225,26 @@ def reset_labelled(gauge: Gauge, policy: str, values: dict[str, int]) -> None:
         gauge.labels(policy, value_label).set(value)
 
 
+def reset_series(gauge: Gauge, policy: str, values: dict[tuple[str, ...], float]) -> None:
+    """Set ``gauge{policy, *labels}`` to exactly ``values`` (keyed by the labels after ``policy``):
+    series absent from it are removed, so a warning that ended stops being exported."""
+    for labels in _policy_label_sets(gauge, policy):
+        if labels[1:] not in values:
+            gauge.remove(*labels)
+    for labels, value in values.items():
+        gauge.labels(policy, *labels).set(value)
+
+
 # The watch-based cache of pods, nodes and namespaces (sources/watch.py), labelled by resource.
+def reset_groups(gauge: Gauge, policy: str, values: dict[tuple[str, str], int]) -> None:
+    """Set ``gauge{policy, namespace, group}`` to exactly ``values``: a group no longer judged goes."""
+    for labels in _policy_label_sets(gauge, policy):
+        if (labels[1], labels[2]) not in values:
+            gauge.remove(*labels)
+    for (namespace, group), value in values.items():
+        gauge.labels(policy, namespace, group).set(value)
+
+
 CACHE_EVENTS = Counter(
     "gpu_efficiency_cache_events",
     "Watch events applied to the cluster cache by resource and type (ADDED, MODIFIED, DELETED, BOOKMARK).",

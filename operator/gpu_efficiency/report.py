@@ -27,7 +27,7 @@ from gpu_efficiency.config import config_from_args
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, ReclaimOwner, Snapshot, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
-from gpu_efficiency.engine.waste import price_for
+from gpu_efficiency.engine.pods.waste import price_for
 from gpu_efficiency.handlers.cycle import CycleRunner, format_validation_error
 from gpu_efficiency.handlers.deps import build_runner
 

@@ -3,7 +3,6 @@ operator as a separate process (`gpu-efficiency run`) that tests can kill and re
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import signal
@@ -11,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -319,16 +318,6 @@ def pod_events_after(
         timeout,
         what=f"a {reason} event on {namespace}/{name}",
     )
-
-
-def decode_token_subject(token: str) -> str:
-    payload = token.split(".")[1]
-    payload += "=" * (-len(payload) % 4)
-    return base64.urlsafe_b64decode(payload).decode()
-
-
-def names_of(objs: Iterable[Any]) -> list[str]:
-    return sorted(o.metadata.name for o in objs)
 
 
 def built_tool(name: str, env: str) -> str:

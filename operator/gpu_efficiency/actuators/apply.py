@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from kubernetes import client
@@ -31,6 +31,7 @@ from gpu_efficiency.engine.model import (
     AnnotatePod,
     EvictPod,
     NodeEvent,
+    OwnerEvent,
     PodEvent,
     PolicyEvent,
     ReclaimOwner,
@@ -38,12 +39,9 @@ from gpu_efficiency.engine.model import (
     TaintNode,
     UntaintNode,
 )
+from gpu_efficiency.engine.timefmt import format_rfc3339
 
 log = logging.getLogger(__name__)
-
-
-def rfc3339(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 #: The follow-up events are exported at 0 from the start, so an alert's rate() sees the first failure.
@@ -74,7 +72,6 @@ class Applier:
         *,
         policy_name: str,
         policy_uid: str,
-        evicted_annotations: Mapping[str, str] | None = None,
     ) -> list[Outcome]:
         policy = policy_ref(policy_name, policy_uid)
         outcomes = []
@@ -151,7 +148,10 @@ class Applier:
             first = annotate_pod(
                 self.core,
                 AnnotatePod(
-                    action.namespace, action.name, action.uid, {names.EVICTION_BLOCKED: rfc3339(time.time())}
+                    action.namespace,
+                    action.name,
+                    action.uid,
+                    {names.EVICTION_BLOCKED: format_rfc3339(time.time())},
                 ),
             )
             message = f"eviction refused, will retry next cycle: {outcome.message}"
@@ -176,6 +176,12 @@ class Applier:
         self.recorder.record(
             pod_ref(action.namespace, action.name, action.uid), action.reason, action.message, action.type
         )
+        return Outcome(action, Result.DONE)
+
+    def _owner_event(self, action: OwnerEvent, policy: ObjectRef) -> Outcome:
+        owner = action.owner
+        ref = ObjectRef(owner.kind, owner.name, owner.uid, action.namespace, owner.api_version)
+        self.recorder.record(ref, action.reason, action.message, action.type)
         return Outcome(action, Result.DONE)
 
     def _node_event(self, action: NodeEvent, policy: ObjectRef) -> Outcome:
@@ -204,6 +210,7 @@ _HANDLERS: dict[type, Callable[[Applier, object, ObjectRef], Outcome]] = {
     EvictPod: Applier._evict,  # type: ignore[dict-item]
     ReclaimOwner: Applier._reclaim,  # type: ignore[dict-item]
     PodEvent: Applier._pod_event,  # type: ignore[dict-item]
+    OwnerEvent: Applier._owner_event,  # type: ignore[dict-item]
     NodeEvent: Applier._node_event,  # type: ignore[dict-item]
     PolicyEvent: Applier._policy_event,  # type: ignore[dict-item]
     TaintNode: Applier._taint,  # type: ignore[dict-item]

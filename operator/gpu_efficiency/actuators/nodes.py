@@ -4,7 +4,7 @@ Taints are a read-modify-write of the whole list (``spec.taints`` is atomic) sen
 merge patch carrying ``metadata.resourceVersion``: the API server answers 409 Conflict when the
 node changed since the read, and the write is retried on a fresh read a bounded number of times.
 Only taints with our key are edited, and only the kind named by the action (see
-``engine/faults_taints``: kinds sharing an effect share one taint, ``ecc.xid:NoSchedule``). Every
+``engine/faults/taints``: kinds sharing an effect share one taint, ``ecc.xid:NoSchedule``). Every
 function reads first and skips the write when nothing would change (``Result.NOOP``), so a steady
 state costs reads only.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from kubernetes import client
@@ -21,8 +21,9 @@ from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.api.names import FAULT_TAINT_KEY, GPU_HEALTHY
-from gpu_efficiency.engine.faults_taints import join_kinds, split_kinds
+from gpu_efficiency.engine.faults.taints import join_kinds, split_kinds
 from gpu_efficiency.engine.model import Action, AnnotateNode, SetNodeCondition, TaintNode, UntaintNode
+from gpu_efficiency.engine.timefmt import format_rfc3339
 
 #: Reads and writes one node write may take when others keep changing the node.
 MAX_ATTEMPTS = 5
@@ -40,14 +41,6 @@ class NodeApi(Protocol):
     def patch_node_status(self, name: str, body: Any) -> Any: ...
 
 
-def _rfc3339(value: float | datetime) -> str:
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC)
-        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(value))
-
-
 def _taint_dict(taint: Any) -> TaintDict:
     """A V1Taint as the API's JSON, keeping every field (timeAdded matters to NoExecute)."""
     out: TaintDict = {"key": taint.key, "effect": taint.effect}
@@ -55,7 +48,7 @@ def _taint_dict(taint: Any) -> TaintDict:
         out["value"] = taint.value
     if taint.time_added is not None:
         added = taint.time_added
-        out["timeAdded"] = added if isinstance(added, str) else _rfc3339(added)
+        out["timeAdded"] = added if isinstance(added, str) else format_rfc3339(added)
     return out
 
 
@@ -85,7 +78,9 @@ def with_kind(taints: list[TaintDict], kind: str, effect: str, now: float) -> li
         if remaining:
             out.append({**taint, "value": join_kinds(remaining)})
     if not placed:
-        out.append({"key": FAULT_TAINT_KEY, "value": kind, "effect": effect, "timeAdded": _rfc3339(now)})
+        out.append(
+            {"key": FAULT_TAINT_KEY, "value": kind, "effect": effect, "timeAdded": format_rfc3339(now)}
+        )
     return out
 
 
@@ -240,8 +235,8 @@ def set_gpu_healthy_condition(
             "status": action.status,
             "reason": action.reason,
             "message": action.message,
-            "lastTransitionTime": transition if isinstance(transition, str) else _rfc3339(transition),
-            "lastHeartbeatTime": _rfc3339(now),
+            "lastTransitionTime": transition if isinstance(transition, str) else format_rfc3339(transition),
+            "lastHeartbeatTime": format_rfc3339(now),
         }
         return {"status": {"conditions": [condition]}}
 

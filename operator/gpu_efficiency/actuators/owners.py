@@ -25,7 +25,7 @@ from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.engine.model import OwnerRef, ReclaimOwner
-from gpu_efficiency.engine.owners import restore_commands
+from gpu_efficiency.engine.pods.owners import restore_commands
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
 MERGE = "application/merge-patch+json"

@@ -105,6 +105,7 @@ _PROBES: Mapping[Probe, Callable[[NvmlBackend, str], dict[str, float | None]]] =
         "shutdown_temp_c": b.temperature_threshold_c(u, Threshold.SHUTDOWN)
     },
     Probe.CLOCK_EVENT_REASONS: lambda b, u: {"clock_event_reasons": b.clock_event_reasons(u)},
+    Probe.SM_CLOCK: lambda b, u: {"sm_clock_mhz": b.sm_clock_mhz(u)},
     Probe.ECC_MODE: _ecc_mode,
     Probe.ECC_DBE_VOLATILE: lambda b, u: {"ecc_dbe_volatile": b.ecc_uncorrected(u, EccCounter.VOLATILE)},
     Probe.ECC_DBE_AGGREGATE: lambda b, u: {"ecc_dbe_aggregate": b.ecc_uncorrected(u, EccCounter.AGGREGATE)},

@@ -43,6 +43,7 @@ FIELDS: Final = (
         "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
         "Current clock event reasons (bitmask of NVML clocksEventReason*).",
     ),
+    Field("sm_clock_mhz", Probe.SM_CLOCK, "DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),
     Field("ecc_enabled", Probe.ECC_MODE, "DCGM_FI_DEV_ECC_CURRENT", "ECC mode, current (1 enabled)."),
     Field(
         "ecc_pending_enabled", Probe.ECC_MODE, "DCGM_FI_DEV_ECC_PENDING", "ECC mode after reboot (1 enabled)."
@@ -126,7 +127,6 @@ PROBE_FIELDS: Final = {p: tuple(f.key for f in FIELDS if f.probe is p) for p in 
 MIG_PROBES: Final = (Probe.MEMORY, Probe.GPM)
 
 XID_METRIC: Final = "DCGM_FI_DEV_XID_ERRORS"  # gauge: the last XID seen (0: none since the agent started)
-XID_KEY: Final = "xid"
 
 #: The signals kept in the rolling history, named as engine.model.Signal names them.
 HISTORY_SIGNALS: Final = (
@@ -146,6 +146,7 @@ HISTORY_SIGNALS: Final = (
     "DCGM_FI_DEV_GPU_TEMP",
     "DCGM_FI_DEV_MEMORY_TEMP",
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    "DCGM_FI_DEV_SM_CLOCK",
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     XID_METRIC,
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",

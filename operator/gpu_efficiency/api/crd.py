@@ -135,6 +135,10 @@ def build_crd() -> dict[str, Any]:
     spec_schema = openapi_schema(GPUEfficiencyPolicySpec)
     _default_nested_objects(spec_schema)
     spec_schema["x-kubernetes-validations"] = SPEC_CEL_RULES
+    # sink names are unique (the model's check, enforced by the API server as a map keyed by name)
+    notify = spec_schema["properties"]["notify"]
+    notify["x-kubernetes-list-type"] = "map"
+    notify["x-kubernetes-list-map-keys"] = ["name"]
     status_schema = openapi_schema(GPUEfficiencyPolicyStatus)
     _conditions_schema(status_schema)
     status_schema["x-kubernetes-preserve-unknown-fields"] = True  # Kopf keeps its own bookkeeping here

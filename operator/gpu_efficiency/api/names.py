@@ -21,11 +21,21 @@ IDLE_SINCE: Final = PREFIX + "idle-since"  # RFC3339
 EVICT_AFTER: Final = PREFIX + "evict-after"  # RFC3339
 EVICTION_BLOCKED: Final = PREFIX + "eviction-blocked"  # RFC3339 of the first refusal
 POLICY: Final = PREFIX + "policy"  # name of the policy that judged the pod
-KEEP_SEEN: Final = PREFIX + "keep-until-seen"  # when the operator first saw keep-until (bounds it)
+KEEP_SEEN: Final = PREFIX + "keep-until-seen"  # when the operator first saw keep-until/keep-for (bounds it)
+STRAGGLER: Final = PREFIX + "straggler"  # on every pod of a job group: which GPU is slow, how much, why
+STRAGGLER_SINCE: Final = PREFIX + "straggler-since"  # on a straggling pod: RFC3339, since first seen slow
 
 # Pod annotations set by users.
 EXEMPT: Final = PREFIX + "exempt"  # "true": opt out (only where the policy allows)
 KEEP_UNTIL: Final = PREFIX + "keep-until"  # RFC3339: acknowledgement, bounded by policy maxKeep
+KEEP_FOR: Final = (
+    PREFIX + "keep-for"
+)  # Go duration ("4h"): acknowledgement from when first seen, bounded by maxKeep
+#: Every acknowledgement annotation a pod's owner may set (honoured where the policy allows).
+ACKNOWLEDGEMENTS: Final = (KEEP_UNTIL, KEEP_FOR)
+
+# Namespace annotations set by admins.
+NOTIFY_CHANNEL: Final = PREFIX + "notify-channel"  # the Slack channel of the namespace's warnings
 
 #: Every pod annotation the operator may write; it removes only these.
 OPERATOR_POD_ANNOTATIONS: Final = (
@@ -41,7 +51,13 @@ OPERATOR_POD_ANNOTATIONS: Final = (
     EVICTION_BLOCKED,
     POLICY,
     KEEP_SEEN,
+    STRAGGLER,
+    STRAGGLER_SINCE,
 )
+
+# Pod annotation written while the GPU the pod runs on is held faulty (removed on recovery):
+# JSON {"kind", "code" (XIDs), "value", "meaning", "action", "node", "gpu", "since"}.
+POD_GPU_FAULT: Final = PREFIX + "gpu-fault"
 
 # Owner annotations (Deployment, StatefulSet, Job, JobSet, LeaderWorkerSet, Notebook) written when
 # reclaimed, read by `gpu-efficiency restore` to undo it.
@@ -60,6 +76,7 @@ FAULT_TAINT_KEY: Final = PREFIX + "gpu-fault"  # value: ecc | xid | thermal
 GPU_HEALTHY: Final = "GPUHealthy"  # node condition type
 NODE_FAULTS: Final = PREFIX + "faults"  # node annotation: JSON record of faults the operator holds
 FAULT_RECOVERED: Final = PREFIX + "fault-recovered"  # admin sets "ecc", "xid", "all" for manual recovery
+XID_HISTORY: Final = PREFIX + "xid-history"  # node annotation: JSON of recent XID sightings per GPU and code
 
 # Policy conditions.
 COND_READY: Final = "Ready"
@@ -67,6 +84,7 @@ COND_METRICS: Final = "MetricsAvailable"
 COND_BREAKER: Final = "CircuitBreakerOpen"
 COND_VALID: Final = "PolicyValid"
 COND_SHADOWED: Final = "Shadowed"  # True: an older policy judges some of the pods this one selects
+COND_NOTIFY: Final = "NotificationsHealthy"  # False: a notification sink failed its last delivery
 
 # Event reasons.
 EV_UNDERUTILIZED: Final = "GPUUnderutilized"
@@ -80,12 +98,18 @@ EV_FAULT: Final = "GPUFaultDetected"
 EV_TAINTED: Final = "NodeTainted"
 EV_UNTAINTED: Final = "NodeUntainted"
 EV_BREAKER: Final = "CircuitBreakerOpen"
+EV_XID_INCIDENT: Final = "XidIncident"  # application XIDs on many nodes at once: one policy event, no taint
+EV_POD_GPU_FAULT: Final = "GPUFaultOnPod"  # the pod's GPU became faulty (Warning) or recovered (Normal)
 EV_METRICS_UNAVAILABLE: Final = "MetricsUnavailable"
 EV_POLICY_INVALID: Final = "PolicyInvalid"
 EV_POLICY_SHADOWED: Final = "PolicyShadowed"  # Warning when the set of older policies winning pods changes
 EV_RECLAIMED: Final = "GPUReclaimed"  # owner scaled to zero, stopped or suspended
 EV_RESTORED: Final = "GPURestored"
+EV_STRAGGLER: Final = "GPUStraggler"  # on the slow pod, its job's owner and (hardware cause) its node
+EV_STRAGGLER_CLEARED: Final = "GPUStragglerCleared"  # the pod's GPUs caught up with their group
 EV_RECLAIM_SKIPPED: Final = "ReclaimSkipped"  # HPA, partly idle or unknown owner: recommendation only
+EV_NOTIFICATION_FAILED: Final = "NotificationFailed"  # a notification sink started failing
+EV_ACK_INVALID: Final = "AcknowledgementInvalid"  # keep-for/keep-until unreadable: ignored
 
 #: Resource name of GPUs on nodes and in pod requests.
 GPU_RESOURCE: Final = "nvidia.com/gpu"

@@ -134,9 +134,9 @@ class IdleRule(Model):
     allow_opt_out: bool = False
     """Honour the pod annotation gpuefficiency.io/exempt=true."""
     allow_keep_until: bool = True
-    """Honour the pod annotation gpuefficiency.io/keep-until=<RFC3339>, bounded by maxKeep."""
+    """Honour the pod acknowledgements gpuefficiency.io/keep-for=<duration> and keep-until=<RFC3339>, bounded by maxKeep."""
     max_keep: Duration = "24h"
-    """Longest a keep-until acknowledgement may postpone eviction, counted from when it was seen."""
+    """Longest an acknowledgement (keep-for, keep-until) may postpone eviction, counted from when it was first seen."""
 
 
 class UnderutilizationRule(Model):
@@ -253,11 +253,23 @@ class OwnerActions(Model):
         return chosen.get(kind, ReclaimAction.RECOMMEND)
 
 
+class ReclaimWhen(StrEnum):
+    """When warned-and-due idle owners are acted on."""
+
+    ALWAYS = "Always"  # as soon as their warning is over
+    ON_PRESSURE = "OnPressure"  # only while GPU pods wait unschedulable, and only enough to fit them
+
+
 class ReclaimRule(Model):
     """How idle GPUs are given back: act on each idle pod's top owner, so the GPU stays free."""
 
     actions: OwnerActions = Field(default_factory=OwnerActions)
     """The action per owner kind (Enforce mode only; Observe shows what would be done)."""
+    reclaim_when: ReclaimWhen = ReclaimWhen.ALWAYS
+    """Always: an idle owner is reclaimed once its warning is over. OnPressure: warnings still go out
+    on time, but a due owner is reclaimed only while a GPU pod is Pending as unschedulable for lack
+    of nvidia.com/gpu, and only the fewest owners whose GPUs make that pod fit (its GPU request,
+    nodeSelector, required node affinity and tolerations against each node's allocatable GPUs)."""
 
 
 class FaultEffect(StrEnum):
@@ -289,21 +301,74 @@ class EccFault(FaultKindBase):
 
 #: XID codes that production GPU health systems treat as fatal.
 DEFAULT_CRITICAL_XIDS = (48, 62, 63, 64, 74, 79, 92, 94, 95, 109, 110, 119, 120, 136, 140, 143)
+"""The node agent's default for its GPUHealthy condition (``--critical-xids``); policies choose by class."""
 #: XID codes that are application errors, not hardware faults.
 DEFAULT_IGNORED_XIDS = (13, 31, 43, 45, 68)
 
 
-class XidFault(FaultKindBase):
-    """XID errors reported by the driver. The dcgm-exporter gauge holds the last XID, so a change counts."""
+class XidResolution(StrEnum):
+    """What NVIDIA's XID catalog recommends for an XID (its resolution bucket, immediate action)."""
 
-    critical: list[int] = Field(default_factory=lambda: list(DEFAULT_CRITICAL_XIDS), max_length=512)
-    """XID codes that taint."""
-    ignored: list[int] = Field(default_factory=lambda: list(DEFAULT_IGNORED_XIDS), max_length=512)
-    """XID codes never acted upon (application errors)."""
+    IGNORE = "ignore"
+    RESTART_APP = "restart-app"
+    RESET_GPU = "reset-gpu"
+    REBOOT_NODE = "reboot-node"
+    CONTACT_SUPPORT = "contact-support"
+    CHECK_HARDWARE = "check-hardware"
+    UPDATE_SOFTWARE = "update-software"
+    INVESTIGATE = "investigate"
+    UNKNOWN = "unknown"
+
+
+#: Classes that taint by default: the GPU itself needs a reset, a reboot or NVIDIA support.
+DEFAULT_TAINT_CLASSES = (XidResolution.RESET_GPU, XidResolution.REBOOT_NODE, XidResolution.CONTACT_SUPPORT)
+
+
+class XidRepeat(Model):
+    """XID codes that matter only when they repeat on one GPU."""
+
+    codes: list[Annotated[int, Field(ge=1)]] = Field(min_length=1, max_length=256)
+    """XID codes this rule covers."""
+    count: int = Field(ge=2, le=1000)
+    """Occurrences on one GPU within `within` before the XID taints."""
+    within: Duration = "1h"
+    """The window the occurrences are counted in."""
+
+
+class XidFault(FaultKindBase):
+    """XID errors reported by the driver. The dcgm-exporter gauge holds the last XID, so a change counts.
+
+    Whether an XID taints: codes in `ignored` never do; codes in `critical` always do; any other code
+    does when its class in the operator's XID catalogue (written from NVIDIA's XID catalog) is one of
+    `taintClasses`. A code covered by `repeat` then taints only once it repeats often enough.
+    """
+
+    taint_classes: list[XidResolution] = Field(
+        default_factory=lambda: list(DEFAULT_TAINT_CLASSES), max_length=16
+    )
+    """Resolution classes whose XIDs taint (ignore, restart-app, reset-gpu, reboot-node, contact-support, check-hardware, update-software, investigate, unknown for codes not in the catalogue)."""
+    critical: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=512)
+    """XID codes that taint whatever their class (an override of the catalogue)."""
+    ignored: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=512)
+    """XID codes never acted upon whatever their class; wins over critical."""
+    repeat: list[XidRepeat] = Field(default_factory=list, max_length=64)
+    """Codes that taint only past a count of occurrences on one GPU within a window."""
+    incident_nodes: int = Field(default=3, ge=2, le=100000)
+    """Application-class XIDs (restart-app or ignore) newly seen on at least this many nodes in one cycle are reported as one incident (one policy event) and never taint."""
     recovery: Recovery = Recovery.MANUAL
     """Manual by default: annotate the node gpuefficiency.io/fault-recovered=xid."""
     recovery_after: Duration = "30m"
     """With Automatic recovery, how long without a new critical XID before the taint is removed."""
+
+    @model_validator(mode="after")
+    def _one_rule_per_code(self) -> XidFault:
+        seen: set[int] = set()
+        for rule in self.repeat:
+            twice = seen & set(rule.codes)
+            if twice:
+                raise ValueError(f"repeat: XID {sorted(twice)} listed in more than one rule")
+            seen |= set(rule.codes)
+        return self
 
 
 class ThermalFault(FaultKindBase):
@@ -349,6 +414,85 @@ class FaultRules(Model):
     """Cap on quarantined nodes."""
 
 
+class StragglerRule(Model):
+    """Stragglers: the GPU of a multi-GPU job that runs markedly slower than its peers.
+
+    A synchronous job runs at the speed of its slowest GPU. Each GPU's SM activity, tensor activity,
+    SM clock and power are compared with its job group's median, robustly (median and median
+    absolute deviation, so one slow GPU cannot hide itself by widening the spread).
+    """
+
+    enabled: bool = False
+    """Judge job groups for stragglers at all (off by default)."""
+    group_by: list[str] = Field(default_factory=list, max_length=16)
+    """Pod label keys that also name a job group (tried before the well-known job labels and owners)."""
+    min_gpus: int = Field(default=4, ge=3, le=100000)
+    """Groups with fewer GPUs are not judged (a median of two says nothing about which one is slow)."""
+    mad_factor: float = Field(default=3.0, ge=1.0, le=100.0)
+    """How many scaled median absolute deviations (MAD x 1.4826) below the median a GPU must be."""
+    min_shortfall: float = Field(default=0.1, ge=0.01, le=0.9)
+    """And how far below the median, as a fraction of it (0.1: 10 % slower). Both must hold."""
+    busy_above: float = Field(default=0.3, ge=0.0, le=1.0)
+    """A group whose median SM activity is below this is idle or warming up and is not judged."""
+    for_duration: Duration = "5m"
+    """How long a GPU must stay a straggler before it is reported."""
+
+
+class SinkType(StrEnum):
+    CLOUD_EVENTS = "CloudEvents"  # CloudEvents 1.0, structured mode (application/cloudevents+json)
+    SLACK = "Slack"  # a Slack incoming webhook (text + blocks); Mattermost and others accept it too
+
+
+#: Event reasons a sink can be sent: the warnings and actions a person may want to hear of.
+NotifyReason = Literal[
+    "GPUIdleEvictionScheduled",
+    "GPUIdleEvicted",
+    "GPUReclaimed",
+    "EvictionBlocked",
+    "GPUActiveAgain",
+    "GPUIdle",
+    "GPUUnderutilized",
+    "ReclaimSkipped",
+    "GPUFaultDetected",
+    "NodeTainted",
+    "NodeUntainted",
+]
+#: What a sink is sent when its ``reasons`` is empty: the warning and the actions that take GPUs.
+DEFAULT_NOTIFY_REASONS: tuple[str, ...] = (
+    "GPUIdleEvictionScheduled",
+    "GPUIdleEvicted",
+    "GPUReclaimed",
+    "EvictionBlocked",
+    "GPUFaultDetected",
+    "NodeTainted",
+)
+
+
+class NotifySink(Model):
+    """One place warnings and actions are posted to (asynchronously: a failing sink never slows a cycle)."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """The sink's name (a DNS label), in metrics, conditions and logs."""
+    type: SinkType
+    """CloudEvents (structured-mode JSON for any webhook) or Slack (incoming-webhook text and blocks)."""
+    url_secret_key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+    """Key of the webhook URL in the Secret the chart mounts into the operator (notify.secretName); the operator reads no Secrets."""
+    reasons: list[NotifyReason] = Field(default_factory=list, max_length=16)
+    """Event reasons sent; empty: GPUIdleEvictionScheduled, GPUIdleEvicted, GPUReclaimed, EvictionBlocked, GPUFaultDetected, NodeTainted."""
+    namespaces: list[str] = Field(default_factory=list, max_length=256)
+    """Only pods in these namespaces (empty: all); node events (faults) are sent only when this is empty."""
+    max_per_minute: int = Field(default=30, ge=1, le=600)
+    """Rate limit of posts to this sink; a burst waits in a bounded queue, the excess is dropped and counted."""
+
+    def wants(self, reason: str, namespace: str) -> bool:
+        """Whether a notification with this reason about an object in ``namespace`` goes here."""
+        if reason not in (self.reasons or DEFAULT_NOTIFY_REASONS):
+            return False
+        if not self.namespaces:
+            return True
+        return bool(namespace) and namespace in self.namespaces
+
+
 class GPUEfficiencyPolicySpec(Model):
     """Desired behaviour: what to watch, how to judge it and what the operator may do."""
 
@@ -372,8 +516,12 @@ class GPUEfficiencyPolicySpec(Model):
     """Owner-aware reclamation: what is done to an idle pod's owner."""
     faults: FaultRules = Field(default_factory=FaultRules)
     """GPU fault quarantine."""
+    stragglers: StragglerRule = Field(default_factory=StragglerRule)
+    """Stragglers: the slow GPU that holds back a whole multi-GPU job."""
     price_per_gpu_hour: dict[str, float] = Field(default_factory=dict, max_length=64)
     """Cost of one GPU-hour by GPU model (the nvidia.com/gpu.product label or DCGM modelName); key "default" for the rest."""
+    notify: list[NotifySink] = Field(default_factory=list, max_length=16)
+    """Where warnings and actions are posted (webhooks), besides Kubernetes events; names must be unique."""
 
     @model_validator(mode="after")
     def _check_cross_fields(self) -> GPUEfficiencyPolicySpec:
@@ -387,6 +535,9 @@ class GPUEfficiencyPolicySpec(Model):
             raise ValueError("underutilization.noTensorSmActiveMin must not exceed noTensorSmActiveMax")
         if any(v < 0 for v in self.price_per_gpu_hour.values()):
             raise ValueError("pricePerGpuHour values must be non-negative")
+        sink_names = [sink.name for sink in self.notify]
+        if len(set(sink_names)) != len(sink_names):
+            raise ValueError(f"notify: sink names must be unique, got {sink_names}")
         overlap = set(self.faults.xid.critical) & set(self.faults.xid.ignored)
         if overlap:
             raise ValueError(f"faults.xid codes both critical and ignored: {sorted(overlap)}")

@@ -55,6 +55,43 @@ class QuarantinedNode(StatusModel):
     """When the fault was first detected (RFC3339)."""
 
 
+class PendingGpuDemand(StatusModel):
+    """GPU pods Pending as unschedulable for lack of nvidia.com/gpu in the last cycle (cluster-wide)."""
+
+    pods: int = 0
+    """Pods waiting."""
+    gpus: int = 0
+    """GPUs they request."""
+
+
+class Reclamation(StatusModel):
+    """One reclamation by this policy, kept to prove its GPUs were returned and used."""
+
+    owner: str
+    """NAMESPACE/KIND/NAME of the reclaimed owner (the pod itself when bare)."""
+    action: str
+    """ScaleToZero, Stop, Suspend or Evict."""
+    time: str
+    """When the action was accepted (RFC3339)."""
+    nodes: list[str] = Field(default_factory=list)
+    """Nodes whose GPUs it freed."""
+    gpus: int = 0
+    """GPUs it freed."""
+    controllers: list[str] = Field(default_factory=list)
+    """KIND/NAME of its pods' controllers (the pods for a bare pod): a new pod of one means it is back."""
+    waiting_pods: list[str] = Field(default_factory=list)
+    """NAMESPACE/NAME of GPU pods Pending as unschedulable when it was reclaimed (under OnPressure:
+    those it was reclaimed for), at most 8."""
+    returned: bool = True
+    """True while it stays reclaimed (GPU-hours are counted); False once its pods or owner are back."""
+    gpu_hours_returned: float = 0.0
+    """GPUs x hours it has stayed reclaimed, counted each cycle."""
+    running_pod: str = ""
+    """The first waiting pod seen Running on one of its nodes."""
+    seconds_to_running: float | None = None
+    """From the action to that pod's start (status.startTime)."""
+
+
 class GPUEfficiencyPolicyStatus(StatusModel):
     """What the operator observed and did in its last cycles."""
 
@@ -91,6 +128,15 @@ class GPUEfficiencyPolicyStatus(StatusModel):
     """Accumulated cost of idle GPU-hours."""
     quarantined_nodes: list[QuarantinedNode] = Field(default_factory=list)
     """Nodes held faulted by this policy."""
+    pending_gpu_demand: PendingGpuDemand = Field(default_factory=PendingGpuDemand)
+    """GPU pods Pending as unschedulable for lack of GPUs in the last cycle, and the GPUs they request."""
+    gpu_hours_returned: float = 0.0
+    """GPU-hours given back by reclamations: each cycle adds, for every reclamation still in force
+    (no pod of its controllers back, owner not restored), its GPUs times the time since the previous
+    cycle (at most two intervals). A lower bound: only the last reclamations listed are counted."""
+    reclamations: list[Reclamation] = Field(default_factory=list)
+    """The last reclamations (at most 10), newest last: what was freed, for which waiting pods, and
+    how long until the first of them ran there."""
     dropped_samples: dict[str, int] = Field(default_factory=dict)
     """Metric series or GPUs dropped as untrustworthy in the last cycle, by reason:
     invalid-gpu-id, node-conflict (one GPU on two nodes), pod-node-mismatch (a pod label on a GPU

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
-from gpu_efficiency.engine.activity import ACTIVITY_CHAIN, data_bounds, insufficiency
+from gpu_efficiency.engine.evaluation import Evaluation
 from gpu_efficiency.engine.model import EvictPod, GPUSample, ReclaimOwner, Snapshot, Window
 from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN, data_bounds, insufficiency
 from gpu_efficiency.engine.timefmt import format_rfc3339
-
-if TYPE_CHECKING:
-    from gpu_efficiency.engine.planner import Evaluation
 
 
 def _num(value: float) -> str:
@@ -129,7 +126,7 @@ def explain_lines(snapshot: Snapshot, evaluation: Evaluation, namespace: str, na
     lifecycle = record.lifecycle
     clock = {
         k: pod.annotations[k]
-        for k in (names.IDLE_SINCE, names.EVICT_AFTER, names.KEEP_UNTIL)
+        for k in (names.IDLE_SINCE, names.EVICT_AFTER, names.KEEP_UNTIL, names.KEEP_FOR)
         if k in pod.annotations
     }
     lines.append(f"idle lifecycle: current {clock or 'no idle state'}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, LabelSelector, Selection
-from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 
 
 class Signal(StrEnum):
@@ -32,6 +32,7 @@ class Signal(StrEnum):
     POWER = "DCGM_FI_DEV_POWER_USAGE"  # W
     GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"  # C
     MEMORY_TEMP = "DCGM_FI_DEV_MEMORY_TEMP"  # C
+    SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"  # MHz (on in dcgm-exporter's default counters)
     CLOCK_EVENTS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"  # bitmask (old name ..._CLOCK_THROTTLE_REASONS)
     ECC_DBE_VOLATILE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"  # counter
     XID = "DCGM_FI_DEV_XID_ERRORS"  # gauge holding the last XID
@@ -119,6 +120,7 @@ class NodeView:
     conditions: tuple[NodeCondition, ...]
     gpu_capacity: int
     unschedulable: bool = False
+    gpu_allocatable: int | None = None  # status.allocatable (what the scheduler counts); None: capacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,9 +182,47 @@ class PodView:
 
 
 @dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str  # '' with operator Exists tolerates every taint
+    operator: str  # Equal | Exists
+    value: str
+    effect: str  # '' matches every effect
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRequirement:
+    """One matchExpressions (or matchFields, key ``metadata.name``) entry of required node affinity."""
+
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...]
+    field: bool = False  # a matchFields entry: the key is a node field, not a label
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A GPU pod not yet bound to a node, with what the scheduler matches nodes by (engine/pods/pressure.py)."""
+
+    namespace: str
+    name: str
+    uid: str
+    gpu_request: int
+    priority: int
+    created: float | None  # metadata.creationTimestamp, unix seconds
+    node_selector: Mapping[str, str]
+    #: requiredDuringScheduling node affinity: any term (ORed) whose requirements all hold (ANDed).
+    affinity_terms: tuple[tuple[NodeRequirement, ...], ...]
+    tolerations: tuple[Toleration, ...]
+    scheduled_reason: str  # the PodScheduled condition's reason when its status is False ('' otherwise)
+    scheduled_message: str
+    unreadable: str = ""  # why its scheduling constraints could not be read ('' when they could)
+
+
+@dataclass(frozen=True, slots=True)
 class NamespaceView:
     name: str
     labels: Mapping[str, str]
+    annotations: Mapping[str, str] = field(default_factory=dict)  # gpuefficiency.io/ ones only
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,12 +253,13 @@ class Snapshot:
     senior_policies: tuple[SeniorPolicy, ...] = ()  # overlapping policies judge each pod/node once
     #: Series or GPUs the source dropped as untrustworthy, by reason (folded into status.droppedSamples).
     dropped_samples: Mapping[str, int] = field(default_factory=dict)
-    # Owner-aware reclamation (engine/owners.py). None: no owner was read this cycle (no pod carries
+    # Owner-aware reclamation (engine/pods/owners.py). None: no owner was read this cycle (no pod carries
     # idle-since, so nothing can be due): pods are judged one by one, as before owners existed.
     owners: Mapping[OwnerKey, OwnerObject] | None = None
     autoscaled: frozenset[OwnerKey] = frozenset()  # scaleTargetRefs of HorizontalPodAutoscalers
     owners_error: str = ""  # why the owners could not be read: nothing with a controller is acted on
     disruption_budgets: tuple[DisruptionBudget, ...] = ()  # read with the owners
+    pending: tuple[PendingPod, ...] = ()  # GPU pods not bound to a node (reclaimWhen OnPressure)
 
 
 class Verdict(StrEnum):
@@ -305,6 +346,17 @@ class PodEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerEvent:
+    """An event on a pod's owner object (a Job, JobSet, PyTorchJob...), where its user looks."""
+
+    namespace: str
+    owner: OwnerRef
+    reason: str
+    message: str
+    type: str = "Warning"
+
+
+@dataclass(frozen=True, slots=True)
 class NodeEvent:
     node: str
     reason: str
@@ -353,6 +405,7 @@ Action = (
     | EvictPod
     | ReclaimOwner
     | PodEvent
+    | OwnerEvent
     | NodeEvent
     | PolicyEvent
     | TaintNode
@@ -370,11 +423,16 @@ class Plan:
     verdicts: tuple[PodVerdict, ...]
     status: GPUEfficiencyPolicyStatus  # new status, before action outcomes are folded in
     notes: tuple[str, ...] = ()  # skipped-for-safety explanations, for logs and `explain`
+    #: Straggling GPUs per judged job group: (namespace, group, count), 0 for a group without any.
+    stragglers: tuple[tuple[str, str, int], ...] = ()
+    #: A record per planned reclamation with its actions (engine/pods/reclaimproof.py): folded into the
+    #: status only when one of those actions is accepted.
+    reclamations: tuple[tuple[tuple[Action, ...], Reclamation], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class FaultOutcome:
-    """What fault quarantine decided this cycle (engine/faults.py), folded into the Plan by the planner."""
+    """What fault quarantine decided this cycle (engine/faults/evaluate.py), folded into the Plan by the planner."""
 
     actions: tuple[Action, ...]
     quarantined: tuple[QuarantinedNodeRecord, ...]

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.api.durations import parse_duration
-from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, Mode, UnderutilizationRule
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, Mode, ReclaimWhen, UnderutilizationRule
 
 
 def normalise_model(model: str) -> str:
@@ -42,6 +42,7 @@ class CycleParams:
     allow_bare_pods: bool
     priority_threshold: int
     prices: Mapping[str, float]  # normalised model -> price per GPU-hour ("default" kept)
+    on_pressure: bool = False  # reclaimWhen OnPressure (engine/pods/pressure.py)
 
 
 def cycle_params(spec: GPUEfficiencyPolicySpec) -> CycleParams:
@@ -74,4 +75,5 @@ def cycle_params(spec: GPUEfficiencyPolicySpec) -> CycleParams:
         allow_bare_pods=eviction.allow_bare_pods,
         priority_threshold=eviction.priority_threshold,
         prices={normalise_model(k): v for k, v in spec.price_per_gpu_hour.items()},
+        on_pressure=spec.reclaim.reclaim_when is ReclaimWhen.ON_PRESSURE,
     )

@@ -8,31 +8,22 @@ destructive happens.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
-from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus, QuarantinedNode, VerdictCounts
-from gpu_efficiency.engine.activity import (
-    ACTIVITY_CHAIN,
-    DataBounds,
-    GPUActivity,
-    carried_bounds,
-    gpu_activity,
-    gpu_util_fraction,
-)
-from gpu_efficiency.engine.budgets import (
-    EvictionCandidate,
-    permanent_blocker,
-    recent_within_hour,
-    select_evictions,
+from gpu_efficiency.api.status import (
+    Condition,
+    GPUEfficiencyPolicyStatus,
+    PendingGpuDemand,
+    QuarantinedNode,
+    Reclamation,
+    VerdictCounts,
 )
 from gpu_efficiency.engine.conditions import condition_flipped, find_condition, set_condition
+from gpu_efficiency.engine.evaluation import Evaluation, PodRecord
 from gpu_efficiency.engine.explain import explain_lines
-from gpu_efficiency.engine.faults import evaluate_faults
-from gpu_efficiency.engine.idle import GPUState, Lifecycle, PodKey, idle_lifecycle, is_shared, shared_idleness
-from gpu_efficiency.engine.idleledger import IdleClock, IdleLedger
-from gpu_efficiency.engine.judgememo import JudgeInputs, JudgeMemo, Judgement
+from gpu_efficiency.engine.faults.evaluate import evaluate_faults
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -52,20 +43,50 @@ from gpu_efficiency.engine.model import (
     Verdict,
     Window,
 )
-from gpu_efficiency.engine.owners import action_words
 from gpu_efficiency.engine.params import CycleParams, cycle_params
-from gpu_efficiency.engine.podannotations import (
+from gpu_efficiency.engine.pods.acknowledge import ending_with, keep_command
+from gpu_efficiency.engine.pods.activity import (
+    ACTIVITY_CHAIN,
+    DataBounds,
+    GPUActivity,
+    carried_bounds,
+    gpu_activity,
+    gpu_util_fraction,
+)
+from gpu_efficiency.engine.pods.annotations import (
     annotation_patch,
     cleanup_patch,
     desired_annotations,
     state_value,
 )
-from gpu_efficiency.engine.reclaim import OwnerGroup, OwnerPlan, group_owners, select_reclaims
+from gpu_efficiency.engine.pods.budgets import (
+    EvictionCandidate,
+    permanent_blocker,
+    recent_within_hour,
+    select_evictions,
+)
+from gpu_efficiency.engine.pods.idle import (
+    GPUState,
+    PodKey,
+    below_idle_threshold,
+    gpu_state,
+    idle_lifecycle,
+    idle_rule,
+    is_shared,
+    shared_idleness,
+)
+from gpu_efficiency.engine.pods.idleledger import IdleClock, IdleLedger
+from gpu_efficiency.engine.pods.judgememo import JudgeInputs, JudgeMemo, Judgement
+from gpu_efficiency.engine.pods.owners import action_words
+from gpu_efficiency.engine.pods.pressure import choose_for_pressure, waiting_for_gpus
+from gpu_efficiency.engine.pods.reclaim import OwnerGroup, OwnerPlan, Pressure, group_owners, select_reclaims
+from gpu_efficiency.engine.pods.reclaimproof import advance
+from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS, diagnose, verdict_of
+from gpu_efficiency.engine.pods.waste import elapsed_hours, idle_waste
 from gpu_efficiency.engine.selection import Scope, build_scope
+from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_params
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import merged_counts, vet_samples
-from gpu_efficiency.engine.underutilization import RECOMMENDATIONS, Finding, diagnose, verdict_of
-from gpu_efficiency.engine.waste import elapsed_hours, idle_waste
 
 _SIGNAL_RANK: Mapping[Signal, int] = {signal: i for i, (signal, _, _) in enumerate(ACTIVITY_CHAIN)}
 #: Plain-string values of the enums, looked up instead of the slower ``.value`` descriptor.
@@ -73,29 +94,6 @@ _VALUE: Mapping[Signal | Diagnosis | Verdict, str] = {
     member: member.value for enum in (Signal, Diagnosis, Verdict) for member in enum
 }
 _EMPTY: Mapping[Signal, Stats] = {}
-
-
-@dataclass(slots=True)
-class PodRecord:
-    """Everything that led to one pod's verdict and actions (kept for ``explain_pod``)."""
-
-    pod: PodView
-    verdict: PodVerdict
-    activities: tuple[GPUActivity, ...] = ()
-    findings: tuple[Finding, ...] = ()
-    sharing: str = ""
-    lifecycle: Lifecycle | None = None
-    patch: Mapping[str, str | None] = field(default_factory=dict)
-    events: tuple[PodEvent, ...] = ()
-    owner: str = ""  # its owner, the action and why not (owner-aware reclamation only)
-
-
-@dataclass(slots=True)
-class Evaluation:
-    plan: Plan
-    params: CycleParams
-    record: PodRecord | None  # the focused pod's record, when one was asked for
-    exclusion: str  # why the focused pod is out of scope ('' when in scope or not asked)
 
 
 class _Context:
@@ -114,9 +112,7 @@ class _Context:
         self.now = now
         self.pod_gpus = pod_gpus
         self.memo = memo
-        self.idle_rule = (
-            f" < activityBelow {params.activity_below} over the {format_duration(params.window_s)} window"
-        )
+        self.idle_rule = idle_rule(params)
         self._activity: dict[str, GPUActivity] = {}
         self._bounds: dict[tuple[float, bool | None], DataBounds] = {}
 
@@ -141,10 +137,7 @@ class _Context:
         return found
 
     def gpu_state(self, sample: GPUSample) -> str:
-        activity = self.activity(sample)
-        if not activity.known:
-            return GPUState.UNKNOWN
-        return GPUState.IDLE if activity.peak < self.params.activity_below else GPUState.BUSY
+        return gpu_state(self.activity(sample), self.params)
 
 
 def _index_pods(gpus: Sequence[GPUSample]) -> dict[PodKey, list[GPUSample]]:
@@ -252,7 +245,7 @@ def _judge_gpus(
         efficiency = min(100.0, avg / util * 100.0)
 
     sharing = ""
-    if params.idle_enabled and peak < params.activity_below:
+    if params.idle_enabled and below_idle_threshold(peak, params):
         idle_evidence = f"peak {_VALUE[signal]} {peak:.3f}{ctx.idle_rule}"
         state = GPUState.IDLE
         if is_shared(samples, key):
@@ -334,6 +327,12 @@ def _act(
     if not params.under_enabled and verdict.verdict not in (Verdict.IDLE, Verdict.UNKNOWN):
         desired[names.DIAGNOSIS] = None
         desired[names.RECOMMENDATION] = None
+    if lifecycle.warned and params.allow_keep_until and verdict.verdict is Verdict.IDLE:
+        # the warning's annotation ends with the one line that keeps the GPU, as its event does
+        desired[names.RECOMMENDATION] = ending_with(
+            verdict.recommendation,
+            f". To keep it: {keep_command(pod.namespace, pod.name, params.max_keep_s)}",
+        )
     patch = annotation_patch(current, desired)
     if lifecycle.updates:
         patch.update(lifecycle.updates)
@@ -465,6 +464,8 @@ def _status(
         ]
     hours = elapsed_hours(previous.last_evaluation_time, now, params.interval_s)
     waste = idle_waste(idle_gpu_models, params.prices, hours)
+    waiting = [p for p in snapshot.pending if waiting_for_gpus(p)]
+    reclamations, returned = advance(previous.reclamations, snapshot.pods, snapshot.owners, now, hours)
     status = previous.model_copy(
         update={
             "observed_generation": generation,
@@ -481,6 +482,11 @@ def _status(
             "estimated_waste_total": previous.estimated_waste_total + waste.cost,
             "quarantined_nodes": quarantined,
             "dropped_samples": dict(dropped or {}),
+            "pending_gpu_demand": PendingGpuDemand(
+                pods=len(waiting), gpus=sum(p.gpu_request for p in waiting)
+            ),
+            "reclamations": reclamations,
+            "gpu_hours_returned": previous.gpu_hours_returned + returned,
         }
     )
     return status, events
@@ -527,6 +533,25 @@ def _unattributed(
         f"{gpus} GPUs have samples but none is attributed to the {len(grown)} pod(s) in scope "
         "(check the exporter's pod labels: pod/namespace, exported_pod/exported_namespace or pod_name/pod_namespace)"
     )
+
+
+def _pods_under_pressure(
+    candidates: list[EvictionCandidate], cluster: Pressure, notes: list[str]
+) -> list[EvictionCandidate]:
+    """reclaimWhen OnPressure without owners read: each due pod is its own owner."""
+    ordered = sorted(candidates, key=lambda c: (c.idle_since, c.pod.namespace, c.pod.name))
+    offers = {(c.pod.namespace, "Pod", c.pod.name): {c.pod.node: c.pod.gpu_request} for c in ordered}
+    choice = choose_for_pressure(cluster.nodes, cluster.pods, cluster.pending, offers)
+    notes.extend(choice.notes)
+    chosen = set(choice.chosen)
+    kept = [c for c in ordered if (c.pod.namespace, "Pod", c.pod.name) in chosen]
+    notes.extend(
+        f"{c.pod.namespace}/{c.pod.name}: due, not evicted: reclaimWhen OnPressure and no GPU pod waiting "
+        f"({len(choice.waiting)} pending for GPUs) needs its GPUs; warning kept"
+        for c in ordered
+        if c not in kept
+    )
+    return kept
 
 
 def _claimed_by(pod: PodView, seniors: list[tuple[str, Scope]]) -> str:
@@ -673,6 +698,11 @@ def evaluate(
             {(r.pod.namespace, r.pod.name): r.verdict.verdict for r in records},
             params,
         )
+    stragglers = evaluate_stragglers(
+        snapshot, in_scope, pod_gpus, ctx.bounds,
+        straggler_params(snapshot.policy.stragglers, params.under.temperature_limit_celsius, params.min_pod_age_s),
+    )  # fmt: skip
+    notes.extend(stragglers.notes)
     for record in records:
         pod = record.pod
         key = (pod.namespace, pod.name)
@@ -686,6 +716,9 @@ def evaluate(
             record, params, now, policy_name, notes,
             ledger.get(pod.uid) if ledger is not None else None, group,
         )  # fmt: skip
+        straggler_patch = stragglers.patches.get(key)
+        if straggler_patch:
+            record.patch = {**record.patch, **straggler_patch}
         lifecycle = record.lifecycle
         if lifecycle is not None:
             if lifecycle.clock:
@@ -698,6 +731,7 @@ def evaluate(
         actions.extend(record.events)
         if key == focus:
             focused = record
+    actions.extend(stragglers.events)
     actions.extend(cleanups)
 
     faults = evaluate_faults(snapshot)
@@ -705,7 +739,11 @@ def evaluate(
     actions.extend(faults.actions)
     recent = recent_within_hour(snapshot.status.recent_evictions, now)
     destructive: list[Action] = []
+    cluster = Pressure(snapshot.nodes, snapshot.pods, snapshot.pending)
+    drafts: tuple[tuple[tuple[Action, ...], Reclamation], ...] = ()
     if owners is None:
+        if params.on_pressure:
+            candidates = _pods_under_pressure(candidates, cluster, notes)
         selection = select_evictions(candidates, params, now, len(recent))
         notes.extend(selection.notes)
         destructive.extend(
@@ -713,16 +751,20 @@ def evaluate(
             for c in selection.selected
         )
     else:
-        reclaims = select_reclaims(owners, candidates, params, now, len(recent), policy_name)
+        reclaims = select_reclaims(owners, candidates, params, now, len(recent), policy_name, cluster)
         notes.extend(reclaims.notes)
         destructive.extend(reclaims.actions)
+        drafts = reclaims.records
     status, policy_events = _status(
         snapshot, params, verdicts, len(evaluated_gpus), warned, list(idle_gpus.values()), faults,
         shadowed, _unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx), dropped,
     )  # fmt: skip
     actions.extend(policy_events)
     actions.extend(destructive)
-    plan = Plan(actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes))
+    plan = Plan(
+        actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes),
+        stragglers=tuple(stragglers.groups), reclamations=drafts,
+    )  # fmt: skip
     if memo is not None:
         memo.end()
     if ledger is not None:
@@ -744,4 +786,4 @@ def explain_pod(snapshot: Snapshot, namespace: str, name: str) -> list[str]:
     return explain_lines(snapshot, evaluation, namespace, name)
 
 
-__all__ = ["Evaluation", "PodRecord", "evaluate", "explain_pod", "plan_cycle"]
+__all__ = ["evaluate", "explain_pod", "plan_cycle"]

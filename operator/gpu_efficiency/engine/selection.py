@@ -65,10 +65,6 @@ class Scope:
     node_unknown_ok: bool
     pod_matches: LabelMatcher
 
-    def is_protected(self, pod: PodView) -> bool:
-        """Protected namespaces are never touched, not even annotated or cleaned up."""
-        return pod.namespace in self.protected
-
     def exclusion(self, pod: PodView) -> str:
         """Why the pod is out of scope, or '' when the policy judges it."""
         if pod.namespace in self.protected:

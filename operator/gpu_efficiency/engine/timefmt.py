@@ -6,10 +6,15 @@ import math
 import time
 from datetime import UTC, datetime
 
+_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
-def format_rfc3339(ts: float) -> str:
-    """Unix seconds as RFC3339 UTC with seconds precision and a 'Z' suffix (what Kubernetes writes)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(math.floor(ts)))
+
+def format_rfc3339(ts: float | datetime) -> str:
+    """Unix seconds (or a datetime, naive meaning UTC, as the Kubernetes client returns them) as
+    RFC3339 UTC with seconds precision and a 'Z' suffix (what Kubernetes writes)."""
+    if isinstance(ts, datetime):
+        return (ts if ts.tzinfo is None else ts.astimezone(UTC)).strftime(_FORMAT)
+    return time.strftime(_FORMAT, time.gmtime(math.floor(ts)))
 
 
 def parse_rfc3339(text: str | None) -> float | None:

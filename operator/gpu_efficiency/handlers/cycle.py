@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -22,19 +22,18 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gpu_efficiency import metrics
-from gpu_efficiency.actuators.apply import Applier, rfc3339
+from gpu_efficiency.actuators.apply import Applier
+from gpu_efficiency.actuators.notify import Notifier
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.status import StatusWriter, parse_status
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, ReclaimAction
-from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.engine.budgets import merge_budgets
 from gpu_efficiency.engine.conditions import set_condition
-from gpu_efficiency.engine.idleledger import IdleLedger
-from gpu_efficiency.engine.judgememo import JudgeMemo
 from gpu_efficiency.engine.model import (
+    Action,
     AnnotateNode,
     AnnotatePod,
     EvictPod,
@@ -49,6 +48,12 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.pods.budgets import merge_budgets
+from gpu_efficiency.engine.pods.idleledger import IdleLedger
+from gpu_efficiency.engine.pods.judgememo import JudgeMemo
+from gpu_efficiency.engine.pods.notify import notifications, notifications_condition, pending_evictions
+from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
+from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from gpu_efficiency.gcpause import gc_paused
 from gpu_efficiency.sources.agent import CONTRADICTS_AGENT
@@ -147,6 +152,7 @@ class CycleRunner:
     clock: Callable[[], float] = time.time
     owners: OwnerReader | None = None  # owner-aware reclamation (None: pods judged one by one)
     read_owners_always: bool = False  # report/explain: owners even before any idle clock runs
+    notifier: Notifier | None = None  # spec.notify's webhooks (None: one-shot commands post nothing)
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
     _memos: dict[str, JudgeMemo] = field(default_factory=dict)  # per policy: last cycle's verdicts
     _terms: dict[str, int] = field(default_factory=dict)  # per policy: the term its status was read in
@@ -167,6 +173,8 @@ class CycleRunner:
         self._ledgers.pop(name, None)
         self.status_writer.forget(name)
         self.source_for.forget(name)
+        if self.notifier is not None:
+            self.notifier.forget(name)
         metrics.forget_policy(name)
 
     def start_term(self, name: str) -> bool:
@@ -318,7 +326,7 @@ class CycleRunner:
             except Exception as exc:  # a source's bug or an answer it failed to decode: blind, not idle
                 log.exception("policy %s: the metric source failed", name)
                 available, error = False, f"metric source failed: {type(exc).__name__}: {exc}"
-        owners, owners_error = self._read_owners(cluster)
+        owners, owners_error = self._read_owners(cluster, spec.stragglers.enabled)
         gpus = result.gpus if result is not None else ()
         if available and not gpus and cluster.pods:
             available, error = (
@@ -345,15 +353,21 @@ class CycleRunner:
             autoscaled=owners.autoscaled if owners is not None else frozenset(),
             owners_error=owners_error,
             disruption_budgets=owners.disruption_budgets if owners is not None else (),
+            pending=cluster.pending,
         )
         if owners is not None:
             cluster = replace(cluster, requests=cluster.requests + owners.requests)
         return snapshot, cluster, result
 
-    def _read_owners(self, cluster: ClusterState) -> tuple[OwnerState | None, str]:
-        """The pods' owners, once some pod carries idle-since (before, nothing can be due)."""
+    def _read_owners(
+        self, cluster: ClusterState, spec_reads_owners: bool = False
+    ) -> tuple[OwnerState | None, str]:
+        """The pods' owners, once some pod carries idle-since (before, nothing can be due), or every
+        cycle when ``spec_reads_owners`` (stragglers: events go to the job's top owner)."""
         if self.owners is None or not (
-            self.read_owners_always or any(names.IDLE_SINCE in p.annotations for p in cluster.pods)
+            self.read_owners_always
+            or spec_reads_owners
+            or any(names.IDLE_SINCE in p.annotations for p in cluster.pods)
         ):
             return None, ""
         try:
@@ -381,7 +395,8 @@ class CycleRunner:
         queries = fetched.queries if fetched is not None else 0
         writes_before = self.applier.writes
         outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)
-        status = fold_outcomes(plan.status, outcomes, snapshot.now)
+        status = fold_outcomes(plan.status, outcomes, snapshot.now, plan.reclamations)
+        status = self._notify(name, uid, spec, snapshot, plan, outcomes, status)
         if self.leader.still_leader():
             status = self.write_status(name, status)
         self._last_status[name] = status
@@ -399,6 +414,55 @@ class CycleRunner:
             api_reads=cluster.requests,
             writes=writes,
         )
+
+    def _notify(
+        self,
+        name: str,
+        uid: str,
+        spec: GPUEfficiencyPolicySpec,
+        snapshot: Snapshot,
+        plan: Plan,
+        outcomes: list[Outcome],
+        status: GPUEfficiencyPolicyStatus,
+    ) -> GPUEfficiencyPolicyStatus:
+        """Offer what this cycle did to the policy's sinks (never waits on them) and report their
+        health in the NotificationsHealthy condition (a NotificationFailed event when it turns False)."""
+        if self.notifier is None:
+            return status
+        try:
+            warned_before = {p.uid for p in snapshot.pods if names.EVICTION_BLOCKED in p.annotations}
+            done = [o.action for o in outcomes if o.result is Result.DONE]
+            refused = [
+                o.action
+                for o in outcomes
+                if isinstance(o.action, EvictPod)
+                and o.result is Result.BLOCKED
+                and o.action.uid not in warned_before
+            ]
+            batch = (
+                notifications(
+                    done, refused, snapshot, plan,
+                    window_s=parse_duration(spec.window),
+                    max_keep_s=parse_duration(spec.idle.max_keep),
+                    keep_allowed=spec.idle.allow_keep_until,
+                )
+                if spec.notify
+                else []
+            )  # fmt: skip
+            self.notifier.submit(name, spec.notify, batch)
+            conditions, event = notifications_condition(
+                status.conditions,
+                self.notifier.failures(name, spec.notify),
+                len(spec.notify),
+                snapshot.now,
+                snapshot.generation,
+            )
+        except Exception:  # notifications are a side channel: they never fail a cycle
+            log.exception("policy %s: notifications failed", name)
+            return status
+        if event is not None:
+            self.applier.apply([event], policy_name=name, policy_uid=uid)
+        return status.model_copy(update={"conditions": conditions})
 
 
 _NODE_WRITES = (TaintNode, UntaintNode, SetNodeCondition, AnnotateNode)
@@ -418,16 +482,24 @@ def feed_write(reader: ClusterSource, outcome: Outcome) -> None:
 
 
 def fold_outcomes(
-    status: GPUEfficiencyPolicyStatus, outcomes: list[Outcome], now: float
+    status: GPUEfficiencyPolicyStatus,
+    outcomes: list[Outcome],
+    now: float,
+    drafts: Sequence[tuple[tuple[Action, ...], Reclamation]] = (),
 ) -> GPUEfficiencyPolicyStatus:
-    """Count what actually happened (the plan only says what was attempted)."""
+    """Count what actually happened (the plan only says what was attempted); ``drafts``: the
+    plan's reclamation records, kept for the reclamations one of whose actions was accepted."""
     evicted = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.DONE]
     blocked = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.BLOCKED]
     reclaimed = [o for o in outcomes if isinstance(o.action, ReclaimOwner) and o.result is Result.DONE]
     if not evicted and not blocked and not reclaimed:
         return status
+    done = [o.action for o in (*evicted, *reclaimed)]
+    records = [record for actions, record in drafts if any(a in done for a in actions)]
+    if records:
+        status = status.model_copy(update={"reclamations": accepted(status.reclamations, records)})
     # each owner reclaimed counts once against the rolling hour's budget, like one eviction
-    recent = [*status.recent_evictions, *(rfc3339(now) for _ in [*evicted, *reclaimed])]
+    recent = [*status.recent_evictions, *(format_rfc3339(now) for _ in [*evicted, *reclaimed])]
     return status.model_copy(
         update={
             "evictions_total": status.evictions_total + len(evicted),
@@ -478,9 +550,18 @@ def _record_metrics(
         if q.tainted:
             kinds[q.kind] = kinds.get(q.kind, 0) + 1
     metrics.reset_labelled(metrics.TAINTED_NODES, name, kinds)
+    metrics.reset_groups(metrics.STRAGGLER_GPUS, name, {(ns, group): n for ns, group, n in plan.stragglers})
+    metrics.reset_series(metrics.POD_EVICTION_PENDING, name, pending_evictions(snapshot, plan))
     for action in RECLAIM_ACTIONS:  # exported at 0 from the first cycle, so rate() sees the first
         for result in (Result.DONE, Result.FAILED):
             metrics.RECLAIMS.labels(name, action, result.value)
+    metrics.GPU_HOURS_RETURNED.labels(name).inc(
+        max(0.0, status.gpu_hours_returned - snapshot.status.gpu_hours_returned)
+    )
+    to_running = metrics.RECLAIM_TO_RUNNING.labels(name)
+    for seconds in newly_running(snapshot.status.reclamations, status.reclamations):
+        to_running.observe(seconds)
+    metrics.PENDING_GPU_DEMAND.labels(name).set(status.pending_gpu_demand.gpus)
     for o in outcomes:
         if isinstance(o.action, EvictPod):
             metrics.EVICTIONS.labels(name, o.result.value).inc()

@@ -13,6 +13,7 @@ from kubernetes import client
 
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.events import EventRecorder
+from gpu_efficiency.actuators.notify import Notifier
 from gpu_efficiency.actuators.status import StatusWriter
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
@@ -179,4 +180,5 @@ def build_runner(
         source_for=SourceCache(config, api_client),
         leader=leader,
         owners=OwnerReader(api_fetch(api_client)),
+        notifier=Notifier(config.notify_secret_dir) if watch else None,
     )

@@ -27,6 +27,7 @@ class FaultKind(StrEnum):
     GARBAGE = "garbage"  # NaN, +Inf, negative values or a counter reset
     REMAPPED_ROWS = "remapped-rows"  # uncorrectable remapped rows += value
     ROW_REMAP_FAILURE = "row-remap-failure"  # row-remap failure gauge = 1
+    SLOWDOWN = "slowdown"  # SM clock and power x value (0-1): a throttled GPU, a straggler of its job
 
 
 class Garbage(StrEnum):
@@ -132,6 +133,11 @@ def apply(
         elif f.kind is FaultKind.CLOCK_EVENTS:
             bits = int(_number(f.value, catalog.THERMAL_SLOWDOWN_BITS))
             values[catalog.CLOCK_EVENTS_NEW] = int(values.get(catalog.CLOCK_EVENTS_NEW, 0)) | bits
+        elif f.kind is FaultKind.SLOWDOWN:
+            speed = _number(f.value, 0.6)
+            for metric in (catalog.SM_CLOCK, str(Signal.POWER)):
+                if metric in values:
+                    values[metric] = round(values[metric] * speed, 3)
         elif f.kind is FaultKind.ROW_REMAP_FAILURE:
             values[Signal.ROW_REMAP_FAILURE] = 1
         elif f.kind is FaultKind.GAP:

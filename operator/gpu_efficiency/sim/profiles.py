@@ -391,10 +391,6 @@ def readings(activity: Activity, model: GPUModel, seed: int, t: float) -> dict[s
     }
 
 
-def profile_names() -> tuple[str, ...]:
-    return tuple(PROFILES)
-
-
 def sample(profile: str, t: float, seed: int, model: GPUModel) -> dict[str, float]:
     """Readings of ``profile`` at ``t`` seconds (since the scenario started) for the GPU with ``seed``."""
     return readings(PROFILES[profile].fn(t, seed, model), model, seed, t)

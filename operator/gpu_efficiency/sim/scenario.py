@@ -232,7 +232,8 @@ class FaultSpec(Model):
     at: Duration
     """When (from scenario start) the fault starts."""
     kind: FaultKind
-    """ecc, xid, temperature, clock-events, gap, exporter-down, garbage, remapped-rows, row-remap-failure."""
+    """ecc, xid, temperature, clock-events, gap, exporter-down, garbage, remapped-rows, row-remap-failure,
+    slowdown."""
     node: str | None = None
     """The scenario node hit (required but for exporter-down; for gap and garbage, empty means all nodes)."""
     gpu: int | None = Field(default=None, ge=0)
@@ -240,7 +241,7 @@ class FaultSpec(Model):
     value: int | float | str | list[str] | None = None
     """ecc/remapped-rows: errors added (1); xid: the code (79); temperature: degrees C (95); clock-events:
     a bitmask or bit names (sw-thermal, hw-thermal, hw-slowdown, ...); exporter-down: 503, refused or hang;
-    garbage: nan, inf, negative or counter-reset."""
+    garbage: nan, inf, negative or counter-reset; slowdown: the speed left, 0-1 (0.6: SM clock and power x 0.6)."""
     duration: Duration | None = None
     """How long it lasts; empty means to the end (counters stay raised regardless)."""
     metric: str | None = None
@@ -260,6 +261,10 @@ class FaultSpec(Model):
             raise ValueError("xid needs an integer value (the XID code, e.g. 79)")
         if kind is FaultKind.TEMPERATURE and not isinstance(self.value, int | float):
             raise ValueError("temperature needs a value in degrees C")
+        if kind is FaultKind.SLOWDOWN and not (
+            self.value is None or (isinstance(self.value, int | float) and 0 < self.value <= 1)
+        ):
+            raise ValueError("slowdown value is the GPU's speed, a fraction in (0, 1] (0.6: 40 % slower)")
         if kind is FaultKind.GARBAGE and str(self.value) not in {g.value for g in Garbage}:
             raise ValueError(f"garbage value must be one of {', '.join(g.value for g in Garbage)}")
         counted = kind in (FaultKind.ECC, FaultKind.REMAPPED_ROWS)

@@ -336,10 +336,6 @@ class Simulator:
                 cache.frame = _Frame(now, self.render(shard, now))
             return cache.frame.text
 
-    def shard_of(self, node: str, count: int) -> int:
-        """Which of ``count`` shards serves ``node``."""
-        return seed_for(node) % count
-
 
 #: Fault fields of a healthy GPU; fault injections change them.
 _HEALTHY: Final[dict[str, float]] = {

@@ -1,9 +1,10 @@
 """Read the cluster's GPU pods, nodes and namespaces into the engine's plain views.
 
-Three LISTs per cycle (paged, 500 objects a page), decoded with orjson straight from the wire
+Four LISTs per cycle (paged, 500 objects a page), decoded with orjson straight from the wire
 (the kubernetes client's own model deserialisation costs ~10x more at thousands of pods) and turned
-into views page by page. Only pods on nodes are listed (``spec.nodeName!=``), and only those
-requesting GPUs are kept. A view keeps only our own annotations (``gpuefficiency.io/``): the engine
+into views page by page. Pods on nodes are listed (``spec.nodeName!=``), and only those
+requesting GPUs are kept; GPU pods not bound yet are listed apart (``pending_view``: what the
+scheduler matches them by), for ``reclaimWhen: OnPressure`` and the reclamation records. A view keeps only our own annotations (``gpuefficiency.io/``): the engine
 reads no other, and the watch cache holds every view between cycles, where a pod's foreign
 annotations (``kubectl.kubernetes.io/last-applied-configuration`` alone is often kilobytes) would
 cost more than the rest of its view. Nodes can be read first (``read_nodes``) so that the metrics fetch, which
@@ -12,8 +13,6 @@ needs them, runs while the pods are listed.
 
 from __future__ import annotations
 
-import calendar
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -23,19 +22,25 @@ from kubernetes import client
 
 from gpu_efficiency.api.names import GPU_RESOURCE
 from gpu_efficiency.api.policy import PREFIX
-from gpu_efficiency.engine.model import NamespaceView, NodeCondition, NodeView, OwnerRef, PodView, Taint
+from gpu_efficiency.engine.model import (
+    NamespaceView,
+    NodeCondition,
+    NodeRequirement,
+    NodeView,
+    OwnerRef,
+    PendingPod,
+    PodView,
+    Taint,
+    Toleration,
+)
+from gpu_efficiency.engine.timefmt import parse_rfc3339
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 #: Only pods bound to a node (a pending pod holds no GPU).
 POD_FIELD_SELECTOR = "spec.nodeName!="
+#: Pods not bound to a node yet: the demand ``reclaimWhen: OnPressure`` reclaims for.
+PENDING_FIELD_SELECTOR = "spec.nodeName=,status.phase=Pending"
 T = TypeVar("T")
-
-
-def parse_time(value: str | None) -> float | None:
-    """RFC3339 (as the API server writes it) to unix seconds."""
-    if not value:
-        return None
-    return float(calendar.timegm(time.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")))
 
 
 def _quantity(value: Any) -> int:
@@ -78,7 +83,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         annotations=own_annotations(annotations),
         controller_kind=controller.get("kind") if controller else None,
         priority=int(spec.get("priority") or 0),
-        start_time=parse_time(status.get("startTime")),
+        start_time=parse_rfc3339(status.get("startTime")),
         gpu_request=_gpu_request(spec),
         is_static=MIRROR_ANNOTATION in annotations,
         deleting=bool(meta.get("deletionTimestamp")),
@@ -89,9 +94,62 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
     )  # fmt: skip
 
 
+def _requirements(items: Any, field: bool) -> tuple[NodeRequirement, ...]:
+    return tuple(
+        NodeRequirement(
+            str(e.get("key", "")),
+            str(e.get("operator", "")),
+            tuple(str(v) for v in e.get("values") or ()),
+            field,
+        )
+        for e in items or ()
+    )
+
+
+def pending_view(obj: Mapping[str, Any]) -> PendingPod:
+    """A pod not bound to a node: its GPU request and what the scheduler matches nodes by."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    scheduled: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {}
+    )
+    unreadable = ""
+    terms: tuple[tuple[NodeRequirement, ...], ...] = ()
+    try:
+        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ) or {}
+        terms = tuple(
+            _requirements(t.get("matchExpressions"), False) + _requirements(t.get("matchFields"), True)
+            for t in required.get("nodeSelectorTerms") or ()
+        )
+        selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
+        tolerations = tuple(
+            Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
+                       str(t.get("effect") or ""))
+            for t in spec.get("tolerations") or ()
+        )  # fmt: skip
+    except (AttributeError, TypeError) as exc:
+        unreadable, selector, tolerations = f"its scheduling constraints could not be read: {exc}", {}, ()
+    return PendingPod(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        gpu_request=_gpu_request(spec),
+        priority=int(spec.get("priority") or 0),
+        created=parse_rfc3339(meta.get("creationTimestamp")),
+        node_selector=selector,
+        affinity_terms=terms,
+        tolerations=tolerations,
+        scheduled_reason=(scheduled.get("reason") or "") if scheduled.get("status") == "False" else "",
+        scheduled_message=(scheduled.get("message") or "") if scheduled.get("status") == "False" else "",
+        unreadable=unreadable,
+    )
+
+
 def node_view(obj: Mapping[str, Any]) -> NodeView:
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     capacity = status.get("capacity") or {}
+    allocatable = status.get("allocatable") or {}
     return NodeView(
         name=meta.get("name", ""),
         labels=meta.get("labels") or {},
@@ -112,6 +170,7 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         ),
         gpu_capacity=_quantity(capacity.get(GPU_RESOURCE, 0)),
         unschedulable=bool(spec.get("unschedulable")),
+        gpu_allocatable=_quantity(allocatable[GPU_RESOURCE]) if GPU_RESOURCE in allocatable else None,
     )
 
 
@@ -121,6 +180,7 @@ class ClusterState:
     nodes: tuple[NodeView, ...]
     namespaces: tuple[NamespaceView, ...]
     requests: int  # API calls made to read it
+    pending: tuple[PendingPod, ...] = ()  # GPU pods not bound to a node yet
 
 
 class ClusterSource(Protocol):
@@ -179,6 +239,13 @@ class ClusterReader:
         )
         return tuple(v for v in pods if v.gpu_request > 0), calls
 
+    def list_pending(self) -> tuple[tuple[PendingPod, ...], int]:
+        """GPU pods not bound to a node yet (one page in a healthy cluster)."""
+        pods, calls = self._list(
+            self.core.list_pod_for_all_namespaces, pending_view, field_selector=PENDING_FIELD_SELECTOR
+        )
+        return tuple(v for v in pods if v.gpu_request > 0), calls
+
     def read(self) -> ClusterState:
         return self.read_pods(self.read_nodes())
 
@@ -189,10 +256,15 @@ class ClusterReader:
         return ClusterState(pods=(), nodes=nodes, namespaces=namespaces, requests=c1 + c2)
 
     def read_pods(self, state: ClusterState) -> ClusterState:
-        """``state`` with the GPU pods added."""
+        """``state`` with the GPU pods (bound and pending) added."""
         pods, calls = self.list_pods()
+        pending, more = self.list_pending()
         return ClusterState(
-            pods=pods, nodes=state.nodes, namespaces=state.namespaces, requests=state.requests + calls
+            pods=pods,
+            nodes=state.nodes,
+            namespaces=state.namespaces,
+            requests=state.requests + calls + more,
+            pending=pending,
         )
 
     # A LIST each cycle reads everything fresh: nothing to start, and our writes are read back.
@@ -214,4 +286,9 @@ class ClusterReader:
 
 def namespace_view(obj: Mapping[str, Any]) -> NamespaceView:
     meta = obj.get("metadata") or {}
-    return NamespaceView(name=meta.get("name", ""), labels=meta.get("labels") or {})
+    annotations = meta.get("annotations") or {}
+    return NamespaceView(
+        name=meta.get("name", ""),
+        labels=meta.get("labels") or {},
+        annotations={k: v for k, v in annotations.items() if k.startswith(PREFIX)},
+    )

@@ -1,6 +1,6 @@
 """The cluster as the long-running operator reads it: pods, nodes and namespaces kept by watches.
 
-One ``ClusterCache`` (three informers, ``sources/watch.py``) is shared by every policy's cycle and
+One ``ClusterCache`` (four informers, ``sources/watch.py``) is shared by every policy's cycle and
 started on every replica, leader or not, so a failover starts warm. ``CachedClusterReader`` has
 ``ClusterReader``'s interface: a steady cycle reads three immutable snapshots and makes no API
 request (``requests`` == 0), where the LIST path made one per 500 pods. A resource whose cache is
@@ -24,13 +24,15 @@ from typing import Any, TypeVar
 from kubernetes import client
 
 from gpu_efficiency import metrics
-from gpu_efficiency.engine.model import NamespaceView, NodeView, PodView
+from gpu_efficiency.engine.model import NamespaceView, NodeView, PendingPod, PodView
 from gpu_efficiency.sources.cluster import (
+    PENDING_FIELD_SELECTOR,
     POD_FIELD_SELECTOR,
     ClusterReader,
     ClusterState,
     namespace_view,
     node_view,
+    pending_view,
     pod_view,
 )
 from gpu_efficiency.sources.watch import Informer
@@ -49,12 +51,16 @@ def _pod_order(view: PodView) -> tuple[str, str]:
     return (view.namespace, view.name)
 
 
+def _pending_order(view: PendingPod) -> tuple[str, str]:
+    return (view.namespace, view.name)
+
+
 def _name(view: NodeView | NamespaceView) -> str:
     return view.name
 
 
 class ClusterCache:
-    """Informers for GPU pods (on nodes), nodes and namespaces, started and stopped together."""
+    """Informers for GPU pods (on nodes, and pending), nodes and namespaces, started and stopped together."""
 
     def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
         core = client.CoreV1Api(api_client)
@@ -67,6 +73,14 @@ class ClusterCache:
             order=_pod_order,
             **options,
         )
+        self.pending: Informer[PendingPod] = Informer(
+            "pending-pods",
+            partial(core.list_pod_for_all_namespaces, field_selector=PENDING_FIELD_SELECTOR),
+            pending_view,
+            keep=lambda v: v.gpu_request > 0,
+            order=_pending_order,
+            **options,
+        )
         self.nodes: Informer[NodeView] = Informer("nodes", core.list_node, node_view, order=_name, **options)
         self.namespaces: Informer[NamespaceView] = Informer(
             "namespaces", core.list_namespace, namespace_view, order=_name, **options
@@ -74,7 +88,7 @@ class ClusterCache:
 
     @property
     def informers(self) -> tuple[Informer[Any], ...]:
-        return (self.pods, self.nodes, self.namespaces)
+        return (self.pods, self.pending, self.nodes, self.namespaces)
 
     def start(self) -> None:
         for informer in self.informers:
@@ -147,7 +161,13 @@ class CachedClusterReader:
         if pods is None:
             pods, calls = self.fallback.list_pods()
             requests += self._fell_back("pods", calls)
-        return ClusterState(pods=pods, nodes=state.nodes, namespaces=state.namespaces, requests=requests)
+        pending = self._snapshot(self.cache.pending)
+        if pending is None:
+            pending, calls = self.fallback.list_pending()
+            requests += self._fell_back("pending-pods", calls)
+        return ClusterState(
+            pods=pods, nodes=state.nodes, namespaces=state.namespaces, requests=requests, pending=pending
+        )
 
     @staticmethod
     def _fell_back(resource: str, calls: int) -> int:

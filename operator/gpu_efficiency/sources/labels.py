@@ -78,9 +78,3 @@ def raw_key_of(labels: Mapping[str, str]) -> GPUKey | None:
     """The GPU a series names, as written (None: it names none)."""
     uuid = labels.get("UUID") or labels.get("uuid") or ""
     return GPUKey(uuid=uuid, instance_id=labels.get("GPU_I_ID", "")) if uuid else None
-
-
-def key_of(labels: Mapping[str, str]) -> GPUKey | None:
-    """The GPU a series names, or None when it names none or a malformed one (``valid_key``)."""
-    key = raw_key_of(labels)
-    return key if key is not None and valid_key(key.uuid, key.instance_id) else None

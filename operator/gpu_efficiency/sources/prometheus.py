@@ -218,7 +218,6 @@ class PrometheusSource:
             session.verify = False
         self._client = PrometheusConnect(url=config.url.rstrip("/"), session=session, method="POST")
         self._session = session
-        self.queries_total = 0
 
     def _headers(self) -> dict[str, str]:
         headers = dict(self.config.extra_headers)
@@ -248,7 +247,6 @@ class PrometheusSource:
             )
         except (requests.RequestException, OSError) as exc:
             raise SourceUnavailable(f"Prometheus at {self.config.url} unreachable: {exc}") from exc
-        self.queries_total += 1
         limit.hold_fileno(requests_fileno(response))
         if response.status_code in (401, 403):
             response.close()
@@ -851,20 +849,6 @@ def samples(
         )
     gpus.sort(key=lambda g: (g.node, g.index, g.uuid))
     return tuple(gpus)
-
-
-def assemble(
-    results: Iterable[tuple[Query, list[tuple[dict[str, str], float]]]], request: FetchRequest
-) -> tuple[GPUSample, ...]:
-    """Join the identity query with the window aggregates into one GPUSample per GPU."""
-    identity: dict[GPUKey, _Identity] = {}
-    windows: dict[Window, WindowValues] = {}
-    for query, series in results:
-        if query.window is None:
-            identity = _identities(series)
-        else:
-            windows[query.window] = fold_window([[{"metric": m, "value": (0, v)} for m, v in series]])
-    return samples(identity, windows, request)
 
 
 def _window_stats(tags: Mapping[str, float]) -> dict[Signal, Stats]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpu_efficiency.engine.activity import ACTIVITY_CHAIN
 from gpu_efficiency.engine.model import Signal, Window
+from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN
 from gpu_efficiency.sources.base import FaultHints
 
 #: Labels that identify one GPU (or MIG instance) across every metric.
@@ -56,6 +56,7 @@ QUERY_PLAN: Mapping[Window, Mapping[Signal, tuple[str, ...]]] = {
         Signal.FB_USED: ("avg", "max", "min", "last", "count", "ts"),
         Signal.FB_FREE: ("avg", "max", "last", "count", "ts"),
         Signal.POWER: ("avg", "max", "stddev", "count", "ts"),
+        Signal.SM_CLOCK: ("avg", "max", "count", "ts"),  # stragglers: a GPU clocked below its peers
         Signal.GPU_TEMP: ("max", "avg", "count", "ts"),
         Signal.MEMORY_TEMP: ("max", "count"),
         Signal.CLOCK_EVENTS: ("avg", "last", "max", "min", "count", "ts"),

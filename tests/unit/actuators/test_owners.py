@@ -11,7 +11,7 @@ from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.owners import reclaim_owner
 from gpu_efficiency.api import names
-from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.engine.model import OwnerRef, ReclaimOwner
 from gpu_efficiency.handlers.cycle import fold_outcomes
 
@@ -167,3 +167,18 @@ def test_a_failed_reclaim_emits_nothing_and_a_done_one_counts_in_the_hour_budget
     assert folded.recent_evictions == ["2023-11-14T22:13:20Z"]
     assert (folded.reclaims_total, folded.evictions_total) == (1, 0)
     assert fold_outcomes(status, failed, NOW).reclaims_total == 0
+
+
+def test_a_reclamation_record_is_kept_only_when_its_action_was_accepted() -> None:
+    scale = action("Deployment", "nb", "ScaleToZero")
+    other = action("Deployment", "other", "ScaleToZero")
+    record = Reclamation(owner="ml/Deployment/nb", action="ScaleToZero", time="2023-11-14T22:13:20Z", gpus=1)
+    draft = Reclamation(
+        owner="ml/Deployment/other", action="ScaleToZero", time="2023-11-14T22:13:20Z", gpus=1
+    )
+    drafts = [((scale,), record), ((other,), draft)]
+    outcomes = [Outcome(scale, Result.DONE), Outcome(other, Result.FAILED)]
+    status = fold_outcomes(GPUEfficiencyPolicyStatus(), outcomes, NOW, drafts)
+    assert [r.owner for r in status.reclamations] == ["ml/Deployment/nb"]
+    failed = fold_outcomes(GPUEfficiencyPolicyStatus(), [Outcome(scale, Result.FAILED)], NOW, drafts)
+    assert failed.reclamations == []

@@ -126,6 +126,10 @@ class _Driver:
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: str) -> int:
         return 0x20
 
+    def nvmlDeviceGetClockInfo(self, h: str, clock: int) -> int:
+        assert clock == pynvml.NVML_CLOCK_SM
+        return 1755
+
     def nvmlDeviceGetEccMode(self, h: str) -> list[int]:
         return [1, 0]
 
@@ -235,6 +239,7 @@ def test_real_backend_reads_every_field(driver: _Driver) -> None:
     assert set(reading.values) | set(reading.failures) == {f.key for f in FIELDS}
     assert reading.failures == {"nvlink_tx_bytes": "NVML_GPM_METRIC_UNAVAILABLE"}
     v = reading.values
+    assert v["sm_clock_mhz"] == 1755
     assert (v["gpu_util"], v["fb_used_mib"], v["power_w"], v["power_limit_w"]) == (
         88.0,
         250.0,

@@ -42,12 +42,6 @@ def start(agent: Agent) -> Iterator[Callable[..., AgentServer]]:
         s.stop()
 
 
-def _http_threads() -> int:
-    return sum(
-        1 for t in threading.enumerate() if t.name.startswith("Thread-") and "process_request" in t.name
-    )
-
-
 def _connect(port: int, payload: bytes) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.sendall(payload)

@@ -82,3 +82,20 @@ def test_reclaim_actions_default_per_kind_and_reject_actions_that_do_not_fit() -
         GPUEfficiencyPolicySpec.model_validate({"reclaim": {"actions": {"Deployment": "Stop"}}})
     with pytest.raises(ValidationError, match="DaemonSet"):
         GPUEfficiencyPolicySpec.model_validate({"reclaim": {"actions": {"DaemonSet": "Evict"}}})
+
+
+def test_notify_sinks_need_unique_names_and_known_reasons() -> None:
+    import pydantic
+
+    from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+
+    sink = {"name": "team", "type": "CloudEvents", "urlSecretKey": "team-url"}
+    spec = GPUEfficiencyPolicySpec.model_validate({"notify": [sink]})
+    assert spec.notify[0].url_secret_key == "team-url"
+    assert spec.notify[0].max_per_minute == 30
+    with pytest.raises(pydantic.ValidationError, match="sink names must be unique"):
+        GPUEfficiencyPolicySpec.model_validate({"notify": [sink, sink]})
+    with pytest.raises(pydantic.ValidationError):
+        GPUEfficiencyPolicySpec.model_validate({"notify": [sink | {"reasons": ["PodDeleted"]}]})
+    with pytest.raises(pydantic.ValidationError):
+        GPUEfficiencyPolicySpec.model_validate({"notify": [sink | {"urlSecretKey": "../../etc/passwd"}]})

@@ -30,3 +30,13 @@ def test_no_leader_alert_fires_when_no_replica_leads_or_none_reports() -> None:
         "for": "5m",
         "severity": "warning",
     }
+
+
+def test_the_reclaim_pending_alert_carries_the_pods_own_namespace() -> None:
+    rule = _rule("GPUEfficiencyIdleGPUReclaimPending")
+    expr = next(line for line in rule.splitlines() if line.strip().startswith("expr:"))
+    assert "max by (namespace, pod, owner, deadline, policy)" in expr
+    assert '"namespace", "$1", "exported_namespace", "(.+)"' in expr
+    assert '"pod", "$1", "exported_pod", "(.+)"' in expr
+    template = (CHART / "templates" / "prometheusrule.yaml").read_text()
+    assert "gpuefficiency.io/keep-for=4h --overwrite" in template

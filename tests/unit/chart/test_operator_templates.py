@@ -66,9 +66,13 @@ CHART_ENV = {
 }
 
 
+#: Read by `run` only (the operator's own settings, not the connection `report` shares).
+RUN_ENV = {"GPUEFF_NOTIFY_SECRET_DIR": ("/n", "notify_secret_dir", "/n")}
+
+
 def test_the_deployment_passes_connection_settings_through_the_environment() -> None:
     text = (TEMPLATES / "deployment.yaml").read_text()
-    assert set(re.findall(r"- name: (GPUEFF_\w+)", text)) == set(CHART_ENV)
+    assert set(re.findall(r"- name: (GPUEFF_\w+)", text)) == set(CHART_ENV) | set(RUN_ENV)
     args = text[text.index("args:") : text.index("env:")]
     assert "--prometheus-" not in args.replace("--prometheus-refresh-budget", "")
     assert "--protected-namespaces" not in args
@@ -82,3 +86,14 @@ def test_every_command_reads_the_chart_environment(command: str, monkeypatch: py
     config = config_from_args(build_parser().parse_args([command, *extra]))
     for name, (_, attr, expected) in CHART_ENV.items():
         assert getattr(config, attr) == expected != getattr(OperatorConfig(), attr), name
+
+
+def test_run_reads_the_notify_secret_directory_the_chart_mounts(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, (value, _, _) in RUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    config = config_from_args(build_parser().parse_args(["run"]))
+    for name, (_, attr, expected) in RUN_ENV.items():
+        assert getattr(config, attr) == expected != getattr(OperatorConfig(), attr), name
+    text = (TEMPLATES / "deployment.yaml").read_text()
+    assert "mountPath: /etc/gpu-efficiency/notify" in text
+    assert "secretName: {{ .Values.notify.secretName }}" in text

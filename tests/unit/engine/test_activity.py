@@ -5,7 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from gpu_efficiency.engine.activity import (
+from gpu_efficiency.engine.model import Signal, Stats, Window
+from gpu_efficiency.engine.params import cycle_params
+from gpu_efficiency.engine.pods.activity import (
     ACTIVITY_CHAIN,
     UNBOUNDED,
     DataBounds,
@@ -14,8 +16,6 @@ from gpu_efficiency.engine.activity import (
     gpu_activity,
     insufficiency,
 )
-from gpu_efficiency.engine.model import Signal, Stats, Window
-from gpu_efficiency.engine.params import cycle_params
 
 from .builders import NOW, gpu, policy, stats
 

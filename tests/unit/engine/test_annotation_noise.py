@@ -13,8 +13,8 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import Diagnosis, PodVerdict, Signal, Verdict
-from gpu_efficiency.engine.podannotations import annotation_patch, desired_annotations
-from gpu_efficiency.engine.underutilization import efficiency_percent
+from gpu_efficiency.engine.pods.annotations import annotation_patch, desired_annotations
+from gpu_efficiency.engine.pods.underutilization import efficiency_percent
 from gpu_efficiency.sim import profiles
 from gpu_efficiency.sim.gpu_models import DEFAULT_MODEL
 from gpu_efficiency.sim.noise import seed_for

@@ -7,9 +7,9 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
-from gpu_efficiency.engine.budgets import merge_budgets, merge_recent, recent_within_hour
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, PodView
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.pods.budgets import merge_budgets, merge_recent, recent_within_hour
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b

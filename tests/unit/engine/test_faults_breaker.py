@@ -10,7 +10,7 @@ from hypothesis import strategies as s
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import CircuitBreaker
-from gpu_efficiency.engine.faults_breaker import decide_taints, taint_budget
+from gpu_efficiency.engine.faults.breaker import decide_taints, taint_budget
 from gpu_efficiency.engine.model import GPUSample, NodeEvent, PolicyEvent, Signal, TaintNode
 from tests.unit.engine.test_faults_support import (
     DBE_ERROR,

@@ -7,7 +7,7 @@ cycles, so what is checked is what the API server would hold, and that a steady 
 from __future__ import annotations
 
 from gpu_efficiency.api import names
-from gpu_efficiency.engine.faults import evaluate_faults
+from gpu_efficiency.engine.faults.evaluate import evaluate_faults
 from gpu_efficiency.engine.model import (
     AnnotateNode,
     NodeCondition,

@@ -15,7 +15,7 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as s
 
-from gpu_efficiency.engine import faults
+from gpu_efficiency.engine.faults import evaluate as faults
 from gpu_efficiency.engine.model import FaultOutcome, GPUSample, Window
 from tests.unit.engine.test_faults_properties import FAULTY, FOREIGN, HARMLESS
 from tests.unit.engine.test_faults_support import Cluster, gpu, node, policy

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as s
 
-from gpu_efficiency.engine.faults_kinds import FaultKind, GpuJudgement, GpuState
-from gpu_efficiency.engine.faults_novelty import is_new, lowered
-from gpu_efficiency.engine.faults_record import (
+from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
+from gpu_efficiency.engine.faults.novelty import is_new, lowered
+from gpu_efficiency.engine.faults.record import (
     Baseline,
     FaultEntry,
     GpuFault,
@@ -18,7 +18,7 @@ from gpu_efficiency.engine.faults_record import (
     dump_record,
     parse_record,
 )
-from gpu_efficiency.engine.faults_taints import join_kinds, our_taints, split_kinds
+from gpu_efficiency.engine.faults.taints import join_kinds, our_taints, split_kinds
 from gpu_efficiency.engine.model import Taint
 
 T0 = "2023-11-14T22:13:20Z"

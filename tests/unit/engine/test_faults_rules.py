@@ -10,15 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as s
 
 from gpu_efficiency.api.policy import DEFAULT_CRITICAL_XIDS, DEFAULT_IGNORED_XIDS, ThermalFault
-from gpu_efficiency.engine.faults_data import data_rules
-from gpu_efficiency.engine.faults_ecc import judge_ecc
-from gpu_efficiency.engine.faults_kinds import GpuState
-from gpu_efficiency.engine.faults_thermal import (
+from gpu_efficiency.engine.faults.data import data_rules
+from gpu_efficiency.engine.faults.ecc import judge_ecc
+from gpu_efficiency.engine.faults.kinds import GpuState
+from gpu_efficiency.engine.faults.thermal import (
     all_in_range_have,
     judge_thermal,
     none_in_range_have,
 )
-from gpu_efficiency.engine.faults_xid import judge_xid
+from gpu_efficiency.engine.faults.xid import judge_xid
 from gpu_efficiency.engine.model import Signal, Stats, Window
 from tests.unit.engine.test_faults_support import NAN, NOW, counter, gpu, policy, st
 
@@ -97,7 +97,7 @@ def test_garbage_counters_are_never_a_fault(garbage: Stats) -> None:
 
 def _xid(stats: Stats | None, **kw: Stats | None) -> GpuState:
     fault = {Signal.XID: stats, **{Signal[k]: v for k, v in kw.items()}}
-    return judge_xid(gpu("n1", fault=fault), RULES, critical=CRITICAL, ignored=IGNORED).state
+    return judge_xid(gpu("n1", fault=fault), RULES, taints=lambda x: x in CRITICAL and x not in IGNORED).state
 
 
 @pytest.mark.parametrize(
@@ -131,7 +131,7 @@ def test_thin_xid_series_without_dense_siblings_is_unknown_not_new() -> None:
 
 def test_xid_lists_come_from_the_policy() -> None:
     sample = gpu("n1", fault={Signal.XID: st(31, low=0, high=31, changes=1)})
-    assert judge_xid(sample, RULES, critical={31}, ignored=set()).state is FAULT
+    assert judge_xid(sample, RULES, taints=lambda x: x == 31).state is FAULT
 
 
 @settings(max_examples=60, deadline=None)
@@ -160,7 +160,6 @@ def test_bitmask_range_proofs_match_brute_force(low: int, span: int, mask: int) 
 # ---- thermal: rule --------------------------------------------------------------------------------
 
 GPU_TEMP, MEM_TEMP, CLOCKS = Signal.GPU_TEMP, Signal.MEMORY_TEMP, Signal.CLOCK_EVENTS
-COOL_RECOVERY = {GPU_TEMP: st(60, low=55, high=65, count=20)}
 
 
 @pytest.mark.parametrize(

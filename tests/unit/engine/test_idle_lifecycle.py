@@ -7,8 +7,18 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
-from gpu_efficiency.engine.model import Action, AnnotatePod, EvictPod, Plan, PodEvent, Snapshot, Verdict
+from gpu_efficiency.engine.model import (
+    Action,
+    AnnotatePod,
+    Diagnosis,
+    EvictPod,
+    Plan,
+    PodEvent,
+    Snapshot,
+    Verdict,
+)
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b
@@ -70,7 +80,13 @@ def test_enforce_idle_warn_then_evict() -> None:
     assert event.type == "Warning"
     assert event.message.startswith("this GPU has done no work for 15m: the pod will be evicted after")
     (patch,) = [a for a in warning.actions if isinstance(a, AnnotatePod)]
-    assert patch.annotations == {names.STATE: "Warned", names.EVICT_AFTER: format_rfc3339(NOW + 600)}
+    keep = "To keep it: kubectl annotate pod p -n team-a gpuefficiency.io/keep-for=4h --overwrite"
+    assert patch.annotations == {
+        names.STATE: "Warned",
+        names.EVICT_AFTER: format_rfc3339(NOW + 600),
+        names.RECOMMENDATION: f"{RECOMMENDATIONS[Diagnosis.IDLE]}. {keep}",
+    }
+    assert event.message.endswith(f". {keep}")
     assert warning.status.warned_pods == 1
     (evict,) = evictions(plans)
     assert evict in plans[10].actions
@@ -98,7 +114,11 @@ def test_switch_to_observe_withdraws_pending_warning() -> None:
     assert names.EVICT_AFTER in annotations_of(warned, *P)
     observe = plan_cycle(replace(warned, policy=policy()))
     (patch,) = [a for a in observe.actions if isinstance(a, AnnotatePod)]
-    assert patch.annotations == {names.EVICT_AFTER: None, names.STATE: "Idle"}
+    assert patch.annotations == {
+        names.EVICT_AFTER: None,
+        names.STATE: "Idle",
+        names.RECOMMENDATION: RECOMMENDATIONS[Diagnosis.IDLE],  # without the keep command again
+    }
     assert not evictions([observe])
 
 

@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 
 from gpu_efficiency.api import names
-from gpu_efficiency.engine.judgememo import JudgeMemo
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, GPUSample, Plan, Snapshot, Verdict, Window
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 
 from . import builders as b
 from .builders import NOW, enforce, gpu, no_faults, pod, snapshot  # noqa: F401 (fixture)

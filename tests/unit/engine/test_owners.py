@@ -1,4 +1,4 @@
-"""Owner resolution and the action per owner kind, on plain data (engine/owners.py)."""
+"""Owner resolution and the action per owner kind, on plain data (engine/pods/owners.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import OwnerActions, ReclaimAction
-from gpu_efficiency.engine.owners import (
+from gpu_efficiency.engine.pods.owners import (
     already_reclaimed,
     choose_action,
     kubectl_restore,

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from gpu_efficiency.api.policy import LabelSelector, Selection
-from gpu_efficiency.engine.faults import in_scope_nodes
+from gpu_efficiency.engine.faults.evaluate import in_scope_nodes
 from gpu_efficiency.engine.model import AnnotatePod, SeniorPolicy
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
 

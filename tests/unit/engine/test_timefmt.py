@@ -1,3 +1,5 @@
+from datetime import UTC, datetime, timedelta, timezone
+
 import pytest
 
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
@@ -5,6 +7,18 @@ from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 def test_format_is_utc_seconds_with_z() -> None:
     assert format_rfc3339(1_700_000_000.9) == "2023-11-14T22:13:20Z"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime(2023, 11, 14, 22, 13, 20, 900_000),  # naive: UTC, as the Kubernetes client may return
+        datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC),
+        datetime(2023, 11, 14, 23, 13, 20, tzinfo=timezone(timedelta(hours=1))),
+    ],
+)
+def test_format_takes_datetimes_as_utc(value: datetime) -> None:
+    assert format_rfc3339(value) == "2023-11-14T22:13:20Z"
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,11 @@ from collections.abc import Callable
 import pytest
 
 from gpu_efficiency.api import names
-from gpu_efficiency.engine.activity import data_bounds, gpu_activity
 from gpu_efficiency.engine.model import AnnotatePod, Diagnosis, PodEvent, Signal, Stats, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.underutilization import (
+from gpu_efficiency.engine.pods.activity import data_bounds, gpu_activity
+from gpu_efficiency.engine.pods.underutilization import (
     PRECEDENCE,
     RECOMMENDATIONS,
     Finding,

@@ -14,10 +14,12 @@ from tests.unit.engine import builders as b
 from tests.unit.handlers.test_scheduler import body
 
 from gpu_efficiency import metrics
+from gpu_efficiency.actuators.notify import Notifier
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import KIND, Mode
 from gpu_efficiency.engine.model import Verdict
-from gpu_efficiency.engine.podannotations import STATE_WARNED
+from gpu_efficiency.engine.pods.annotations import STATE_WARNED
+from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.handlers.scheduler import PolicyRegistry, Scheduler
 
 from .cycle_harness import ENFORCE_SPEC, SwitchLeader, run_cycle, runner, warned_idle_pod
@@ -36,6 +38,8 @@ PER_POLICY = (
     metrics.CYCLES, metrics.CYCLE_SECONDS, metrics.PODS, metrics.DIAGNOSES, metrics.IDLE_GPUS,
     metrics.EVICTIONS, metrics.IDLE_GPU_HOURS, metrics.WASTE_PER_HOUR, metrics.METRICS_AVAILABLE,
     metrics.BREAKER_OPEN, metrics.TAINTED_NODES, metrics.PROM_QUERIES, metrics.API_WRITES,
+    metrics.STRAGGLER_GPUS,
+    metrics.POD_EVICTION_PENDING, metrics.NOTIFICATIONS,
 )  # fmt: skip
 
 
@@ -69,23 +73,39 @@ def sample(name: str, **labels: str) -> float | None:
     return metrics.REGISTRY.get_sample_value(name, labels)
 
 
-def mixed_cycle() -> None:
+def mixed_cycle(tmp_dir: Path) -> None:
     """One cycle seeing an idle pod past its warning (eviction blocked), a compute-bound one and a
     data-starved one, run by the scheduler as the leader would."""
     gpus = [
         b.gpu("GPU-0", b.idle(), ("team-a", "idle")),
         b.gpu("GPU-1", b.compute_bound(), ("team-a", "busy")),
         b.gpu("GPU-2", b.input_starved(), ("team-a", "starved")),
+        b.gpu("GPU-3", b.idle(), ("team-a", "pending")),
     ]
-    pods = [warned_idle_pod("idle", b.NOW), b.pod("busy"), b.pod("starved")]
+    pending = b.pod(
+        "pending",
+        annotations={
+            names.STATE: "Warned",
+            names.IDLE_SINCE: format_rfc3339(b.NOW - 3600),
+            names.EVICT_AFTER: format_rfc3339(b.NOW + 120),
+        },
+    )
+    pods = [warned_idle_pod("idle", b.NOW), b.pod("busy"), b.pod("starved"), pending]
+    for i in range(4):  # a judged job group (gpu_efficiency_straggler_gpus)
+        gpus.append(b.gpu(f"GPU-{i + 3}", b.compute_bound(), ("team-a", f"train-{i}")))
+        pods.append(b.pod(f"train-{i}", labels={"batch.kubernetes.io/job-name": "train"}))
     cycle_runner = runner(gpus, pods)
+    cycle_runner.notifier = Notifier(tmp_dir)  # no Secret mounted: each post fails at once, counted
     registry = PolicyRegistry()
-    registry.observe("ADDED", body("truth", "2026-01-01T00:00:00Z", spec=ENFORCE_SPEC))
+    sink = {"name": "team", "type": "CloudEvents", "urlSecretKey": "url"}
+    spec = {**ENFORCE_SPEC, "stragglers": {"enabled": True}, "notify": [sink]}
+    registry.observe("ADDED", body("truth", "2026-01-01T00:00:00Z", spec=spec))
     assert Scheduler(cycle_runner, registry).run_due() == ["truth"]
+    cycle_runner.notifier.stop()
 
 
-def test_every_metric_the_docs_dashboard_and_alerts_name_is_exported_with_samples() -> None:
-    mixed_cycle()
+def test_every_metric_the_docs_dashboard_and_alerts_name_is_exported_with_samples(tmp_path: Path) -> None:
+    mixed_cycle(tmp_path)
     samples, families = exported()
     cache_metrics = {
         m for names_ in documented_metrics().values() for m in names_ if m.startswith("gpu_efficiency_cache_")
@@ -106,6 +126,12 @@ def test_every_metric_the_docs_dashboard_and_alerts_name_is_exported_with_sample
     assert missing == {doc: [] for doc in missing}
     assert sample("gpu_efficiency_leader") == 1.0
     assert sample("gpu_efficiency_evictions_total", policy="truth", result="blocked") == 1.0
+    assert (
+        sample("gpu_efficiency_straggler_gpus", policy="truth", namespace="team-a", group="job/train") == 0.0
+    )
+    deadline = format_rfc3339(b.NOW + 120)
+    labels = {"policy": "truth", "namespace": "team-a", "pod": "pending", "owner": "", "deadline": deadline}
+    assert sample("gpu_efficiency_pod_eviction_pending", **labels) == b.NOW + 120
 
 
 def test_idle_gpu_hours_count_idle_gpus_times_the_time_since_the_last_cycle() -> None:
@@ -201,8 +227,8 @@ def _values(prefix: str) -> set[str]:
 def code_annotations() -> set[str]:
     return {
         a.removeprefix("gpuefficiency.io/")
-        for a in (*names.OPERATOR_POD_ANNOTATIONS, names.EXEMPT, names.KEEP_UNTIL, names.NODE_FAULTS,
-                  names.FAULT_RECOVERED, names.FAULT_TAINT_KEY,
+        for a in (*names.OPERATOR_POD_ANNOTATIONS, names.EXEMPT, *names.ACKNOWLEDGEMENTS, names.NOTIFY_CHANNEL, names.NODE_FAULTS,
+                  names.FAULT_RECOVERED, names.FAULT_TAINT_KEY, names.XID_HISTORY, names.POD_GPU_FAULT,
                   *names.OWNER_ANNOTATIONS)
     }  # fmt: skip
 
@@ -223,3 +249,20 @@ def test_documented_conditions_and_event_reasons_exist_in_code_and_the_reverse()
     documented = set(BACKTICKED.findall(readme))
     assert sorted(documented - vocabulary) == [], "README names a condition or reason the code lacks"
     assert sorted((conditions | reasons) - documented) == [], "the code sets names the README omits"
+
+
+def test_the_pending_eviction_series_goes_when_the_warning_ends() -> None:
+    warned = b.pod(
+        "p",
+        annotations={
+            names.STATE: "Warned",
+            names.IDLE_SINCE: format_rfc3339(b.NOW - 3600),
+            names.EVICT_AFTER: format_rfc3339(b.NOW + 120),
+        },
+    )
+    labels = {"policy": "truth", "namespace": "team-a", "pod": "p", "owner": ""}
+    labels["deadline"] = format_rfc3339(b.NOW + 120)
+    run_cycle(runner([b.gpu("GPU-0", b.idle(), ("team-a", "p"))], [warned]))
+    assert sample("gpu_efficiency_pod_eviction_pending", **labels) == b.NOW + 120
+    run_cycle(runner([b.gpu("GPU-0", b.compute_bound(), ("team-a", "p"))], [warned]))  # working again
+    assert sample("gpu_efficiency_pod_eviction_pending", **labels) is None

@@ -143,3 +143,12 @@ def test_exporter_down_added_while_running() -> None:
     assert sim.down() is fault
     clock.at(15.0, sim)
     assert sim.down() is None
+
+
+def test_slowdown_scales_one_gpus_sm_clock_and_power_for_its_duration() -> None:
+    faults = (Fault(FaultKind.SLOWDOWN, at=5.0, node="node-0", gpu=0, value=0.5, duration=10.0),)
+    for metric in (catalog.SM_CLOCK, str(Signal.POWER)):
+        before, during = value((), 6.0, metric), value(faults, 6.0, metric)
+        assert during == round(before * 0.5, 3)  # type: ignore[operator]
+        assert value(faults, 6.0, metric, gpu=1) == value((), 6.0, metric, gpu=1)
+        assert value(faults, 15.0, metric) == value((), 15.0, metric)

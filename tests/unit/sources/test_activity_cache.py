@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_efficiency.engine.activity import ACTIVITY_CHAIN, DataBounds, gpu_activity
 from gpu_efficiency.engine.model import PodRef, Signal, Window
+from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN, DataBounds, gpu_activity
 from gpu_efficiency.sources.activity_cache import (
     CHAIN_SIGNALS,
     ActivityCache,

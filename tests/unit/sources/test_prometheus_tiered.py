@@ -19,8 +19,8 @@ from urllib.parse import parse_qs
 import pytest
 from tests.unit.sources.fake_http import QuietHandler, serving
 
-from gpu_efficiency.engine.activity import DataBounds, carried_bounds, gpu_activity
 from gpu_efficiency.engine.model import GPUSample, Signal, Window
+from gpu_efficiency.engine.pods.activity import DataBounds, carried_bounds, gpu_activity
 from gpu_efficiency.sources import prometheus as prom
 from gpu_efficiency.sources.base import ActivityHints, FaultHints, FetchRequest, FetchResult
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource

@@ -16,10 +16,10 @@ import statistics
 import pytest
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
-from gpu_efficiency.engine.activity import data_bounds, gpu_activity
 from gpu_efficiency.engine.model import Diagnosis, GPUSample, Window
 from gpu_efficiency.engine.params import cycle_params
-from gpu_efficiency.engine.underutilization import diagnose
+from gpu_efficiency.engine.pods.activity import data_bounds, gpu_activity
+from gpu_efficiency.engine.pods.underutilization import diagnose
 from gpu_efficiency.sim.gpu_models import find_model
 from gpu_efficiency.sim.profiles import sample
 from gpu_efficiency.sources.prometheus import _fb_total, _window_stats

@@ -21,8 +21,9 @@ from tests.unit.sources.fake_watch_api import (
 from urllib3.exceptions import ReadTimeoutError
 
 from gpu_efficiency import metrics
-from gpu_efficiency.engine.model import NamespaceView, NodeView, PodView
-from gpu_efficiency.sources.cluster import ClusterState, pod_view
+from gpu_efficiency.engine.model import NamespaceView, NodeView, PendingPod, PodView, Toleration
+from gpu_efficiency.engine.pods.pressure import waiting_for_gpus
+from gpu_efficiency.sources.cluster import ClusterState, pending_view, pod_view
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader
 from gpu_efficiency.sources.watch import RELIST_AFTER_FAILURES, Backoff, Informer, iter_lines
 
@@ -353,13 +354,39 @@ class FakeFallback:
         self.calls.append("pods")
         return (pod_view(pod("listed", "ul", 1)),), 16
 
+    def list_pending(self) -> tuple[tuple[PendingPod, ...], int]:
+        self.calls.append("pending")
+        return (pending_view(pod("waiting", "uw", 1)),), 1
 
-class FakeCache:
-    def __init__(self, pods: Informer[PodView], nodes: Informer[Any], namespaces: Informer[Any]) -> None:
-        self.pods, self.nodes, self.namespaces = pods, nodes, namespaces
+
+class NoPending:
+    """A synced pending-pods informer holding none (the cycles these tests read have none waiting)."""
+
+    synced = True
+
+    def snapshot(self) -> tuple[()]:
+        return ()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return True
 
     def start(self) -> None:
-        for informer in (self.pods, self.nodes, self.namespaces):
+        """Nothing to start."""
+
+
+class FakeCache:
+    def __init__(
+        self,
+        pods: Informer[PodView],
+        nodes: Informer[Any],
+        namespaces: Informer[Any],
+        pending: Informer[Any] | NoPending | None = None,
+    ) -> None:
+        self.pods, self.nodes, self.namespaces = pods, nodes, namespaces
+        self.pending = pending or NoPending()
+
+    def start(self) -> None:
+        for informer in (self.pods, self.pending, self.nodes, self.namespaces):
             informer.start()
 
 
@@ -491,3 +518,55 @@ def test_a_first_list_that_takes_too_long_is_not_waited_for(started: list[Inform
         assert fallback.calls == ["pods"]
     finally:
         gate.set()
+
+
+def waiting_pod(name: str, uid: str, rv: int) -> dict[str, Any]:
+    """A GPU pod the scheduler could not place for lack of GPUs, with a nodeSelector and a toleration."""
+    obj = pod(name, uid, rv, gpus=2, node="")
+    obj["spec"]["nodeSelector"] = {"gpu": "h100"}
+    obj["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+    obj["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+            }
+        ],
+    }
+    return obj
+
+
+def test_reader_serves_pending_gpu_pods_from_their_informer_and_lists_them_until_synced(
+    started: list[Informer[Any]],
+) -> None:
+    pending_api = FakeListApi([waiting_pod("w", "uw", 40), waiting_pod("cpu-only", "uc", 41)])
+    pending_api.objects[1]["spec"]["containers"][0]["resources"] = {}
+    pending_api.list_gate = threading.Event()
+    pending_api.next_watch()
+    pods, nodes, namespaces = _three(FakeListApi([pod("a", "ua", 50)]))
+    for each in (pods, nodes, namespaces):
+        start(each, started)
+    pending = Informer(
+        "pending-pods", pending_api, pending_view, keep=lambda v: v.gpu_request > 0, backoff=FAST
+    )
+    started.append(pending)
+    pending.start()
+    fallback = FakeFallback()
+    reader = CachedClusterReader(FakeCache(pods, nodes, namespaces, pending), fallback)  # type: ignore[arg-type]
+
+    state = reader.read()
+    assert [p.name for p in state.pending] == ["waiting"]  # listed: an unsynced cache is not "none waiting"
+    assert fallback.calls == ["pending"]
+
+    pending_api.list_gate.set()
+    assert pending.wait_synced(5)
+    state = reader.read()
+    assert state.requests == 0
+    [waiting] = state.pending
+    assert (waiting.name, waiting.gpu_request, dict(waiting.node_selector)) == ("w", 2, {"gpu": "h100"})
+    assert waiting.tolerations == (Toleration("dedicated", "Exists", "", "NoSchedule"),)
+    assert waiting_for_gpus(waiting)
+    assert [p.name for p in state.pods] == ["a"]  # the pending pod is never judged as a bound one

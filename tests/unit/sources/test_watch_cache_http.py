@@ -90,14 +90,19 @@ def test_cache_lists_then_watches_through_the_real_client(api: client.ApiClient)
         assert [n.name for n in state.nodes] == ["n1"]
         assert [n.name for n in state.namespaces] == ["ns"]
         assert state.requests == 0
-        watches = [q for path, q in _ApiServer.requests if path == "/api/v1/pods" and "watch" in q]
+        pods = [q for path, q in _ApiServer.requests if path == "/api/v1/pods"]
+        # bound GPU pods, and (their own informer) pods not bound yet, for reclaimWhen OnPressure
+        assert {q["fieldSelector"][0] for q in pods} == {
+            "spec.nodeName!=",
+            "spec.nodeName=,status.phase=Pending",
+        }
+        bound = [q for q in pods if q["fieldSelector"] == ["spec.nodeName!="]]
+        watches = [q for q in bound if "watch" in q]
         assert watches, _ApiServer.requests
         assert watches[0]["resourceVersion"] == ["10"]
         assert watches[0]["allowWatchBookmarks"] == ["true"]
-        assert watches[0]["fieldSelector"] == ["spec.nodeName!="]
-        lists = [q for path, q in _ApiServer.requests if path == "/api/v1/pods" and "watch" not in q]
+        lists = [q for q in bound if "watch" not in q]
         assert lists[0]["limit"] == [str(CACHE_PAGE_SIZE)]
-        assert lists[0]["fieldSelector"] == ["spec.nodeName!="]
     finally:
         started = time.monotonic()
         reader.stop()

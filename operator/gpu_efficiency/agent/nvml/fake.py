@@ -58,6 +58,7 @@ class FakeGpu:
     slowdown_c: int = 87
     shutdown_c: int = 92
     clock_event_reasons: int = 0
+    sm_clock_mhz: int = 1980
     ecc_enabled: bool = True
     ecc_pending: bool = True
     ecc_dbe_volatile: int = 0
@@ -149,10 +150,6 @@ class FakeBackend:
         with self._lock:
             self.gpu(key).errors[str(probe)] = code
 
-    def recover(self, key: str | int, probe: Probe | str) -> None:
-        with self._lock:
-            self.gpu(key).errors.pop(str(probe), None)
-
     def fail_next(self, op: str, code: int, times: int = 1) -> None:
         """Make the next ``times`` calls of a backend-wide op ("init", "devices", "wait_event") fail."""
         with self._lock:
@@ -228,6 +225,9 @@ class FakeBackend:
 
     def clock_event_reasons(self, uuid: str) -> int:
         return self._device(uuid, Probe.CLOCK_EVENT_REASONS).clock_event_reasons
+
+    def sm_clock_mhz(self, uuid: str) -> int:
+        return self._device(uuid, Probe.SM_CLOCK).sm_clock_mhz
 
     def ecc_mode(self, uuid: str) -> EccMode:
         g = self._device(uuid, Probe.ECC_MODE)

@@ -169,6 +169,10 @@ class PynvmlBackend:
                 raise
         return int(self._call(n.nvmlDeviceGetCurrentClocksThrottleReasons, handle))
 
+    def sm_clock_mhz(self, uuid: str) -> int:
+        n = self._nvml
+        return int(self._call(n.nvmlDeviceGetClockInfo, self._handle(uuid), n.NVML_CLOCK_SM))
+
     def ecc_mode(self, uuid: str) -> EccMode:
         current, pending = self._call(self._nvml.nvmlDeviceGetEccMode, self._handle(uuid))
         return EccMode(current=bool(current), pending=bool(pending))

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.policy import ThermalFault
-from gpu_efficiency.engine.faults_data import DataRules, Reading, fmt, read
-from gpu_efficiency.engine.faults_kinds import FaultKind, GpuJudgement, GpuState
+from gpu_efficiency.engine.faults.data import DataRules, Reading, fmt, read
+from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
 
 HW_SLOWDOWN = 0x8

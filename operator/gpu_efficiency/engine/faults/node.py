@@ -5,7 +5,7 @@ kinds it names; taints of released faults are removed (and their removal confirm
 our taint seen or missing updates ``tainted``/``manualUntaint``; baselines of hand-recovered
 faults age; new faults (beyond their reference fingerprint) open or renew an entry; held faults
 whose kind recovers automatically are released when their GPUs are healthy. What the node should be
-tainted with is returned as a wish: the circuit breaker (``faults_breaker``) decides across nodes.
+tainted with is returned as a wish: the circuit breaker (``breaker``) decides across nodes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.api.names import EV_FAULT, EV_UNTAINTED, FAULT_RECOVERED, GPU_HEALTHY, NODE_FAULTS
-from gpu_efficiency.engine.faults_kinds import (
+from gpu_efficiency.engine.faults.kinds import (
     FAULT_REASON_PREFIX,
     KINDS,
     REASON_CLEARED,
@@ -25,8 +25,8 @@ from gpu_efficiency.engine.faults_kinds import (
     GpuState,
     kind_of,
 )
-from gpu_efficiency.engine.faults_novelty import baseline_expired, is_new, lowered
-from gpu_efficiency.engine.faults_record import (
+from gpu_efficiency.engine.faults.novelty import baseline_expired, is_new, lowered
+from gpu_efficiency.engine.faults.record import (
     Baseline,
     FaultEntry,
     GpuFault,
@@ -38,7 +38,8 @@ from gpu_efficiency.engine.faults_record import (
     sorted_gpus,
     with_fingerprints,
 )
-from gpu_efficiency.engine.faults_taints import our_taints
+from gpu_efficiency.engine.faults.taints import our_taints
+from gpu_efficiency.engine.faults.xid_catalogue import xid_advice
 from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
@@ -304,9 +305,19 @@ class _NodeCycle:
             self.faults[kind.value] = replace(
                 held, detected=self.now_text, gpus=merge_gpus(held, gpus), manual_untaint=False
             )
+            if kind is FaultKind.XID:  # the same XID again on a GPU (a flood): its count grows, silently
+                gpus = tuple(
+                    g for g in gpus if (old := held.gpu(g.uuid)) is None or old.fingerprint != g.fingerprint
+                )
         self.out.new_kinds.append(kind.value)
+        if not gpus:
+            return
         mode = "" if self.ctx.enforce else " (Observe mode: the node is not tainted)"
-        self.event(EV_FAULT, f"{kind} fault on {describe(sorted_gpus(gpus))}{mode}", "Warning")
+        self.event(
+            EV_FAULT,
+            f"{kind} fault on {describe(sorted_gpus(gpus))}{xid_advice(kind, gpus)}{mode}",
+            "Warning",
+        )
 
     def recover_automatically(self) -> None:
         if not self.ctx.data_ok:
@@ -397,7 +408,10 @@ def _fault_condition(held: Mapping[str, FaultEntry], ctx: FaultContext) -> tuple
         reason = known.condition_reason if known is not None else FAULT_REASON_PREFIX + kinds[0].capitalize()
     else:
         reason = REASON_MULTIPLE
-    parts = [f"{kind} fault on {describe(held[kind].gpus)} since {held[kind].since}" for kind in kinds]
+    parts = [
+        f"{kind} fault on {describe(held[kind].gpus)} since {held[kind].since}{xid_advice(kind, held[kind].gpus)}"
+        for kind in kinds
+    ]
     manual = [k for k in kinds if (fk := kind_of(k)) is None or not ctx.kinds[fk].automatic]
     if manual:
         parts.append(f"after repair, annotate the node {FAULT_RECOVERED}={'|'.join(manual)} or all")

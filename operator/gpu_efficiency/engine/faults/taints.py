@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpu_efficiency.api.names import FAULT_TAINT_KEY
-from gpu_efficiency.engine.faults_record import kind_order
+from gpu_efficiency.engine.faults.record import kind_order
 from gpu_efficiency.engine.model import Taint
 
 SEPARATOR = "."

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpu_efficiency.engine.faults_kinds import kind_of
+from gpu_efficiency.engine.faults.kinds import kind_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_efficiency.engine.faults_data import (
+from gpu_efficiency.engine.faults.data import (
     MIN_MAX_LAST,
     DataRules,
     counter_increase,
@@ -19,7 +19,7 @@ from gpu_efficiency.engine.faults_data import (
     fmt,
     read,
 )
-from gpu_efficiency.engine.faults_kinds import FaultKind, GpuJudgement, GpuState
+from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
 
 

@@ -14,10 +14,12 @@ second replica continues the same clocks (safety rule 6):
 Observe mode sets ``idle-since`` and the state and emits GPUIdle, but never sets ``evict-after`` (a
 warning of an eviction that cannot happen would be a lie) and never evicts; switching a policy from
 Enforce to Observe removes pending warnings. The same holds for pods that can never be evicted
-(DaemonSet, static, bare, high priority) and pods held by ``exempt=true`` or a valid ``keep-until``:
-they stay annotated Idle, without a warning. ``keep-until`` is honoured until the earlier of its value
-and ``keep-until-seen + maxKeep``; ``keep-until-seen`` is set the first time the engine sees a
-``keep-until`` and removed with it, so a bound cannot be extended by editing the timestamp.
+(DaemonSet, static, bare, high priority) and pods held by ``exempt=true`` or a valid acknowledgement
+(``keep-until`` or ``keep-for``): they stay annotated Idle, without a warning. ``keep-until`` is
+honoured until the earlier of its value and ``keep-until-seen + maxKeep``, ``keep-for`` until
+``keep-until-seen`` plus the earlier of its duration and ``maxKeep``; ``keep-until-seen`` is set the
+first time the engine sees either and removed with them, so a bound cannot be extended by editing
+the timestamp. An unreadable ``keep-for`` is reported once (AcknowledgementInvalid) and ignored.
 
 The annotations are the pod owner's to edit, so they are not trusted alone: a time in the future is
 ignored (``evict-after`` later than one warning period is clamped to it), and the clock this
@@ -33,10 +35,12 @@ from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
-from gpu_efficiency.engine.budgets import EvictionCandidate
-from gpu_efficiency.engine.idleledger import IdleClock
 from gpu_efficiency.engine.model import GPUSample, PodView, Verdict
 from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.pods.acknowledge import ending_with, keep_command, parse_keep_for
+from gpu_efficiency.engine.pods.activity import GPUActivity
+from gpu_efficiency.engine.pods.budgets import EvictionCandidate
+from gpu_efficiency.engine.pods.idleledger import IdleClock
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 PodKey = tuple[str, str]
@@ -48,6 +52,23 @@ class GPUState:
     IDLE = "idle"
     BUSY = "busy"
     UNKNOWN = "unknown"
+
+
+def below_idle_threshold(peak: float, params: CycleParams) -> bool:
+    """The idle rule: peak activity over the window stays under ``activityBelow``."""
+    return peak < params.activity_below
+
+
+def idle_rule(params: CycleParams) -> str:
+    """The idle rule in words, appended to a pod's idle evidence after its peak."""
+    return f" < activityBelow {params.activity_below} over the {format_duration(params.window_s)} window"
+
+
+def gpu_state(activity: GPUActivity, params: CycleParams) -> str:
+    """One GPU's raw state from its own activity: Unknown without a sound signal, else the idle rule."""
+    if not activity.known:
+        return GPUState.UNKNOWN
+    return GPUState.IDLE if below_idle_threshold(activity.peak, params) else GPUState.BUSY
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,20 +150,41 @@ class Lifecycle:
 _NOTHING = Lifecycle()
 
 
+def keep_for_problem(annotations: Mapping[str, str], params: CycleParams) -> str:
+    """Why the pod's keep-for cannot be honoured ('' when it can, or there is none)."""
+    text = annotations.get(names.KEEP_FOR)
+    if text is None or not params.allow_keep_until:
+        return ""
+    try:
+        parse_keep_for(text)
+    except ValueError as exc:
+        return f"{exc}; the acknowledgement is ignored and nothing else changes"
+    return ""
+
+
 def hold_reason(annotations: Mapping[str, str], params: CycleParams, now: float, seen: float | None) -> str:
-    """Why an idle pod is held from warning/eviction by its own annotations ('' when not)."""
+    """Why an idle pod is held from warning/eviction by its own annotations ('' when not).
+
+    ``keep-until`` and ``keep-for`` both count from ``seen`` (when the operator first saw them) and
+    are bounded by ``maxKeep``; with both, the later of the two holds."""
     if params.allow_opt_out and annotations.get(names.EXEMPT, "").strip().lower() == "true":
         return f"opted out with {names.EXEMPT}=true"
-    if params.allow_keep_until:
-        text = annotations.get(names.KEEP_UNTIL)
-        until = parse_rfc3339(text)
-        if until is not None and seen is not None:
-            honoured = min(until, seen + params.max_keep_s)
-            if now < honoured:
-                return (
-                    f"acknowledged with {names.KEEP_UNTIL}={text}, honoured until {format_rfc3339(honoured)}"
-                )
-    return ""
+    if not params.allow_keep_until or seen is None:
+        return ""
+    bound = seen + params.max_keep_s
+    held: list[tuple[float, str]] = []
+    until = parse_rfc3339(annotations.get(names.KEEP_UNTIL))
+    if until is not None:
+        held.append((min(until, bound), f"{names.KEEP_UNTIL}={annotations[names.KEEP_UNTIL]}"))
+    text = annotations.get(names.KEEP_FOR)
+    if text is not None and not keep_for_problem(annotations, params):  # a bad one is reported once
+        held.append((min(seen + parse_keep_for(text), bound), f"{names.KEEP_FOR}={text}"))
+    if not held:
+        return ""
+    honoured, what = max(held)
+    if now >= honoured:
+        return ""
+    return f"acknowledged with {what}, honoured until {format_rfc3339(honoured)}"
 
 
 class _Book:
@@ -216,7 +258,7 @@ def idle_lifecycle(
             clock=remembered,
         )
     mem = remembered or IdleClock()
-    has_keep = names.KEEP_UNTIL in ann
+    has_keep = names.KEEP_UNTIL in ann or names.KEEP_FOR in ann
     if (
         verdict is not Verdict.IDLE
         and not has_keep
@@ -238,6 +280,9 @@ def idle_lifecycle(
             if seen is None:
                 seen = _whole(now)
                 out.updates[names.KEEP_SEEN] = format_rfc3339(now)
+                problem = keep_for_problem(ann, params)
+                if problem:  # told once: when the acknowledgement is first seen
+                    out.events.append(PodEventSpec(names.EV_ACK_INVALID, problem, "Warning"))
             keep_seen = seen
         else:
             if names.KEEP_SEEN in ann:
@@ -333,16 +378,17 @@ def _lifecycle_of_idle(
         evict_after = now + params.warning_period_s
         text = format_rfc3339(evict_after)
         out.updates[names.EVICT_AFTER] = text
-        out.events.append(
-            PodEventSpec(
-                names.EV_EVICTION_SCHEDULED,
-                f"this GPU has done no work for {format_duration(now - idle_since + params.window_s)}: "
-                f"{subject} after {text} unless its GPU becomes active"
-                + (f" or it is acknowledged with {names.KEEP_UNTIL}" if params.allow_keep_until else "")
-                + f". Idle since {format_rfc3339(idle_since)}; evidence: {evidence}",
-                "Warning",
-            )
+        message = (
+            f"this GPU has done no work for {format_duration(now - idle_since + params.window_s)}: "
+            f"{subject} after {text} unless its GPU becomes active"
+            + (" or it is acknowledged" if params.allow_keep_until else "")
+            + f". Idle since {format_rfc3339(idle_since)}; evidence: {evidence}"
         )
+        if params.allow_keep_until:
+            message = ending_with(
+                message, f". To keep it: {keep_command(pod.namespace, pod.name, params.max_keep_s)}"
+            )
+        out.events.append(PodEventSpec(names.EV_EVICTION_SCHEDULED, message, "Warning"))
         out.warned = True
         return
 

@@ -15,16 +15,16 @@ followed by an ignored one inside one scrape is invisible; the node agent report
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable
 
-from gpu_efficiency.engine.faults_data import (
+from gpu_efficiency.engine.faults.data import (
     DataRules,
     check_coverage,
     check_freshness,
     check_values,
     read,
 )
-from gpu_efficiency.engine.faults_kinds import FaultKind, GpuJudgement, GpuState
+from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
 
 #: A new series holds fewer than this share of its full-coverage siblings' samples.
@@ -48,10 +48,36 @@ def _appeared(gpu: GPUSample, stats: Stats, rules: DataRules) -> bool:
     return reference > 0 and stats.count < APPEARED_BELOW * reference
 
 
-def judge_xid(
-    gpu: GPUSample, rules: DataRules, *, critical: Collection[int], ignored: Collection[int]
-) -> GpuJudgement:
-    """XID state of one GPU over the fault lookback window."""
+def _read_xid(gpu: GPUSample, rules: DataRules) -> tuple[int, bool] | str:
+    """(code, new within the window) from clean data, else why the XID cannot be read."""
+    stats = gpu.get(Window.FAULT, Signal.XID)
+    if stats is None:
+        return "XID missing"
+    problem = check_values(stats) or check_freshness(stats, rules)
+    if not problem and (stats.last < 0 or not float(stats.last).is_integer()):
+        problem = f"not an XID code: {stats.last}"
+    if problem:
+        return f"XID {problem}"
+    if read(gpu, Window.FAULT, Signal.XID, rules).ok:
+        new = stats.changes > 0
+    elif _appeared(gpu, stats, rules):
+        new = True
+    else:
+        expected = rules.expected(gpu, Window.FAULT)
+        return f"XID {check_coverage(stats, expected, rules)}"
+    return int(stats.last), new
+
+
+def new_xid(gpu: GPUSample, rules: DataRules) -> int | None:
+    """The XID code the GPU newly reported within the window (any code, tainting or not), else None."""
+    read_ = _read_xid(gpu, rules)
+    if isinstance(read_, str) or not read_[1] or read_[0] == 0:
+        return None
+    return read_[0]
+
+
+def judge_xid(gpu: GPUSample, rules: DataRules, *, taints: Callable[[int], bool]) -> GpuJudgement:
+    """XID state of one GPU over the fault lookback window; ``taints`` says which codes are faults."""
 
     def judged(
         state: GpuState, summary: str = "", reason: str = "", xid: float | None = None
@@ -69,24 +95,11 @@ def judge_xid(
             triggered=("xid",) if state is GpuState.FAULT else (),
         )
 
-    stats = gpu.get(Window.FAULT, Signal.XID)
-    if stats is None:
-        return judged(GpuState.UNKNOWN, reason="XID missing")
-    problem = check_values(stats) or check_freshness(stats, rules)
-    if not problem and (stats.last < 0 or not float(stats.last).is_integer()):
-        problem = f"not an XID code: {stats.last}"
-    if problem:
-        return judged(GpuState.UNKNOWN, reason=f"XID {problem}")
-    covered = read(gpu, Window.FAULT, Signal.XID, rules).ok
-    if covered:
-        new = stats.changes > 0
-    elif _appeared(gpu, stats, rules):
-        new = True
-    else:
-        expected = rules.expected(gpu, Window.FAULT)
-        return judged(GpuState.UNKNOWN, reason=f"XID {check_coverage(stats, expected, rules)}")
-    xid = int(stats.last)
+    read_ = _read_xid(gpu, rules)
+    if isinstance(read_, str):
+        return judged(GpuState.UNKNOWN, reason=read_)
+    xid, new = read_
     summary = f"xid={xid}"
-    if new and xid in critical and xid not in ignored:
+    if new and taints(xid):
         return judged(GpuState.FAULT, summary=summary, xid=float(xid))
     return judged(GpuState.HEALTHY, summary=summary, xid=float(xid))

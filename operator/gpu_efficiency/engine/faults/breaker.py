@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.api.policy import CircuitBreaker
-from gpu_efficiency.engine.faults_record import kind_order
+from gpu_efficiency.engine.faults.record import kind_order
 
 
 def taint_budget(gpu_nodes: int, breaker: CircuitBreaker) -> int:

@@ -1,12 +1,12 @@
 """GPU fault quarantine: judge every GPU, decide every node, let the circuit breaker bound the taints.
 
-Pure: a ``Snapshot`` in, a ``FaultOutcome`` out. A fault is judged per GPU (``faults_ecc``,
-``faults_xid``, ``faults_thermal``) and held per node in the node's own annotation
-(``faults_node``, ``faults_record``), so restarts and replicas agree. Only in-scope GPU nodes
+Pure: a ``Snapshot`` in, a ``FaultOutcome`` out. A fault is judged per GPU (``ecc``,
+``xid``, ``thermal``) and held per node in the node's own annotation
+(``node``, ``record``), so restarts and replicas agree. Only in-scope GPU nodes
 (``selection.nodeSelector``, ``nvidia.com/gpu`` capacity > 0) are read or written.
 
 Modes: Observe writes the GPUHealthy condition, the record and events, never a taint; Enforce also
-taints, within the circuit breaker (``faults_breaker``). When the metrics source is down nothing is
+taints, within the circuit breaker (``breaker``). When the metrics source is down nothing is
 detected, recovered or newly tainted; manual recoveries still apply. Events are emitted on changes
 only (a new fault, a taint set or removed, the breaker opening or closing); a steady state yields
 no action at all.
@@ -29,20 +29,23 @@ from gpu_efficiency.api.names import (
 )
 from gpu_efficiency.api.policy import EccFault, FaultRules, Mode, Recovery, ThermalFault, XidFault
 from gpu_efficiency.engine.conditions import find_condition
-from gpu_efficiency.engine.faults_breaker import BreakerDecision, breaker_message, decide_taints, taint_budget
-from gpu_efficiency.engine.faults_data import DataRules, data_rules
-from gpu_efficiency.engine.faults_ecc import judge_ecc
-from gpu_efficiency.engine.faults_kinds import (
+from gpu_efficiency.engine.faults.breaker import BreakerDecision, breaker_message, decide_taints, taint_budget
+from gpu_efficiency.engine.faults.data import DataRules, data_rules
+from gpu_efficiency.engine.faults.ecc import judge_ecc
+from gpu_efficiency.engine.faults.kinds import (
     FAULT_REASON_PREFIX,
     KINDS,
     FaultKind,
     GpuJudgement,
     merge_judgements,
 )
-from gpu_efficiency.engine.faults_node import FaultContext, KindRules, NodeDecision, decide_node, describe
-from gpu_efficiency.engine.faults_record import kind_order
-from gpu_efficiency.engine.faults_thermal import judge_thermal
-from gpu_efficiency.engine.faults_xid import judge_xid
+from gpu_efficiency.engine.faults.node import FaultContext, KindRules, NodeDecision, decide_node, describe
+from gpu_efficiency.engine.faults.record import kind_order
+from gpu_efficiency.engine.faults.thermal import judge_thermal
+from gpu_efficiency.engine.faults.workloads import workload_actions
+from gpu_efficiency.engine.faults.xid import judge_xid, new_xid
+from gpu_efficiency.engine.faults.xid_catalogue import XidChoice
+from gpu_efficiency.engine.faults.xid_repeats import XidSighting, screen_xids
 from gpu_efficiency.engine.model import (
     Action,
     FaultOutcome,
@@ -140,13 +143,13 @@ def judge_gpus(
     raw: dict[str, dict[FaultKind, dict[str, list[GpuJudgement]]]] = defaultdict(
         lambda: {kind: defaultdict(list) for kind in KINDS}
     )
-    critical, ignored = frozenset(faults.xid.critical), frozenset(faults.xid.ignored)
+    taints = XidChoice(faults.xid)
     for gpu in gpus:
         if gpu.node not in nodes:
             continue
         per_kind = raw[gpu.node]
         per_kind[FaultKind.ECC][gpu.uuid].append(judge_ecc(gpu, rules))
-        per_kind[FaultKind.XID][gpu.uuid].append(judge_xid(gpu, rules, critical=critical, ignored=ignored))
+        per_kind[FaultKind.XID][gpu.uuid].append(judge_xid(gpu, rules, taints=taints))
         per_kind[FaultKind.THERMAL][gpu.uuid].append(judge_thermal(gpu, rules, faults.thermal))
     return {
         node: {kind: [merge_judgements(js) for js in by_uuid.values()] for kind, by_uuid in per_kind.items()}
@@ -215,11 +218,30 @@ def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
     ctx = fault_context(snapshot, rules)
     nodes = in_scope_nodes(snapshot)
     quiet = {n.name for n in nodes if _quiet(n)}
-    judged = (
+    judged: Judgements = (
         judge_gpus(_worth_judging(snapshot.gpus, quiet), {n.name for n in nodes}, rules, spec.faults)
         if ctx.data_ok
         else {}
     )
+    xid_actions: list[Action] = []
+    if ctx.data_ok and ctx.kinds[FaultKind.XID].enabled:
+        scope = {n.name for n in nodes}
+        sightings = [
+            XidSighting(g.node, g.uuid, g.index, code)
+            for g in snapshot.gpus
+            if g.node in scope and (code := new_xid(g, rules)) is not None
+        ]
+        screen = screen_xids(
+            judged,
+            sightings,
+            {n.name: n.annotations for n in nodes},
+            spec.faults.xid,
+            now=snapshot.now,
+            memory_s=ctx.xid_memory_s,
+        )
+        judged, xid_actions = screen.judged, screen.actions
+    else:
+        screen = None
     decisions = [
         NodeDecision(node=node.name, present={}, held={})
         if node.name in quiet and node.name not in judged
@@ -262,6 +284,8 @@ def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
     actions: list[Action] = []
     quarantined: list[QuarantinedNodeRecord] = []
     notes: list[str] = []
+    if screen is not None:
+        notes.extend(screen.notes)
     if not ctx.data_ok:
         notes.append(
             f"metrics unavailable ({snapshot.metrics_error or 'no detail'}): "
@@ -278,6 +302,9 @@ def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
         if decision.wants and not granted:
             notes.append(f"node {decision.node}: faulty but not tainted, the circuit breaker is open")
     actions.extend(policy_events)
+    actions.extend(xid_actions)
+    held = {d.node: d.held for d in decisions}
+    actions.extend(workload_actions(held, snapshot.gpus, snapshot.pods, data_ok=ctx.data_ok))
     return FaultOutcome(
         actions=tuple(actions),
         quarantined=tuple(quarantined),

@@ -14,26 +14,30 @@ owner (owners.py), whether those warnings may stand and what happens when they a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import ReclaimAction
-from gpu_efficiency.engine.budgets import EvictionCandidate, permanent_blocker, temporary_blocker
-from gpu_efficiency.engine.idle import PodKey, hold_reason
+from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
     DisruptionBudget,
     EvictPod,
+    NodeView,
     OwnerKey,
+    PendingPod,
     PodEvent,
     PodView,
     ReclaimOwner,
     Snapshot,
     Verdict,
 )
-from gpu_efficiency.engine.owners import (
+from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.pods.budgets import EvictionCandidate, permanent_blocker, temporary_blocker
+from gpu_efficiency.engine.pods.idle import PodKey, hold_reason
+from gpu_efficiency.engine.pods.owners import (
     Owner,
     action_words,
     already_reclaimed,
@@ -41,7 +45,8 @@ from gpu_efficiency.engine.owners import (
     recommendation,
     resolve_owner,
 )
-from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.pods.pressure import choose_for_pressure, waiting_for_gpus
+from gpu_efficiency.engine.pods.reclaimproof import draft, waiting_names
 from gpu_efficiency.engine.selection import LabelMatcher, compile_selector
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
@@ -59,6 +64,7 @@ class OwnerGroup:
     hold: str = ""  # not acted on this cycle, warnings kept (owners unreadable, already reclaimed)
     disruption_blocked: str = ""  # a PodDisruptionBudget allows too few disruptions: retried
     recommendation: str = ""
+    reclaimed: bool = False  # already in its reclaimed state: its pods are on their way out
 
     @property
     def actionable(self) -> bool:
@@ -77,10 +83,6 @@ class OwnerGroup:
 class OwnerPlan:
     groups: dict[OwnerKey, OwnerGroup]
     of_pod: dict[PodKey, OwnerGroup]
-
-    def warning_subject(self, key: PodKey) -> str:
-        group = self.of_pod.get(key)
-        return action_words(group.owner, group.action) if group is not None else "the pod will be evicted"
 
 
 def group_owners(
@@ -142,6 +144,7 @@ def _decide(group: OwnerGroup, snapshot: Snapshot, params: CycleParams) -> None:
     done = already_reclaimed(owner)
     if done:
         group.hold = f"{owner.label} already reclaimed ({done}): its pods are going"
+        group.reclaimed = True
         return
     if group.idle < total:
         group.blocker = f"{group.recommendation} (never reclaimed while one of its GPU pods is not idle)"
@@ -164,6 +167,25 @@ def _own_hold(pod: PodView, params: CycleParams, now: float) -> str:
 class ReclaimSelection:
     actions: tuple[Action, ...]
     notes: tuple[str, ...]
+    #: The status record of each reclamation planned, with its actions (kept once one is accepted).
+    records: tuple[tuple[tuple[Action, ...], Reclamation], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Pressure:
+    """The cluster as ``reclaimWhen: OnPressure`` weighs it (engine/pods/pressure.py)."""
+
+    nodes: Sequence[NodeView]
+    pods: Sequence[PodView]  # every GPU pod bound to a node
+    pending: Sequence[PendingPod]
+
+
+def _gpus_by_node(pods: Iterable[PodView]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for pod in pods:
+        if pod.node:
+            out[pod.node] = out.get(pod.node, 0) + pod.gpu_request
+    return out
 
 
 def select_reclaims(
@@ -173,8 +195,11 @@ def select_reclaims(
     now: float,
     actions_last_hour: int,
     policy_name: str,
+    cluster: Pressure | None = None,
 ) -> ReclaimSelection:
-    """The owners whose GPU pods are all due, within the budgets: longest idle first, then by name."""
+    """The owners whose GPU pods are all due, within the budgets: longest idle first, then by name.
+    With reclaimWhen OnPressure, only those that make GPU pods waiting in ``cluster`` fit (none
+    when ``cluster`` is not given: nothing is known to wait)."""
     due: dict[OwnerKey, list[EvictionCandidate]] = {}
     for candidate in candidates:
         group = plan.of_pod.get((candidate.pod.namespace, candidate.pod.name))
@@ -201,9 +226,17 @@ def select_reclaims(
             continue
         ready.append((max(c.idle_since for c in found), group, found))
     ready.sort(key=lambda r: (r[0], r[1].owner.namespace, r[1].owner.label))
+    cluster = cluster or Pressure((), (), ())
+    served: Mapping[OwnerKey, tuple[str, ...]]
+    if params.on_pressure:
+        ready, served = _under_pressure(plan, ready, cluster, notes)
+    else:  # every pod waiting for GPUs now may take the freed ones
+        waiting = tuple(waiting_names([p for p in cluster.pending if waiting_for_gpus(p)]))
+        served = {group.owner.key: waiting for _, group, _ in ready}
     hour_left = max(0, params.max_per_hour - actions_last_hour)
     per_namespace: Counter[str] = Counter()
     actions: list[Action] = []
+    records: list[tuple[tuple[Action, ...], Reclamation]] = []
     taken = 0
     for idle_since, group, found in ready:
         owner = group.owner
@@ -225,8 +258,37 @@ def select_reclaims(
         else:
             taken += 1
             per_namespace[owner.namespace] += 1
-            actions.extend(_actions(group, found, idle_since, policy_name))
-    return ReclaimSelection(tuple(blocked + actions), tuple(notes))
+            planned = _actions(group, found, idle_since, policy_name)
+            actions.extend(planned)
+            action = group.action.value
+            records.append((tuple(planned), draft(owner, action, group.pods, served.get(owner.key, ()), now)))
+    return ReclaimSelection(tuple(blocked + actions), tuple(notes), tuple(records))
+
+
+def _under_pressure(
+    plan: OwnerPlan,
+    ready: list[tuple[float, OwnerGroup, list[EvictionCandidate]]],
+    pressure: Pressure,
+    notes: list[str],
+) -> tuple[list[tuple[float, OwnerGroup, list[EvictionCandidate]]], Mapping[OwnerKey, tuple[str, ...]]]:
+    """The ready owners that make waiting GPU pods fit (the rest keep their warnings and wait)."""
+    freeing = frozenset(p.uid for g in plan.groups.values() if g.reclaimed for p in g.pods)
+    choice = choose_for_pressure(
+        pressure.nodes,
+        pressure.pods,
+        pressure.pending,
+        {group.owner.key: _gpus_by_node(group.pods) for _, group, _ in ready},
+        freeing,
+    )
+    notes.extend(choice.notes)
+    keep = set(choice.chosen)
+    for _, group, _ in ready:
+        if group.owner.key not in keep:
+            notes.append(
+                f"{group.owner.namespace}/{group.owner.label}: due, not reclaimed: reclaimWhen OnPressure and "
+                f"no GPU pod waiting ({len(choice.waiting)} pending for GPUs) needs its GPUs; warning kept"
+            )
+    return [r for r in ready if r[1].owner.key in keep], choice.served
 
 
 def _blocked_once(found: list[EvictionCandidate], why: str, now: float) -> list[Action]:

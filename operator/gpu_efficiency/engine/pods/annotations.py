@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import Diagnosis, PodVerdict, Signal, Verdict
-from gpu_efficiency.engine.underutilization import RECOMMENDATIONS
+from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS
 
 #: Smallest change of a numeric annotation worth a write, per key.
 NUMERIC_TOLERANCE: Mapping[str, float] = {names.SM_ACTIVE: 0.1, names.GPU_UTIL: 0.1, names.EFFICIENCY: 0.1}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpu_efficiency.engine.faults_kinds import FaultKind, GpuJudgement, GpuState
+from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
 
 
 def is_new(

@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.api.durations import format_duration
-from gpu_efficiency.engine.activity import UNBOUNDED, DataBounds, GPUActivity, usable
 from gpu_efficiency.engine.model import Diagnosis, Signal, Stats, Verdict
 from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.pods.activity import UNBOUNDED, DataBounds, GPUActivity, usable
 
 PRECEDENCE: tuple[Diagnosis, ...] = (
     Diagnosis.THERMAL_THROTTLING,

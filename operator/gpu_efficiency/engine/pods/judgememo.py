@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpu_efficiency.engine.activity import DataBounds, GPUActivity
-from gpu_efficiency.engine.idle import PodKey
 from gpu_efficiency.engine.model import PodVerdict, Signal, Stats
 from gpu_efficiency.engine.params import CycleParams
-from gpu_efficiency.engine.underutilization import Finding
+from gpu_efficiency.engine.pods.activity import DataBounds, GPUActivity
+from gpu_efficiency.engine.pods.idle import PodKey
+from gpu_efficiency.engine.pods.underutilization import Finding
 
 #: Per GPU of the pod, in the order judged: UUID, activity window, data bounds, framebuffer MiB.
 JudgeInputs = tuple[tuple[str, Mapping[Signal, Stats], DataBounds, float | None], ...]
