@@ -325,6 +325,7 @@ def test_monitoring_objects_and_alert_rules(helm_bin: str, tmp_path: Path) -> No
         "GPUEfficiencyCyclesFailing",
         "GPUEfficiencyCycleStalled",
         "GPUEfficiencyCyclesAbsent",
+        "GPUEfficiencyIdleGPUReclaimPending",
     }
     assert alerts["GPUEfficiencyOperatorDown"]["expr"].startswith("absent(up{")
     assert "absent(gpu_efficiency_leader{" in alerts["GPUEfficiencyNoLeader"]["expr"]
@@ -340,7 +341,7 @@ def test_monitoring_objects_and_alert_rules(helm_bin: str, tmp_path: Path) -> No
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     out = run(promtool, "check", "rules", str(rules_file)).stdout
-    assert "SUCCESS: 8 rules found" in out, out
+    assert "SUCCESS: 9 rules found" in out, out
     # The dashboard is valid JSON, labelled for the Grafana sidecar, and charts every operator metric.
     dashboard_cm = one(docs, "ConfigMap", "-dashboard")
     assert dashboard_cm["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -351,6 +352,18 @@ def test_monitoring_objects_and_alert_rules(helm_bin: str, tmp_path: Path) -> No
     titles = " ".join(p["title"].lower() for p in dashboard["panels"])
     for topic in ("idle", "waste", "diagnos", "tainted", "evictions"):
         assert topic in titles, topic
+
+
+def test_the_reclaim_pending_alert_passes_its_promtool_unit_test(helm_bin: str, tmp_path: Path) -> None:
+    """`promtool test rules` with tests/e2e/promtool/: the alert carries the pod's own namespace and
+    name (not the operator's), ends with the keep command, and clears when the warning's series goes."""
+    docs = render(helm_bin, *ALL_ON, namespace="default", api_versions=True)
+    rule = one(docs, "PrometheusRule")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    test_file = tmp_path / "idle_reclaim_pending.test.yaml"
+    test_file.write_text((Path(__file__).parent / "promtool" / "idle_reclaim_pending.test.yaml").read_text())
+    out = run(built_tool("promtool", "PROMTOOL"), "test", "rules", str(test_file))
+    assert "SUCCESS" in out.stdout + out.stderr, out.stdout + out.stderr
 
 
 @pytest.mark.parametrize(
