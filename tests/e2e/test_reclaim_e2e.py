@@ -1,22 +1,28 @@
 """Owner-aware reclamation on the real local cluster (issue 17): each idle owner gets its action,
-the freed GPUs run a pod that was waiting for them, and `gpu-efficiency restore` brings an owner back.
+the freed GPUs run a pod that was waiting for them, and `gpu-efficiency restore` brings an owner back;
+under ``reclaimWhen: OnPressure`` only what a waiting pod needs is reclaimed, and only then.
 
-The scenario file ``procedural/owner-reclaim.yaml`` sets the stage and checks the owners' fields and
-events; this test adds the HorizontalPodAutoscaler, the waiting 2-GPU pod and the restore command,
-and prints the time from the reclaim to the waiting pod running (for the issue's note).
+The scenario files ``procedural/owner-reclaim.yaml`` and ``procedural/reclaim-on-pressure.yaml`` set
+the stage and check the owners' fields and events; these tests add the HorizontalPodAutoscaler, the
+waiting 2-GPU pod and the restore command, and print the time from the reclaim to the waiting pod
+running (for the issue's note).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
+from gpu_efficiency.engine.timefmt import parse_rfc3339
+from gpu_efficiency.sim.simulator import WORKLOAD_LABEL
 from tests.e2e.harness import Cluster, OperatorIdentity, wait_for
 from tests.e2e.scenario_driver import BackgroundScenario
 from tests.e2e.test_report import cli
@@ -24,16 +30,19 @@ from tests.e2e.test_report import cli
 pytestmark = pytest.mark.e2e
 
 SCENARIO_LABEL = "sim.gpuefficiency.io/scenario"
+T = TypeVar("T")
 
 
-def waiting_pod(name: str, scenario: str) -> dict[str, Any]:
-    """A 2-GPU pod for the scenario's nodes: both are full, so it waits until GPUs are reclaimed."""
+def waiting_pod(name: str, scenario: str, node: str | None = None) -> dict[str, Any]:
+    """A 2-GPU pod for the scenario's nodes (or only ``node``): they are full, so it waits until
+    GPUs are reclaimed."""
+    selector = {SCENARIO_LABEL: scenario} | ({"kubernetes.io/hostname": node} if node else {})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": {"app": name}},
         "spec": {
-            "nodeSelector": {SCENARIO_LABEL: scenario},
+            "nodeSelector": selector,
             "tolerations": [
                 {"key": SCENARIO_LABEL, "operator": "Equal", "value": scenario, "effect": "NoSchedule"}
             ],
@@ -147,4 +156,158 @@ def test_idle_owners_get_their_action_and_the_freed_gpus_run_the_waiting_pod(
         assert apps.read_namespaced_deployment("busy", owners_ns).spec.replicas == 1
     result = bg.finish()
     print(f"\nwaiting pod on {seen['node']}: reclaim → scheduled {seen['reclaim_to_scheduled_s']:.1f}s")
+    assert result.passed, bg.report()
+
+
+def _unschedulable_for_gpus(pod: client.V1Pod) -> str:
+    """The scheduler's message when the pod waits Pending as unschedulable for lack of GPUs, else ''."""
+    scheduled = next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+    if (
+        pod.status.phase == "Pending"
+        and scheduled is not None
+        and scheduled.status == "False"
+        and scheduled.reason == "Unschedulable"
+        and names.GPU_RESOURCE in (scheduled.message or "")
+    ):
+        return str(scheduled.message)
+    return ""
+
+
+def _until(
+    bg: BackgroundScenario, probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5
+) -> T:
+    """wait_for, with the scenario's lines so far in the failure."""
+    try:
+        return wait_for(probe, timeout, interval=interval, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{bg.report()}") from None
+
+
+def test_on_pressure_reclaims_only_what_the_waiting_pod_needs(
+    cluster: Cluster, k8s: client.ApiClient, operator_identity: OperatorIdentity, tmp_path: Path
+) -> None:
+    core = client.CoreV1Api(k8s)
+    apps = client.AppsV1Api(k8s)
+    custom = client.CustomObjectsApi(k8s)
+    policy, on_a, on_b = "pressure-reclaim", ("nb-a1", "nb-a2"), "nb-b"
+    seen: dict[str, Any] = {}
+
+    with BackgroundScenario("reclaim-on-pressure", cluster, operator_identity, tmp_path) as bg:
+        ns = bg.namespace("sim-pressure")
+        node_a = bg.run.names.nodes["pressure-gpu-a"]
+
+        def status() -> dict[str, Any]:
+            obj: Any = custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, policy)
+            return dict(obj.get("status") or {})
+
+        def replicas(name: str) -> int:
+            return int(apps.read_namespaced_deployment(name, ns).spec.replicas)
+
+        def current_pods(name: str) -> list[client.V1Pod]:
+            pods = core.list_namespaced_pod(ns, label_selector=f"{WORKLOAD_LABEL}={name}").items
+            return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+        def evict_after() -> dict[str, float]:
+            """evict-after of each workload's one current pod (missing ones left out)."""
+            out = {}
+            for name in (*on_a, on_b):
+                pods = current_pods(name)
+                stamp = (
+                    parse_rfc3339((pods[0].metadata.annotations or {}).get(names.EVICT_AFTER))
+                    if pods
+                    else None
+                )
+                if len(pods) == 1 and stamp is not None:
+                    out[name] = stamp
+            return out
+
+        # (2) The warnings go out and fall due (a cycle past the last evict-after), and at t >= 60s
+        # nothing is reclaimed: nothing waits for GPUs.
+        def all_due() -> dict[str, float] | None:
+            found = evict_after()
+            return found if len(found) == 3 and max(found.values()) + 5 < time.time() else None
+
+        due = _until(bg, all_due, 150, interval=1, what="the three warnings due")
+        bg.sleep_until(60)
+        assert evict_after().keys() == due.keys(), "a warning was withdrawn while nothing waited"
+        assert {name: replicas(name) for name in (*on_a, on_b)} == dict.fromkeys((*on_a, on_b), 1)
+        before = status()
+        assert before.get("reclaimsTotal") == 0, before
+        assert (before.get("pendingGpuDemand") or {}).get("gpus") == 0, before
+        seen["created_at"] = bg.elapsed()
+
+        # (3) A 2-GPU pod for pressure-gpu-a only: the node is full, so it waits for GPUs.
+        core.create_namespaced_pod(ns, waiting_pod("waiting", bg.run.name, node=node_a))
+
+        def waiting() -> client.V1Pod:
+            try:
+                return core.read_namespaced_pod("waiting", ns)
+            except client.exceptions.ApiException as exc:
+                raise AssertionError(f"the waiting pod: HTTP {exc.status}\n{bg.report()}") from exc
+
+        seen["message"] = _until(
+            bg,
+            lambda: _unschedulable_for_gpus(waiting()),
+            60,
+            what="the 2-GPU pod Pending as unschedulable for lack of nvidia.com/gpu",
+        )
+
+        # (4) Exactly the two Deployments on pressure-gpu-a are scaled to zero; nb-b is untouched
+        # (the scenario holds it to the end).
+        _until(
+            bg,
+            lambda: all(replicas(name) == 0 for name in on_a),
+            90,
+            what=f"{' and '.join(on_a)} scaled to zero",
+        )
+        assert replicas(on_b) == 1
+        seen["reclaimed_at"] = bg.elapsed()
+
+        # (5) The waiting pod runs on the freed GPUs of pressure-gpu-a ...
+        running = _until(
+            bg,
+            lambda: (p := waiting()).status.phase == "Running" and p,
+            120,
+            what="the waiting 2-GPU pod Running on reclaimed GPUs",
+        )
+        assert running.spec.node_name == node_a
+        seen["running_at"] = bg.elapsed()
+        # ... and in the next three cycles nothing else is reclaimed and no replacement pod appears.
+        cycles: list[str] = []
+
+        def next_cycle() -> bool:
+            now = status()
+            assert now.get("reclaimsTotal") == 2, now
+            stamp = str(now.get("lastEvaluationTime") or "")
+            if stamp and stamp not in cycles:
+                cycles.append(stamp)
+            return len(cycles) > 3  # the cycle seen first may have run before the pod did
+
+        _until(bg, next_cycle, 60, interval=1, what="three evaluation cycles after the pod ran")
+        assert not [p.metadata.name for name in on_a for p in current_pods(name)]
+        assert replicas(on_b) == 1
+        assert len(current_pods(on_b)) == 1
+
+        # (6) The records name the waiting pod and give the time from the action to it running.
+        def timed() -> list[dict[str, Any]]:
+            records = [
+                r
+                for r in status().get("reclamations") or []
+                if f"{ns}/waiting" in (r.get("waitingPods") or [])
+            ]
+            return records if any(r.get("secondsToRunning") is not None for r in records) else []
+
+        records = _until(bg, timed, 60, interval=1, what="secondsToRunning in status.reclamations")
+        assert {r["owner"] for r in records} == {f"{ns}/Deployment/{name}" for name in on_a}, records
+        assert all(r.get("nodes") == [node_a] for r in records), records
+        seen["seconds_to_running"] = [r.get("secondsToRunning") for r in records]
+        seen["gpu_hours_returned"] = status().get("gpuHoursReturned")
+        assert (seen["gpu_hours_returned"] or 0) > 0, status()
+    result = bg.finish()
+    print(
+        f"\nOnPressure: pod created t={seen['created_at']:.0f}s ({seen['message'][:120]}), "
+        f"owners scaled to zero by t={seen['reclaimed_at']:.0f}s, pod Running on {node_a} by "
+        f"t={seen['running_at']:.0f}s; secondsToRunning per record {seen['seconds_to_running']}; "
+        f"gpuHoursReturned {seen['gpu_hours_returned']}"
+    )
     assert result.passed, bg.report()
