@@ -169,7 +169,7 @@ def test_idle_daemonset_pods_are_judged_but_never_warned_or_evicted(
             )
 
         wait_for(judged_idle, 60, what="the DaemonSet pods judged Idle")
-        while bg.elapsed() < 78:  # the control Deployment is warned and evicted meanwhile
+        while bg.elapsed() < 78:  # the control Deployment is warned and scaled to zero meanwhile
             now = ds_pods()
             assert {p.metadata.uid for p in now} == uids, "a DaemonSet pod was evicted"
             for p in now:

@@ -21,7 +21,9 @@ from pydantic import ValidationError
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 
-VOLATILE_FIELDS = frozenset({"lastEvaluationTime", "idleGpuHours", "estimatedWasteTotal"})
+VOLATILE_FIELDS = frozenset({"lastEvaluationTime", "idleGpuHours", "estimatedWasteTotal", "gpuHoursReturned"})
+#: In each status.reclamations record: the GPU-hours it has returned so far, which grow every cycle.
+VOLATILE_RECORD_FIELDS = frozenset({"gpuHoursReturned"})
 
 
 def status_body(status: GPUEfficiencyPolicyStatus) -> dict[str, Any]:
@@ -38,7 +40,14 @@ def parse_status(raw: Mapping[str, Any]) -> GPUEfficiencyPolicyStatus:
 
 
 def _stable(body: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k not in VOLATILE_FIELDS}
+    """The status without what grows every cycle: a change there alone waits for the refresh."""
+    stable = {k: v for k, v in body.items() if k not in VOLATILE_FIELDS}
+    if isinstance(stable.get("reclamations"), list):
+        stable["reclamations"] = [
+            {k: v for k, v in r.items() if k not in VOLATILE_RECORD_FIELDS} if isinstance(r, dict) else r
+            for r in stable["reclamations"]
+        ]
+    return stable
 
 
 class StatusWriter:

@@ -52,7 +52,9 @@ from gpu_efficiency.engine.pods.budgets import merge_budgets
 from gpu_efficiency.engine.pods.idleledger import IdleLedger
 from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 from gpu_efficiency.engine.pods.notify import notifications, notifications_condition, pending_evictions
+from gpu_efficiency.engine.pods.ownerreads import OwnerRead, owner_read_needed
 from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
+from gpu_efficiency.engine.selection import build_scope
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from gpu_efficiency.gcpause import gc_paused
@@ -73,6 +75,9 @@ from gpu_efficiency.sources.owners import OwnerReader, OwnerState, OwnersUnavail
 DROP_REASONS = (INVALID_ID, NODE_CONFLICT, POD_NODE_MISMATCH, GPUS_EXCEED_CAPACITY, CONTRADICTS_AGENT)
 #: The owner actions counted in gpu_efficiency_reclaims_total (Evict is counted as evictions).
 RECLAIM_ACTIONS = (ReclaimAction.SCALE_TO_ZERO, ReclaimAction.STOP, ReclaimAction.SUSPEND)
+#: How old the last owner read may be when no pod is warned or due this cycle (it then only shapes
+#: annotation texts; every warning and every action reads the owners afresh).
+OWNER_CACHE_SECONDS = 300.0
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +157,7 @@ class CycleRunner:
     clock: Callable[[], float] = time.time
     owners: OwnerReader | None = None  # owner-aware reclamation (None: pods judged one by one)
     read_owners_always: bool = False  # report/explain: owners even before any idle clock runs
+    _owner_cache: tuple[float, OwnerState] | None = None  # (when, what) of the last owner read
     notifier: Notifier | None = None  # spec.notify's webhooks (None: one-shot commands post nothing)
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
     _memos: dict[str, JudgeMemo] = field(default_factory=dict)  # per policy: last cycle's verdicts
@@ -326,7 +332,7 @@ class CycleRunner:
             except Exception as exc:  # a source's bug or an answer it failed to decode: blind, not idle
                 log.exception("policy %s: the metric source failed", name)
                 available, error = False, f"metric source failed: {type(exc).__name__}: {exc}"
-        owners, owners_error = self._read_owners(cluster, spec.stragglers.enabled)
+        owners, owners_error = self._read_owners(cluster, spec)
         gpus = result.gpus if result is not None else ()
         if available and not gpus and cluster.pods:
             available, error = (
@@ -360,21 +366,38 @@ class CycleRunner:
         return snapshot, cluster, result
 
     def _read_owners(
-        self, cluster: ClusterState, spec_reads_owners: bool = False
+        self, cluster: ClusterState, spec: GPUEfficiencyPolicySpec
     ) -> tuple[OwnerState | None, str]:
-        """The pods' owners, once some pod carries idle-since (before, nothing can be due), or every
-        cycle when ``spec_reads_owners`` (stragglers: events go to the job's top owner)."""
-        if self.owners is None or not (
-            self.read_owners_always
-            or spec_reads_owners
-            or any(names.IDLE_SINCE in p.annotations for p in cluster.pods)
-        ):
+        """The pods' owners when this cycle needs them (``pods/ownerreads.py``): read afresh when an
+        in-scope pod is warned or due, else the last read (at most ``OWNER_CACHE_SECONDS`` old), else
+        none. report/explain (``read_owners_always``) and straggler events read them every time."""
+        if self.owners is None:
             return None, ""
+        if self.read_owners_always:
+            need = OwnerRead.FRESH
+        else:
+            scope = build_scope(
+                spec.selection, self.config.all_protected_namespaces, cluster.namespaces, cluster.nodes
+            )
+            need = owner_read_needed(cluster.pods, scope, self.clock(), parse_duration(spec.idle.idle_for))
+            if spec.stragglers.enabled and need is OwnerRead.NONE:
+                need = OwnerRead.CACHED  # straggler events go to the job's top owner
+        if need is OwnerRead.NONE:
+            return None, ""
+        cached = self._owner_cache
+        if (
+            need is OwnerRead.CACHED
+            and cached is not None
+            and self.clock() - cached[0] <= OWNER_CACHE_SECONDS
+        ):
+            return replace(cached[1], requests=0), ""
         try:
-            return self.owners.read(), ""
+            state = self.owners.read()
         except OwnersUnavailable as exc:
             log.warning("owners not read, nothing with a controller is reclaimed this cycle: %s", exc)
             return None, str(exc)
+        self._owner_cache = (self.clock(), state)
+        return state, ""
 
     def _evaluate(
         self,

@@ -1,11 +1,15 @@
-"""A cycle reads the pods' owners only once some pod carries idle-since, and says when it cannot."""
+"""A cycle reads the pods' owners only when an in-scope pod is warned or due (else the last read, or
+none while no clock runs), and says when it cannot."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpu_efficiency.api import names
-from gpu_efficiency.handlers.cycle import CycleRunner
+from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.config import OperatorConfig
+from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.handlers.cycle import OWNER_CACHE_SECONDS, CycleRunner
 from gpu_efficiency.sources.cluster import ClusterState, pod_view
 from gpu_efficiency.sources.owners import OwnerState, OwnersUnavailable
 
@@ -22,9 +26,22 @@ class StubOwners:
         return OwnerState({}, frozenset(), requests=5)
 
 
-def runner(owners: Any) -> CycleRunner:
+NOW = 1_800_000_000.0
+SPEC = GPUEfficiencyPolicySpec.model_validate({"idle": {"idleFor": "10m", "warningPeriod": "5m"}})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def runner(owners: Any, clock: Clock | None = None) -> CycleRunner:
     return CycleRunner(
-        config=None,
+        clock=clock or Clock(),
+        config=OperatorConfig(),
         reader=None,
         applier=None,
         status_writer=None,
@@ -37,7 +54,14 @@ def runner(owners: Any) -> CycleRunner:
 def cluster(*annotations: dict[str, str]) -> ClusterState:
     pods = tuple(
         pod_view(
-            {"metadata": {"name": f"p{i}", "namespace": "ml", "annotations": a}, "spec": {}, "status": {}}
+            {
+                "metadata": {"name": f"p{i}", "namespace": "ml", "annotations": a},
+                "spec": {
+                    "nodeName": "n1",
+                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                },
+                "status": {"phase": "Running"},
+            }
         )
         for i, a in enumerate(annotations)
     )
@@ -46,29 +70,76 @@ def cluster(*annotations: dict[str, str]) -> ClusterState:
 
 def test_owners_are_read_only_when_some_pod_is_idle() -> None:
     owners = StubOwners()
-    assert runner(owners)._read_owners(cluster({}, {names.STATE: "Efficient"})) == (None, "")
+    assert runner(owners)._read_owners(cluster({}, {names.STATE: "Efficient"}), SPEC) == (None, "")
     assert owners.reads == 0
-    state, error = runner(owners)._read_owners(cluster({}, {names.IDLE_SINCE: "2026-01-01T00:00:00Z"}))
+    state, error = runner(owners)._read_owners(cluster({}, {names.IDLE_SINCE: "2026-01-01T00:00:00Z"}), SPEC)
     assert state is not None
     assert (owners.reads, error) == (1, "")
 
 
 def test_owners_unreadable_is_reported_not_raised() -> None:
     state, error = runner(StubOwners(fail=True))._read_owners(
-        cluster({names.IDLE_SINCE: "2026-01-01T00:00:00Z"})
+        cluster({names.IDLE_SINCE: "2026-01-01T00:00:00Z"}), SPEC
     )
     assert state is None
     assert "HTTP 403" in error
 
 
 def test_without_an_owner_reader_nothing_is_read() -> None:
-    assert runner(None)._read_owners(cluster({names.IDLE_SINCE: "2026-01-01T00:00:00Z"})) == (None, "")
+    assert runner(None)._read_owners(cluster({names.IDLE_SINCE: "2026-01-01T00:00:00Z"}), SPEC) == (None, "")
 
 
 def test_report_reads_owners_before_any_clock_runs() -> None:
     owners = StubOwners()
     one_shot = runner(owners)
     one_shot.read_owners_always = True
-    state, _ = one_shot._read_owners(cluster({}))
+    state, _ = one_shot._read_owners(cluster({}), SPEC)
     assert state is not None
     assert owners.reads == 1
+
+
+def test_between_warning_and_deadline_the_last_read_serves_and_costs_no_request() -> None:
+    """A steady cluster costs no API reads: while pods are idle but nobody is warned or due this
+    cycle, the owners read at the warning serve (for up to OWNER_CACHE_SECONDS); the cycle that
+    acts reads them afresh."""
+    owners, clock = StubOwners(), Clock()
+    run = runner(owners, clock)
+    idle_since = format_rfc3339(NOW - 3600)
+    warning_due = cluster({names.IDLE_SINCE: idle_since})  # idle for an hour, idleFor 10m, no warning yet
+    state, _ = run._read_owners(warning_due, SPEC)
+    assert (owners.reads, state is not None and state.requests) == (1, 5)
+    warned = cluster({names.IDLE_SINCE: idle_since, names.EVICT_AFTER: format_rfc3339(NOW + 300)})
+    for _ in range(5):
+        clock.now += 30
+        state, _ = run._read_owners(warned, SPEC)
+        assert state is not None
+        assert state.requests == 0
+    assert owners.reads == 1
+    clock.now = NOW + 301  # the deadline passed: the action reads today's owners
+    state, _ = run._read_owners(warned, SPEC)
+    assert (owners.reads, state is not None and state.requests) == (2, 5)
+
+
+def test_a_young_idle_clock_reads_nothing_until_the_cache_is_needed_and_too_old() -> None:
+    owners, clock = StubOwners(), Clock()
+    run = runner(owners, clock)
+    young = cluster({names.IDLE_SINCE: format_rfc3339(NOW - 60)})  # idle a minute, idleFor 10m
+    state, _ = run._read_owners(young, SPEC)
+    assert state is not None
+    assert owners.reads == 1
+    clock.now += OWNER_CACHE_SECONDS - 1
+    run._read_owners(young, SPEC)
+    assert owners.reads == 1
+    clock.now += 2
+    run._read_owners(cluster({names.IDLE_SINCE: format_rfc3339(clock.now - 60)}), SPEC)
+    assert owners.reads == 2
+
+
+def test_pods_out_of_scope_never_cause_a_read() -> None:
+    owners = StubOwners()
+    other = GPUEfficiencyPolicySpec.model_validate(
+        {"selection": {"excludedNamespaces": ["ml"]}, "idle": {"idleFor": "10m", "warningPeriod": "5m"}}
+    )
+    due = cluster({names.IDLE_SINCE: format_rfc3339(NOW - 7200), names.EVICT_AFTER: format_rfc3339(NOW - 60)})
+    assert runner(owners)._read_owners(due, other) == (None, "")
+    assert owners.reads == 0
