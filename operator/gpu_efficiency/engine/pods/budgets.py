@@ -102,6 +102,32 @@ class EvictionSelection:
     notes: tuple[str, ...]  # one line per candidate not evicted, saying why
 
 
+def cap_reached(
+    what: str,
+    namespace: str,
+    taken: int,
+    in_namespace: int,
+    hour_left: int,
+    last_hour: int,
+    params: CycleParams,
+) -> str:
+    """Why one more ``what`` (eviction, reclaim) waits for a later cycle, or '' when the per-cycle,
+    per-hour and per-namespace caps all leave room. Evictions and owner reclaims share the caps."""
+    if taken >= params.max_per_cycle:
+        return f"{what} postponed: maxPerCycle {params.max_per_cycle} reached; retried next cycle"
+    if taken >= hour_left:
+        return (
+            f"{what} postponed: maxPerHour {params.max_per_hour} reached "
+            f"({last_hour} in the last hour); retried next cycle"
+        )
+    if in_namespace >= params.max_per_namespace:
+        return (
+            f"{what} postponed: maxPerNamespacePerCycle {params.max_per_namespace} reached "
+            f"in {namespace}; retried next cycle"
+        )
+    return ""
+
+
 def select_evictions(
     candidates: Sequence[EvictionCandidate], params: CycleParams, now: float, evictions_last_hour: int
 ) -> EvictionSelection:
@@ -115,22 +141,14 @@ def select_evictions(
         pod = candidate.pod
         who = f"{pod.namespace}/{pod.name}"
         blocker = permanent_blocker(pod, params) or temporary_blocker(pod, params, now)
+        capped = cap_reached(
+            "eviction", pod.namespace, len(selected), per_namespace[pod.namespace], hour_left,
+            evictions_last_hour, params,
+        )  # fmt: skip
         if blocker:
             notes.append(f"{who}: eviction skipped: {blocker}")
-        elif len(selected) >= params.max_per_cycle:
-            notes.append(
-                f"{who}: eviction postponed: maxPerCycle {params.max_per_cycle} reached; retried next cycle"
-            )
-        elif len(selected) >= hour_left:
-            notes.append(
-                f"{who}: eviction postponed: maxPerHour {params.max_per_hour} reached "
-                f"({evictions_last_hour} in the last hour); retried next cycle"
-            )
-        elif per_namespace[pod.namespace] >= params.max_per_namespace:
-            notes.append(
-                f"{who}: eviction postponed: maxPerNamespacePerCycle {params.max_per_namespace} reached "
-                f"in {pod.namespace}; retried next cycle"
-            )
+        elif capped:
+            notes.append(f"{who}: {capped}")
         else:
             per_namespace[pod.namespace] += 1
             selected.append(candidate)

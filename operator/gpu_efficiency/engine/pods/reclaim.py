@@ -35,7 +35,12 @@ from gpu_efficiency.engine.model import (
     Verdict,
 )
 from gpu_efficiency.engine.params import CycleParams
-from gpu_efficiency.engine.pods.budgets import EvictionCandidate, permanent_blocker, temporary_blocker
+from gpu_efficiency.engine.pods.budgets import (
+    EvictionCandidate,
+    cap_reached,
+    permanent_blocker,
+    temporary_blocker,
+)
 from gpu_efficiency.engine.pods.idle import PodKey, hold_reason
 from gpu_efficiency.engine.pods.owners import (
     Owner,
@@ -240,21 +245,17 @@ def select_reclaims(
     taken = 0
     for idle_since, group, found in ready:
         owner = group.owner
-        who = f"{owner.namespace}/{owner.label}"
-        if taken >= params.max_per_cycle:
-            notes.append(
-                f"{who}: reclaim postponed: maxPerCycle {params.max_per_cycle} reached; retried next cycle"
-            )
-        elif taken >= hour_left:
-            notes.append(
-                f"{who}: reclaim postponed: maxPerHour {params.max_per_hour} reached "
-                f"({actions_last_hour} in the last hour); retried next cycle"
-            )
-        elif per_namespace[owner.namespace] >= params.max_per_namespace:
-            notes.append(
-                f"{who}: reclaim postponed: maxPerNamespacePerCycle {params.max_per_namespace} reached "
-                f"in {owner.namespace}; retried next cycle"
-            )
+        capped = cap_reached(
+            "reclaim",
+            owner.namespace,
+            taken,
+            per_namespace[owner.namespace],
+            hour_left,
+            actions_last_hour,
+            params,
+        )
+        if capped:
+            notes.append(f"{owner.namespace}/{owner.label}: {capped}")
         else:
             taken += 1
             per_namespace[owner.namespace] += 1
