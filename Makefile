@@ -7,6 +7,9 @@ CLUSTER := hack/localcluster/cluster.sh
 export GPUEFF_STATE_DIR ?= /tmp/gpueff-localcluster
 KUBECONFIG_LOCAL := $(GPUEFF_STATE_DIR)/kubeconfig
 CRD_FILE := crds/gpuefficiency.io_gpuefficiencypolicies.yaml
+# e2e tests run on this many pytest-xdist workers, each with a local cluster of its own (most of an
+# e2e test is waiting for cycles, so two side by side fit on 2 cores); 0 runs them one by one.
+E2E_WORKERS ?= 2
 
 .PHONY: help venv deps proto docs crds lint typecheck importlint unit e2e test demo cluster-up cluster-down build-cluster bench bench-faults clean
 
@@ -62,7 +65,7 @@ cluster-down:
 	$(CLUSTER) down
 
 e2e: deps build-cluster
-	$(VPY) -m pytest tests/e2e -q -m e2e
+	$(VPY) -m pytest tests/e2e -q -m e2e -n $(E2E_WORKERS) --dist worksteal --durations=25
 
 test: lint typecheck importlint unit e2e
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +20,30 @@ from tests.e2e.harness import (
     start_cluster,
     stop_cluster,
 )
+
+WORKER_PORT_STRIDE = 1000  # worker gwN's cluster listens on the default ports + N * 1000
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make e2e` runs two workers) every worker has a local cluster of its own:
+    gw0 the default one (the one `make demo` uses), gwN one in ``$GPUEFF_STATE_DIR-gwN`` on ports
+    moved by N * 1000, so tests on different workers never share a Lease, a policy or a node."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
+    if os.environ.get("GPUEFF_USE_EXISTING_CLUSTER") == "1" and workers > 1:
+        raise pytest.UsageError(
+            "GPUEFF_USE_EXISTING_CLUSTER=1 runs every test on one cluster: run the e2e suite with one worker "
+            "(`make e2e E2E_WORKERS=0`), since tests on parallel workers would act on each other's pods"
+        )
+    if not worker.startswith("gw") or worker == "gw0":
+        return
+    index = int(worker.removeprefix("gw"))
+    base_state = os.environ.get("GPUEFF_STATE_DIR", "/tmp/gpueff-localcluster")
+    base_offset = int(os.environ.get("GPUEFF_PORT_OFFSET", "0") or "0")
+    os.environ["GPUEFF_STATE_DIR"] = f"{base_state}-{worker}"
+    os.environ["GPUEFF_PORT_OFFSET"] = str(base_offset + index * WORKER_PORT_STRIDE)
+    os.environ.pop("GPUEFF_PROMETHEUS_URL", None)  # the worker's own cluster says where its Prometheus is
+    os.environ.pop("GPUEFF_PROMETHEUS_TARGETS_DIR", None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
