@@ -16,7 +16,6 @@ from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from tests.e2e.harness import wait_for
 from tests.e2e.sim_fixtures import GPUNodes, RunningSimulator, gpu_nodes, simulator  # noqa: F401
 from tests.e2e.test_operator import (
-    annotations,
     condition,
     create_policy,
     deployment,
@@ -32,6 +31,12 @@ pytestmark = pytest.mark.e2e
 
 def status_of(k8s: client.ApiClient, name: str) -> dict[str, Any]:
     return dict(get_policy(k8s, name).get("status") or {})
+
+
+def judged_by(core: client.CoreV1Api, namespace: str, pod: str) -> str:
+    """The policy named on the pod as the one that judged it."""
+    found = core.read_namespaced_pod(pod, namespace).metadata
+    return str(((found and found.annotations) or {}).get(names.POLICY, ""))
 
 
 def shadowed(k8s: client.ApiClient, name: str, state: str) -> dict[str, Any] | None:
@@ -56,11 +61,13 @@ def test_a_shadowed_policy_says_so_and_takes_over_when_the_older_goes(
     time.sleep(1.1)
     younger = create_policy(k8s, policies, policy_body(f"younger-{run}", namespace))
     start_operator()
-    pod = wait_for(lambda: running_pod(core, namespace, "trainer"), 60, what="trainer running")
+    trainer = wait_for(lambda: running_pod(core, namespace, "trainer"), 60, what="trainer running")
+    assert trainer.metadata is not None
+    pod = str(trainer.metadata.name)
 
     # The older policy judges the pod; the younger one evaluates nothing and says why, naming it.
     wait_for(
-        lambda: annotations(core, namespace, pod.metadata.name).get(names.POLICY) == older,
+        lambda: judged_by(core, namespace, pod) == older,
         60,
         what=f"the pod judged by {older}",
     )
@@ -86,7 +93,7 @@ def test_a_shadowed_policy_says_so_and_takes_over_when_the_older_goes(
     assert cond["reason"] == "NoOverlap", cond
     wait_for(lambda: status_of(k8s, younger).get("podsEvaluated") == 1, 30, what="younger: podsEvaluated 1")
     wait_for(
-        lambda: annotations(core, namespace, pod.metadata.name).get(names.POLICY) == younger,
+        lambda: judged_by(core, namespace, pod) == younger,
         30,
         what=f"the pod judged by {younger}",
     )
