@@ -27,6 +27,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpu_efficiency.actuators.notify import Timing
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.engine.timefmt import parse_rfc3339
@@ -38,6 +39,7 @@ from tests.e2e.test_operator import (
     deployment,
     policies,  # noqa: F401
     policy_body,
+    policy_events,
     running_pod,
 )
 from tests.e2e.test_report import cli
@@ -47,6 +49,7 @@ pytestmark = pytest.mark.e2e
 SCHEDULED = "io.gpuefficiency." + names.EV_EVICTION_SCHEDULED
 RECLAIMED = "io.gpuefficiency." + names.EV_RECLAIMED
 WARNING_PERIOD_S = 30  # room for the keep command (a Python start) well before the deadline
+SEND_TIMEOUT_S = Timing().timeout_s  # one webhook post's limit (also a cycle-duration bucket bound)
 
 
 # ---- the webhook receiver ------------------------------------------------------------------------
@@ -58,15 +61,21 @@ class Received:
     headers: dict[str, str]
     body: dict[str, Any]
     at: float
+    status: int = 200  # what the receiver answered (0: it never answered)
 
 
 @dataclass
 class Receiver:
-    """Records every POST (path, headers, JSON body) and answers 200."""
+    """Records every POST (path, headers, JSON body) and answers 200, or as told: 500 to the first
+    ``fail_first[path]`` posts to a path, and never to posts to a path in ``hang`` (until the test
+    ends)."""
 
     server: ThreadingHTTPServer
     posts: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    fail_first: dict[str, int] = field(default_factory=dict)
+    hang: set[str] = field(default_factory=set)
+    released: threading.Event = field(default_factory=threading.Event)
 
     @property
     def base_url(self) -> str:
@@ -77,13 +86,27 @@ class Receiver:
         with self.lock:
             return [p for p in self.posts if p.path == path]
 
-    def cloudevents(self, type_: str | None = None, subject: str | None = None) -> list[Received]:
+    def cloudevents(
+        self, type_: str | None = None, subject: str | None = None, path: str = "/ce"
+    ) -> list[Received]:
         return [
             p
-            for p in self.at("/ce")
+            for p in self.at(path)
             if (type_ is None or p.body.get("type") == type_)
             and (subject is None or p.body.get("subject") == subject)
         ]
+
+    def answered(self, path: str, count: int) -> list[Received] | None:
+        """The posts to ``path`` answered 200, once there are at least ``count``."""
+        found = [p for p in self.at(path) if p.status == 200]
+        return found if len(found) >= count else None
+
+    def answer(self, path: str) -> int:
+        """The status for the next post to ``path`` (0: hang); call with the lock held."""
+        if path in self.hang:
+            return 0
+        earlier = sum(1 for p in self.posts if p.path == path)
+        return 500 if earlier < self.fail_first.get(path, 0) else 200
 
 
 @pytest.fixture
@@ -98,10 +121,15 @@ def receiver() -> Iterator[Receiver]:
                 body = json.loads(raw)
             except ValueError:
                 body = {"unparsable": raw.decode(errors="replace")}
-            entry = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time())
+            headers = {k.lower(): v for k, v in self.headers.items()}
             with holder[0].lock:
-                holder[0].posts.append(entry)
-            self.send_response(200)
+                status = holder[0].answer(self.path)
+                holder[0].posts.append(Received(self.path, headers, body, time.time(), status))
+            if status == 0:
+                holder[0].released.wait(300)  # far past the operator's send timeout
+                self.close_connection = True
+                return
+            self.send_response(status)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -115,6 +143,7 @@ def receiver() -> Iterator[Receiver]:
     try:
         yield holder[0]
     finally:
+        holder[0].released.set()
         server.shutdown()
         server.server_close()
 
@@ -174,6 +203,49 @@ def notification_counts(port: int, policy: str, result: str) -> dict[str, float]
     }
 
 
+@dataclass(frozen=True)
+class CycleTimes:
+    """The policy's gpu_efficiency_cycle_duration_seconds histogram at one moment."""
+
+    count: float
+    total_s: float
+    slower_than_send_timeout: float  # cycles longer than one webhook post may take (5 s)
+
+    def mean_since(self, earlier: CycleTimes) -> tuple[float, int]:
+        """Mean duration and number of the cycles between ``earlier`` and this snapshot."""
+        n = int(self.count - earlier.count)
+        assert n > 0, f"no cycle between the snapshots ({earlier} -> {self})"
+        return (self.total_s - earlier.total_s) / n, n
+
+
+def cycle_times(port: int, policy: str) -> CycleTimes | None:
+    """The policy's cycle-duration histogram (None while /metrics does not answer or has none)."""
+    found = samples(port, "gpu_efficiency_cycle_duration_seconds_count")
+    total = samples(port, "gpu_efficiency_cycle_duration_seconds_sum")
+    buckets = samples(port, "gpu_efficiency_cycle_duration_seconds_bucket")
+    if not found or not total or not buckets:
+        return None
+    count = next((v for labels, v in found if labels.get("policy") == policy), None)
+    total_s = next((v for labels, v in total if labels.get("policy") == policy), None)
+    within = next(
+        (
+            v
+            for labels, v in buckets
+            if labels.get("policy") == policy and float(labels["le"]) == SEND_TIMEOUT_S
+        ),
+        None,
+    )
+    if count is None or total_s is None or within is None:
+        return None
+    return CycleTimes(count, total_s, count - within)
+
+
+def cycles_after(port: int, policy: str, count: int) -> CycleTimes | None:
+    """The policy's cycle-duration histogram once it has counted ``count`` cycles."""
+    found = cycle_times(port, policy)
+    return found if found is not None and found.count >= count else None
+
+
 # ---- helpers -------------------------------------------------------------------------------------
 
 
@@ -204,12 +276,22 @@ def warned_annotations(core: client.CoreV1Api, namespace: str, name: str) -> dic
     return found if names.EVICT_AFTER in found else None
 
 
-def warning_events(core: client.CoreV1Api, namespace: str, pod: str) -> list[client.CoreV1Event]:
+def events_of(core: client.CoreV1Api, namespace: str, pod: str, reason: str) -> list[client.CoreV1Event]:
     return [
         e
         for e in core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items
-        if e.reason == names.EV_EVICTION_SCHEDULED
+        if e.reason == reason
     ]
+
+
+def unwarned_annotations(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, str] | None:
+    """The pod's annotations once it carries no warning (None while it does, or is gone)."""
+    found = pod_annotations(core, namespace, name)
+    return found if found and names.EVICT_AFTER not in found else None
+
+
+def warning_events(core: client.CoreV1Api, namespace: str, pod: str) -> list[client.CoreV1Event]:
+    return events_of(core, namespace, pod, names.EV_EVICTION_SCHEDULED)
 
 
 def replicas(apps: client.AppsV1Api, namespace: str, name: str) -> int:
@@ -436,3 +518,181 @@ def test_warnings_reach_webhooks_once_and_keep_stops_the_reclaim(
         f"A's warning posted ~{warned_a.at - (parse_rfc3339(deadline_a) or 0) + WARNING_PERIOD_S:.1f}s "
         f"after its cycle wrote it"
     )
+
+
+# ---- failing sinks, and keep-for's bound ---------------------------------------------------------
+
+KEEP_WARNING_S = 20  # warningPeriod: room to annotate both pods (an API call) before the deadline
+MAX_KEEP_S = 30  # maxKeep: past the first deadline, well short of keep-for=4h
+INTERVAL_S = 3  # policy_body's interval
+
+
+def test_failing_sinks_never_slow_a_cycle_and_keep_for_is_bounded_by_max_keep(
+    k8s: client.ApiClient,
+    namespace: str,
+    gpu_nodes: GPUNodes,  # noqa: F811
+    simulator: RunningSimulator,  # noqa: F811
+    start_operator: Any,
+    policies: list[str],  # noqa: F811
+    receiver: Receiver,
+    tmp_path: Path,
+) -> None:
+    """One sink answers 500 twice then 200, one never answers: the first is retried until it gets
+    the CloudEvent, the second fails (metric, condition, event), and the cycles while both fail take
+    as long as the cycles before any post. Meanwhile two warned pods are acknowledged: ``keep-for=soon``
+    is reported and changes nothing, ``keep-for=4h`` withdraws the warning only until ``maxKeep``."""
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    receiver.fail_first["/flaky"] = 2
+    receiver.hang.add("/stuck")
+    secret_dir = tmp_path / "notify-secret"
+    secret_dir.mkdir()
+    (secret_dir / "flaky").write_text(receiver.base_url + "/flaky\n")
+    (secret_dir / "stuck").write_text(receiver.base_url + "/stuck\n")
+
+    apps.create_namespaced_deployment(namespace, deployment(namespace, "nb-bad", "idle", gpu_nodes))
+    apps.create_namespaced_deployment(namespace, deployment(namespace, "nb-keep", "idle", gpu_nodes))
+    name = create_policy(
+        k8s,
+        policies,
+        policy_body(
+            f"sinks-{uuid.uuid4().hex[:6]}",
+            namespace,
+            mode="Enforce",
+            idle={"idleFor": "6s", "warningPeriod": f"{KEEP_WARNING_S}s", "maxKeep": f"{MAX_KEEP_S}s"},
+            reclaim={"actions": {"Deployment": "ScaleToZero"}},
+            notify=[
+                {"name": "flaky", "type": "CloudEvents", "urlSecretKey": "flaky"},
+                {"name": "stuck", "type": "CloudEvents", "urlSecretKey": "stuck"},
+            ],
+        ),
+    )
+    metrics_port = free_port()
+    operator = start_operator("--notify-secret-dir", str(secret_dir), "--metrics-port", str(metrics_port))
+    bad = pod_name(wait_for(lambda: running_pod(core, namespace, "nb-bad"), 60, what="nb-bad running"))
+    keep = pod_name(wait_for(lambda: running_pod(core, namespace, "nb-keep"), 60, what="nb-keep running"))
+
+    # Baseline: the cycles after the first (cold) one until the warnings, before any post.
+    base_from = wait_for(lambda: cycles_after(metrics_port, name, 2), 60, what="two cycles")
+    warned_bad = wait_for(lambda: warned_annotations(core, namespace, bad), 90, what="nb-bad's warning")
+    warned_keep = wait_for(lambda: warned_annotations(core, namespace, keep), 30, what="nb-keep's warning")
+    failing_from = cycle_times(metrics_port, name)
+    assert failing_from is not None
+    deadline_bad = parse_rfc3339(warned_bad[names.EVICT_AFTER]) or 0.0
+    for pod, value in ((bad, "soon"), (keep, "4h")):
+        core.patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": {names.KEEP_FOR: value}}})
+    annotated = time.time()
+    assert annotated < deadline_bad, "the acknowledgements came after nb-bad's deadline"
+
+    # ---- keep-for=soon: one clear event, the warning and its deadline stand --------------------
+    invalid = wait_for(
+        lambda: events_of(core, namespace, bad, names.EV_ACK_INVALID), 20, what="AcknowledgementInvalid"
+    )
+    cycles_then = (cycle_times(metrics_port, name) or failing_from).count
+
+    def next_cycle_done() -> bool:
+        """A whole cycle ran after the event (the one that wrote it may still have been running)."""
+        return (cycle_times(metrics_port, name) or failing_from).count >= cycles_then + 2
+
+    assert invalid[0].type == "Warning", invalid[0]
+    assert f"{names.KEEP_FOR}='soon' is not a duration: write it like 4h" in str(invalid[0].message), invalid
+    assert "nothing else changes" in str(invalid[0].message), invalid[0].message
+    wait_for(next_cycle_done, 3 * INTERVAL_S + 10, what="a cycle after the event")
+    now_bad = pod_annotations(core, namespace, bad)
+    for key in (names.EVICT_AFTER, names.IDLE_SINCE):
+        assert now_bad.get(key) == warned_bad[key], (key, now_bad, warned_bad)
+
+    # ---- keep-for=4h: the warning is withdrawn, counted from when the operator first saw it ------
+    kept = wait_for(
+        lambda: unwarned_annotations(core, namespace, keep), 20, what="nb-keep's warning withdrawn"
+    )
+    seen = parse_rfc3339(kept.get(names.KEEP_SEEN)) or 0.0
+    assert annotated - 2 <= seen <= annotated + 3 * INTERVAL_S + 2, (kept, annotated)
+    assert not events_of(core, namespace, keep, names.EV_ACK_INVALID)
+
+    # nb-bad is reclaimed at its deadline, as without the acknowledgement; nb-keep is not.
+    wait_for(lambda: replicas(apps, namespace, "nb-bad") == 0, 60, what="nb-bad scaled to zero")
+    late = time.time() - deadline_bad
+    assert -1 <= late <= 3 * INTERVAL_S + 5, f"nb-bad reclaimed {late:.1f}s after its deadline"
+    assert len(events_of(core, namespace, bad, names.EV_ACK_INVALID)) == 1
+    assert replicas(apps, namespace, "nb-keep") == 1
+    assert names.EVICT_AFTER not in pod_annotations(core, namespace, keep)
+
+    # ---- the hanging sink fails after every attempt; cycles kept their pace meanwhile -------------
+    failed = wait_for(
+        lambda: notification_counts(metrics_port, name, "failed").get("stuck"), 90, what="stuck: failed"
+    )
+    failing_to = cycle_times(metrics_port, name)
+    assert failing_to is not None
+    base_mean, base_n = failing_from.mean_since(base_from)
+    fail_mean, fail_n = failing_to.mean_since(failing_from)
+    slow = failing_to.slower_than_send_timeout - failing_from.slower_than_send_timeout
+    print(
+        f"\ncycle duration: baseline {base_mean:.3f}s mean over {base_n} cycles; with a sink answering 500 "
+        f"and one hanging {fail_mean:.3f}s mean over {fail_n} cycles ({slow:.0f} over {SEND_TIMEOUT_S:.0f}s)"
+    )
+    assert fail_mean <= base_mean + max(1.0, 0.5 * base_mean), (base_mean, fail_mean)
+    assert slow == 0, f"{slow:.0f} cycles took longer than one post to the hanging sink may"
+    assert failed == 1.0, failed
+    stuck = receiver.at("/stuck")
+    tries = [p for p in stuck if p.body["id"] == stuck[0].body["id"]]
+    print(
+        f"hanging sink: {len(tries)} attempts at its first CloudEvent over {tries[-1].at - tries[0].at:.1f}s"
+    )
+    assert len(tries) == Timing().attempts, [p.body["id"] for p in stuck]
+    assert stuck[: len(tries)] == tries, "another CloudEvent was posted between the retries"
+    assert notification_counts(metrics_port, name, "retried")["stuck"] >= Timing().attempts - 1
+    unhealthy = wait_for(
+        lambda: (c := condition(k8s, name, names.COND_NOTIFY)) and c["status"] == "False" and c,
+        40,
+        what="NotificationsHealthy=False",
+    )
+    assert unhealthy["reason"] == "DeliveryFailed", unhealthy
+    assert (
+        f"sink stuck: {names.EV_EVICTION_SCHEDULED} not delivered after {Timing().attempts} attempts: "
+        in (unhealthy["message"])
+    ), unhealthy
+    assert "sink flaky" not in unhealthy["message"], unhealthy
+    assert wait_for(
+        lambda: policy_events(k8s, name, names.EV_NOTIFICATION_FAILED), 30, what="NotificationFailed event"
+    )
+
+    # ---- the 500 sink got the first warning on its third attempt, every later one at once -------
+    flaky = receiver.at("/flaky")
+    first = [p for p in flaky if p.body["id"] == flaky[0].body["id"]]
+    attempts = [p.status for p in first]
+    print(f"500 sink: first CloudEvent answered {attempts} ({first[-1].at - first[0].at:.1f}s)")
+    assert attempts == [500, 500, 200], attempts
+    assert notification_counts(metrics_port, name, "retried")["flaky"] == 2.0
+
+    # ---- keep-for=4h holds only until maxKeep from when it was seen, then warning and reclaim -----
+    rewarned = wait_for(lambda: warned_annotations(core, namespace, keep), 60, what="nb-keep warned again")
+    rewarned_at = (parse_rfc3339(rewarned[names.EVICT_AFTER]) or 0.0) - KEEP_WARNING_S
+    print(f"keep-for=4h with maxKeep {MAX_KEEP_S}s: warned again {rewarned_at - seen:.1f}s after it was seen")
+    assert seen + MAX_KEEP_S - 1 <= rewarned_at <= seen + MAX_KEEP_S + 3 * INTERVAL_S + 2, (seen, rewarned)
+    assert rewarned[names.KEEP_FOR] == "4h", rewarned
+    assert rewarned[names.EVICT_AFTER] != warned_keep[names.EVICT_AFTER]
+    wait_for(lambda: replicas(apps, namespace, "nb-keep") == 0, 60, what="nb-keep scaled to zero")
+
+    # The 500 sink got each warning and action once (the first after two retries), nothing else.
+    subject = f"namespaces/{namespace}"
+    expected = sorted(
+        [
+            (SCHEDULED, f"{subject}/pods/{bad}"),
+            (SCHEDULED, f"{subject}/pods/{keep}"),
+            (SCHEDULED, f"{subject}/pods/{keep}"),
+            (RECLAIMED, f"{subject}/deployments/nb-bad"),
+            (RECLAIMED, f"{subject}/deployments/nb-keep"),
+        ]
+    )
+    delivered = wait_for(
+        lambda: receiver.answered("/flaky", len(expected)),
+        30,
+        what="every CloudEvent delivered to the 500 sink",
+    )
+    assert sorted((p.body["type"], p.body["subject"]) for p in delivered) == expected
+    assert len({p.body["id"] for p in delivered}) == len(expected), "a CloudEvent was delivered twice"
+    assert len(receiver.at("/flaky")) == len(expected) + 2
+    assert notification_counts(metrics_port, name, "sent")["flaky"] == len(expected)
+    assert notification_counts(metrics_port, name, "failed")["flaky"] == 0.0
+    assert operator.alive()
+    assert operator.log().count("cycle failed") == 0
