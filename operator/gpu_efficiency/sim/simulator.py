@@ -25,7 +25,8 @@ from gpu_efficiency.sim.noise import seed_for, uniform
 
 #: Pod label naming the scenario workload a pod belongs to (set by the runner on pod templates).
 WORKLOAD_LABEL: Final = "sim.gpuefficiency.io/workload"
-#: Pod annotation naming the profile to play, for pods no scenario workload describes.
+#: Pod annotation naming the profile the pod plays, before its scenario workload's (one replica busy
+#: while the others idle; annotate a running pod to switch what its GPUs do).
 PROFILE_ANNOTATION: Final = "sim.gpuefficiency.io/profile"
 FREE_GPU_PROFILE: Final = "idle"
 
@@ -242,11 +243,13 @@ class Simulator:
         if holder is None:
             return FREE_GPU_PROFILE, {}
         pod = holder.pod
+        named = pod.annotations.get(PROFILE_ANNOTATION, "")
+        if named in profiles.PROFILES:  # the pod's own profile: one replica unlike the others
+            return named, {}
         play = self._workloads.get((pod.namespace, pod.labels.get(WORKLOAD_LABEL, "")))
         if play is not None:
             return play.profile_at(t), play.overrides_at(t)
-        named = pod.annotations.get(PROFILE_ANNOTATION, "")
-        return (named if named in profiles.PROFILES else self.options.default_profile), {}
+        return self.options.default_profile, {}
 
     def down(self, t: float | None = None) -> Fault | None:
         """The exporter-down fault in effect now (or at t)."""
