@@ -500,7 +500,7 @@ def test_notebook_stopped_woken_and_partly_idle_owners_kept_and_a_crash_mid_warn
         apps.patch_namespaced_stateful_set_scale("lab", ns, {"spec": {"replicas": 0}})
         _until(
             bg,
-            lambda: not [h for h in bg.run.sim.holders().values() if h.pod.name.startswith("lab-")],
+            lambda: not [h for hs in bg.run.sim.holders().values() for h in hs if h.pod.name.startswith("lab-")],
             60,
             what="the notebook's GPU free",
         )
