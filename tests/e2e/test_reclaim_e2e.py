@@ -2,9 +2,11 @@
 the freed GPUs run a pod that was waiting for them, and `gpu-efficiency restore` brings an owner back;
 under ``reclaimWhen: OnPressure`` only what a waiting pod needs is reclaimed, and only then.
 
-The scenario files ``procedural/owner-reclaim.yaml`` and ``procedural/reclaim-on-pressure.yaml`` set
-the stage and check the owners' fields and events; these tests add the HorizontalPodAutoscaler, the
-waiting 2-GPU pod and the restore command, and print the time from the reclaim to the waiting pod
+The scenario files ``procedural/owner-reclaim.yaml``, ``procedural/reclaim-on-pressure.yaml`` and
+``procedural/owner-lifecycle.yaml`` set the stage and check the owners' fields and events; these tests
+add the HorizontalPodAutoscaler, the waiting 2-GPU pod, the restore command, a Kubeflow-style
+Notebook (a minimal CRD; the test plays its controller), per-pod activity switched by annotating a
+pod, and a crash of the operator mid-warning, and print the time from the reclaim to the waiting pod
 running (for the issue's note).
 """
 
@@ -22,7 +24,7 @@ from kubernetes import client
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.engine.timefmt import parse_rfc3339
-from gpu_efficiency.sim.simulator import WORKLOAD_LABEL
+from gpu_efficiency.sim.simulator import PROFILE_ANNOTATION, WORKLOAD_LABEL
 from tests.e2e.harness import Cluster, OperatorIdentity, wait_for
 from tests.e2e.scenario_driver import BackgroundScenario
 from tests.e2e.test_report import cli
@@ -305,5 +307,257 @@ def test_on_pressure_reclaims_only_what_the_waiting_pod_needs(
         f"owners scaled to zero by t={seen['reclaimed_at']:.0f}s, pod Running on {node_a} by "
         f"t={seen['running_at']:.0f}s; secondsToRunning per record {seen['seconds_to_running']}; "
         f"gpuHoursReturned {seen['gpu_hours_returned']}"
+    )
+    assert result.passed, bg.report()
+
+
+# ---- a Kubeflow-style Notebook, partly idle and woken owners, a crash mid-warning ----------------
+
+NOTEBOOK_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "notebooks.kubeflow.org"},
+    "spec": {
+        "group": "kubeflow.org",
+        "names": {
+            "kind": "Notebook",
+            "plural": "notebooks",
+            "singular": "notebook",
+            "listKind": "NotebookList",
+        },
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+                "subresources": {"status": {}},
+            }
+        ],
+    },
+}
+
+
+def install_notebook_crd(k8s: client.ApiClient) -> None:
+    """The minimal Notebook CRD (kubeflow.org/v1), Established; one already there is kept."""
+    ext = client.ApiextensionsV1Api(k8s)
+    try:
+        ext.create_custom_resource_definition(NOTEBOOK_CRD)
+    except client.exceptions.ApiException as exc:
+        if exc.status != 409:
+            raise
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition(NOTEBOOK_CRD["metadata"]["name"])
+        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+    wait_for(established, 60, what="the Notebook CRD Established")
+
+
+def notebook_pod_template(scenario: str, node: str) -> dict[str, Any]:
+    """A 1-GPU notebook pod for the node that the simulator plays idle."""
+    pod = waiting_pod("notebook", scenario, node)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {names.GPU_RESOURCE: "1"}}
+    return {
+        "metadata": {"labels": {"notebook-name": "lab"}, "annotations": {PROFILE_ANNOTATION: "idle"}},
+        "spec": pod["spec"],
+    }
+
+
+def play_notebook_controller(
+    k8s: client.ApiClient, namespace: str, notebook: dict[str, Any], template: dict[str, Any]
+) -> None:
+    """What the Kubeflow notebook controller does for a new Notebook: a StatefulSet of one replica,
+    named like it and controlled by it."""
+    meta = notebook["metadata"]
+    owner = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "Notebook",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    client.AppsV1Api(k8s).create_namespaced_stateful_set(
+        namespace,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": meta["name"], "ownerReferences": [owner]},
+            "spec": {
+                "replicas": 1,
+                "serviceName": "",
+                "selector": {"matchLabels": template["metadata"]["labels"]},
+                "template": template,
+            },
+        },
+    )
+
+
+def event_count(core: client.CoreV1Api, namespace: str, kind: str, name: str, reason: str) -> int:
+    """How many times the event was emitted (repeats of one event are counted in it)."""
+    events = core.list_namespaced_event(
+        namespace,
+        field_selector=f"reason={reason},involvedObject.kind={kind},involvedObject.name={name}",
+    ).items
+    return sum(e.count or 1 for e in events)
+
+
+def test_notebook_stopped_busy_shared_partly_idle_owners_kept_and_a_crash_mid_warning_acts_once(
+    cluster: Cluster, k8s: client.ApiClient, operator_identity: OperatorIdentity, tmp_path: Path
+) -> None:
+    core = client.CoreV1Api(k8s)
+    apps = client.AppsV1Api(k8s)
+    custom = client.CustomObjectsApi(k8s)
+    policy = "owner-lifecycle"
+    seen: dict[str, Any] = {}
+    install_notebook_crd(k8s)  # before the operator starts: its discovery finds the integration
+
+    with BackgroundScenario("owner-lifecycle", cluster, operator_identity, tmp_path) as bg:
+        ns, shared_ns = bg.namespace("sim-life"), bg.namespace("sim-shared")
+
+        def pods_of(workload: str) -> list[client.V1Pod]:
+            found = core.list_namespaced_pod(ns, label_selector=f"{WORKLOAD_LABEL}={workload}").items
+            return [p for p in found if p.metadata.deletion_timestamp is None]
+
+        def set_profile(pod: client.V1Pod, profile: str) -> None:
+            body = {"metadata": {"annotations": {PROFILE_ANNOTATION: profile}}}
+            core.patch_namespaced_pod(pod.metadata.name, ns, body)
+
+        def notebook() -> dict[str, Any]:
+            obj: Any = custom.get_namespaced_custom_object("kubeflow.org", "v1", ns, "notebooks", "lab")
+            return dict(obj)
+
+        def status() -> dict[str, Any]:
+            obj: Any = custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, policy)
+            return dict(obj.get("status") or {})
+
+        # The Notebook, and its controller's StatefulSet; one replica of `partial` busy.
+        template = notebook_pod_template(bg.run.name, bg.run.names.nodes["life-gpu-0"])
+        created: Any = custom.create_namespaced_custom_object(
+            "kubeflow.org",
+            "v1",
+            ns,
+            "notebooks",
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "Notebook",
+                "metadata": {"name": "lab"},
+                "spec": {"template": {"spec": template["spec"]}},
+            },
+        )
+        play_notebook_controller(k8s, ns, created, template)
+        partial = _until(bg, lambda: len(p := pods_of("partial")) == 3 and p, 60, what="3 pods of partial")
+        set_profile(sorted(partial, key=lambda p: p.metadata.name)[0], "compute-bound")
+
+        # (1) The warnings go out; `waker` turns busy during its warning.
+        def warned(workload: str) -> tuple[str, float] | None:
+            pods = pods_of(workload)
+            stamp = (
+                parse_rfc3339((pods[0].metadata.annotations or {}).get(names.EVICT_AFTER)) if pods else None
+            )
+            return (pods[0].metadata.name, stamp) if stamp is not None else None
+
+        sleeper_pod, deadline = _until(bg, lambda: warned("sleeper"), 90, what="the warning of sleeper")
+        waker_pod, _ = _until(bg, lambda: warned("waker"), 30, what="the warning of waker")
+        set_profile(core.read_namespaced_pod(waker_pod, ns), "compute-bound")
+
+        # (2) A crash mid-warning (SIGKILL: its lease runs out, nothing is released) and a restart.
+        assert time.time() < deadline - 20, (
+            f"warned too late to crash mid-warning ({deadline - time.time():.0f}s left)"
+        )
+        bg.run.restart_operator()
+        seen["crash_before_deadline_s"] = deadline - time.time()
+
+        # (3) At the original deadline, and not before, `sleeper` is scaled to zero, once.
+        def sleeper_replicas() -> int:
+            return int(apps.read_namespaced_deployment("sleeper", ns).spec.replicas)
+
+        while time.time() < deadline - 1:
+            assert sleeper_replicas() == 1, "scaled before the deadline of its warning"
+            after = (core.read_namespaced_pod(sleeper_pod, ns).metadata.annotations or {}).get(
+                names.EVICT_AFTER
+            )
+            assert parse_rfc3339(after) == deadline, f"the restarted operator moved the deadline: {after}"
+            time.sleep(1)
+        _until(bg, lambda: sleeper_replicas() == 0, 60, what="sleeper scaled to zero")
+        reclaimed = apps.read_namespaced_deployment("sleeper", ns).metadata.annotations or {}
+        at = parse_rfc3339(reclaimed.get(names.RECLAIMED_AT))
+        assert at is not None, reclaimed
+        assert at >= deadline, f"acted at {at}, before the deadline {deadline}"
+        # the first cycle past it (interval 5s, the cycle's view of time a few seconds behind), not
+        # a warning given again by the restarted operator (40s later)
+        assert at <= deadline + 15, f"acted at {at}, {at - deadline:.0f}s after the deadline {deadline}"
+        seen["acted_after_deadline_s"] = at - deadline
+        seen["scaled_at"] = bg.elapsed()
+
+        # (4) The Notebook is stopped; its controller (played here) takes the StatefulSet to zero.
+        stopped = _until(
+            bg,
+            lambda: names.KUBEFLOW_STOPPED in ((a := notebook()["metadata"].get("annotations")) or {}) and a,
+            60,
+            what="the Notebook stopped (kubeflow-resource-stopped)",
+        )
+        assert stopped.get(names.RECLAIMED) == "Stop", stopped
+        apps.patch_namespaced_stateful_set_scale("lab", ns, {"spec": {"replicas": 0}})
+        _until(
+            bg,
+            lambda: (
+                not [h for hs in bg.run.sim.holders().values() for h in hs if h.pod.name.startswith("lab-")]
+            ),
+            60,
+            what="the notebook's GPU free",
+        )
+
+        # (5) Three more cycles: each owner acted on once, the others left alone.
+        until = time.time() + 3 * 5 + 2
+        while time.time() < until:
+            assert status().get("reclaimsTotal") == 3, status()
+            time.sleep(1)
+        counts = {
+            "sleeper": event_count(core, ns, "Deployment", "sleeper", names.EV_RECLAIMED),
+            "notebook": event_count(core, ns, "Notebook", "lab", names.EV_RECLAIMED),
+            "sleeper warned": event_count(core, ns, "Pod", sleeper_pod, names.EV_EVICTION_SCHEDULED),
+            "waker": event_count(core, ns, "Deployment", "waker", names.EV_RECLAIMED),
+            "partial": event_count(core, ns, "Deployment", "partial", names.EV_RECLAIMED),
+            "twin": event_count(core, shared_ns, "Deployment", "twin", names.EV_RECLAIMED),
+            "shared-idle": event_count(core, shared_ns, "Deployment", "shared-idle", names.EV_RECLAIMED),
+        }
+        assert counts == {
+            "sleeper": 1,
+            "notebook": 1,
+            "sleeper warned": 1,
+            "waker": 0,
+            "partial": 0,
+            "twin": 1,
+            "shared-idle": 0,
+        }, counts
+        # Time-sliced GPUs: the two replicas of `twin` shared one GPU, freed once; `shared-idle`
+        # shares a GPU with a busy pod, so it is not even idle.
+        twin = [r for r in status().get("reclamations") or [] if r["owner"] == f"{shared_ns}/Deployment/twin"]
+        assert [r["gpus"] for r in twin] == [1], twin
+        (sharing,) = [
+            p for p in core.list_namespaced_pod(shared_ns).items if p.metadata.name.startswith("shared-idle-")
+        ]
+        assert (sharing.metadata.annotations or {}).get(names.STATE) != "Idle", sharing.metadata.annotations
+        waker = core.read_namespaced_pod(waker_pod, ns)
+        assert waker.metadata.deletion_timestamp is None
+        assert names.EVICT_AFTER not in (waker.metadata.annotations or {}), "the busy owner is still warned"
+        assert apps.read_namespaced_deployment("partial", ns).spec.replicas == 3
+
+        # (6) The way back for the Notebook: the annotation goes, its controller would start it.
+        restored = cli(cluster, "restore", "notebook/lab", "-n", ns)
+        assert restored.returncode == 0, restored.stdout + restored.stderr
+        left = notebook()["metadata"].get("annotations") or {}
+        assert not ({names.KUBEFLOW_STOPPED, *names.OWNER_ANNOTATIONS} & set(left)), left
+        seen["checked_at"] = bg.elapsed()
+    result = bg.finish()
+    print(
+        f"\ncrash {seen['crash_before_deadline_s']:.0f}s before the deadline; "
+        f"sleeper scaled {seen['acted_after_deadline_s']:.1f}s after it (t={seen['scaled_at']:.0f}s); "
+        f"checks done by t={seen['checked_at']:.0f}s"
     )
     assert result.passed, bg.report()

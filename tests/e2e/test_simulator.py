@@ -116,7 +116,7 @@ def test_a_deleted_pod_releases_its_gpus(
     wait_for(lambda: query(prometheus_url, promql), 60, what=f"series of {victim}")
     core.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)
     wait_for(
-        lambda: all(h.pod.name != victim for h in simulator.sim.holders().values()),
+        lambda: all(h.pod.name != victim for hs in simulator.sim.holders().values() for h in hs),
         30,
         what=f"the simulator releasing {victim}'s GPU",
     )

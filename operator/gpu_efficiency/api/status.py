@@ -76,7 +76,7 @@ class Reclamation(StatusModel):
     nodes: list[str] = Field(default_factory=list)
     """Nodes whose GPUs it freed."""
     gpus: int = 0
-    """GPUs it freed."""
+    """GPUs it freed (pods time-sliced on one GPU count it once)."""
     controllers: list[str] = Field(default_factory=list)
     """KIND/NAME of its pods' controllers (the pods for a bare pod): a new pod of one means it is back."""
     waiting_pods: list[str] = Field(default_factory=list)

@@ -697,6 +697,7 @@ def evaluate(
             [p for p in snapshot.pods if p.namespace not in scope.protected],
             {(r.pod.namespace, r.pod.name): r.verdict.verdict for r in records},
             params,
+            {(r.pod.namespace, r.pod.name): r.verdict.gpus for r in records},
         )
     stragglers = evaluate_stragglers(
         snapshot, in_scope, pod_gpus, ctx.bounds,

@@ -22,7 +22,7 @@ from kubernetes.watch import watch as _watch
 from gpu_efficiency.api.names import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from gpu_efficiency.sim.allocation import PodInfo, pod_from_json
 from gpu_efficiency.sim.gpu_models import DEFAULT_MODEL, find_model
-from gpu_efficiency.sim.simulator import SimNode
+from gpu_efficiency.sim.simulator import SLICES_LABEL, SimNode
 from gpu_efficiency.sources.watch import abort_stream
 
 log = logging.getLogger(__name__)
@@ -184,16 +184,22 @@ class _RelistError(Exception):
 
 
 def node_from_json(obj: Mapping[str, Any]) -> SimNode | None:
-    """A SimNode for a node with ``nvidia.com/gpu`` capacity, its model from the product label."""
+    """A SimNode for a node with ``nvidia.com/gpu`` capacity, its model from the product label and
+    its time-slicing from ``nvidia.com/gpu.replicas`` (capacity = GPUs x replicas)."""
     meta = obj.get("metadata") or {}
     capacity = ((obj.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE)
     if capacity is None:
         return None
+    labels = meta.get("labels") or {}
     try:
-        gpus = int(str(capacity))
+        devices = int(str(capacity))
+        slices = max(1, int(str(labels.get(SLICES_LABEL, "1"))))
     except ValueError:
         return None
-    product = str((meta.get("labels") or {}).get(GPU_PRODUCT_LABEL, ""))
+    gpus = devices // slices
+    if gpus < 1:
+        return None
+    product = str(labels.get(GPU_PRODUCT_LABEL, ""))
     try:
         model = find_model(product) if product else DEFAULT_MODEL
     except ValueError:
@@ -201,7 +207,7 @@ def node_from_json(obj: Mapping[str, Any]) -> SimNode | None:
             "node %s: unknown GPU product %r, simulating %s", meta.get("name"), product, DEFAULT_MODEL.product
         )
         model = DEFAULT_MODEL
-    return SimNode(str(meta.get("name", "")), gpus, model)
+    return SimNode(str(meta.get("name", "")), gpus, model, slices)
 
 
 class NodePoller:

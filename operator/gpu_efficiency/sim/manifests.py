@@ -14,7 +14,7 @@ from typing import Any, Final
 from gpu_efficiency.api.names import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from gpu_efficiency.api.policy import GROUP, KIND, VERSION
 from gpu_efficiency.sim.scenario import NodeSpec, PDBSpec, WorkloadKind, WorkloadSpec
-from gpu_efficiency.sim.simulator import WORKLOAD_LABEL
+from gpu_efficiency.sim.simulator import SLICES_LABEL, WORKLOAD_LABEL
 
 MANAGED_BY_KEY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "gpu-efficiency-sim"
@@ -42,7 +42,7 @@ def node(name: str, spec: NodeSpec, scenario: str, run_id: str, *, isolate: bool
         "memory": "512Gi",
         "pods": "110",
         "ephemeral-storage": "1Ti",
-        GPU_RESOURCE: str(spec.gpus),
+        GPU_RESOURCE: str(spec.gpus * spec.time_slicing),
     }
     return {
         "apiVersion": "v1",
@@ -58,6 +58,7 @@ def node(name: str, spec: NodeSpec, scenario: str, run_id: str, *, isolate: bool
                 "nvidia.com/gpu.present": "true",
                 GPU_PRODUCT_LABEL: model.product,
                 "nvidia.com/gpu.count": str(spec.gpus),
+                SLICES_LABEL: str(spec.time_slicing),
                 "nvidia.com/gpu.memory": str(model.fb_total_mib),
                 "nvidia.com/gpu.family": model.family,
                 **ownership(scenario, run_id),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
 import subprocess
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
@@ -21,6 +23,7 @@ class OperatorProcess:
         self.env = dict(env)
         self.log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
+        self._restarting = threading.Lock()  # exit_code never sees the killed process of a restart
 
     def start(self) -> OperatorProcess:
         # $VARS in the command expand against the environment the operator gets.
@@ -37,7 +40,14 @@ class OperatorProcess:
 
     @property
     def exit_code(self) -> int | None:
-        return None if self._proc is None else self._proc.poll()
+        with self._restarting:
+            return None if self._proc is None else self._proc.poll()
+
+    def restart(self) -> None:
+        """Kill (as a crash) and start again with the same command, environment and log."""
+        with self._restarting:
+            self.kill()
+            self.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM to the process group, SIGKILL after ``timeout``."""
@@ -54,6 +64,15 @@ class OperatorProcess:
                 return
             except subprocess.TimeoutExpired:
                 continue
+
+    def kill(self) -> None:
+        """SIGKILL to the process group: a crash, nothing released (its leader lease runs out)."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
 
     def tail(self, chars: int = 3000) -> str:
         try:

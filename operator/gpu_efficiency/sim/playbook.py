@@ -9,7 +9,11 @@ from gpu_efficiency.sim.simulator import SimNode, SimOptions, WorkloadPlay
 
 
 def sim_nodes(scenario: Scenario) -> list[SimNode]:
-    return [SimNode(name, spec.gpus, spec.gpu_model) for spec in scenario.nodes for name in spec.names]
+    return [
+        SimNode(name, spec.gpus, spec.gpu_model, spec.time_slicing)
+        for spec in scenario.nodes
+        for name in spec.names
+    ]
 
 
 def workload_plays(scenario: Scenario, namespace_prefix: str = "") -> list[WorkloadPlay]:

@@ -432,6 +432,14 @@ class ScenarioRun:
         self.result.operator_log = log_path
         self.say(f"  operator: {self.options.operator_cmd} (log {log_path})")
 
+    def restart_operator(self) -> None:
+        """Kill the operator (SIGKILL, as a crash) and start it again with the same command and log:
+        procedural tests check that what it had begun (warnings, deadlines) survives."""
+        if self._operator is None:
+            raise SetupError("this run started no operator")
+        self._operator.restart()
+        self.say(f"  t={self.sim.elapsed() if self.sim else 0:.0f}s operator killed and restarted")
+
     def _create_workloads(self) -> None:
         apps: Any = client.AppsV1Api(self._api)
         batch: Any = client.BatchV1Api(self._api)

@@ -83,6 +83,9 @@ class NodeSpec(Model):
     """Number of nodes with ``prefix``."""
     gpus: int = Field(default=8, ge=1, le=16)
     """GPUs per node."""
+    time_slicing: int = Field(default=1, ge=1, le=16)
+    """Pods per GPU, as the device plugin's time-slicing ``replicas``: the node advertises ``gpus`` x
+    this many nvidia.com/gpu and each GPU's series are attributed to every pod sharing it."""
     model: str = "NVIDIA-H100-80GB-HBM3"
     """GPU model: the nvidia.com/gpu.product label or the modelName (see `gpu-efficiency sim models`)."""
     labels: dict[str, str] = Field(default_factory=dict)

@@ -25,9 +25,14 @@ from gpu_efficiency.sim.noise import seed_for, uniform
 
 #: Pod label naming the scenario workload a pod belongs to (set by the runner on pod templates).
 WORKLOAD_LABEL: Final = "sim.gpuefficiency.io/workload"
-#: Pod annotation naming the profile to play, for pods no scenario workload describes.
+#: Pod annotation naming the profile the pod plays, before its scenario workload's (one replica busy
+#: while the others idle; annotate a running pod to switch what its GPUs do).
 PROFILE_ANNOTATION: Final = "sim.gpuefficiency.io/profile"
 FREE_GPU_PROFILE: Final = "idle"
+#: GPU feature discovery's node label for time-slicing: pods per GPU (``replicas``).
+SLICES_LABEL: Final = "nvidia.com/gpu.replicas"
+#: Profiles that do nothing: a shared GPU plays the first of its pods' profiles not among them.
+_RESTING: Final = frozenset({"idle", "idle-holding-memory"})
 
 #: (index, count): the GPUs of nodes whose name hashes to ``index`` modulo ``count``. Hashing (not
 #: ranges) keeps a node on the same target while nodes come and go.
@@ -39,6 +44,15 @@ class SimNode:
     name: str
     gpus: int
     model: GPUModel
+    #: Pods per GPU (the device plugin's time-slicing replicas): the node advertises gpus x slices
+    #: nvidia.com/gpu, device d is a share of GPU d // slices, and a GPU's series are repeated for
+    #: each pod on it, as dcgm-exporter attributes a shared GPU to every pod using it.
+    slices: int = 1
+
+    @property
+    def devices(self) -> int:
+        """nvidia.com/gpu the node advertises."""
+        return self.gpus * self.slices
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +98,7 @@ class SimOptions:
 class _GPU:
     """Mutable per-GPU state: identity, attribution and the integrating counters."""
 
-    __slots__ = ("energy_mj", "energy_reset_at", "holder", "index", "labels", "last_t", "model", "node",
+    __slots__ = ("energy_mj", "energy_reset_at", "holders", "index", "labels", "last_t", "model", "node",
                  "node_hash", "nvlink_total", "pci_bus_id", "prefixes", "seed", "uuid")  # fmt: skip
 
     def __init__(self, node: str, index: int, model: GPUModel) -> None:
@@ -95,9 +109,10 @@ class _GPU:
         self.node_hash = seed_for(node)
         self.uuid = "GPU-" + str(uuidlib.UUID(int=self.seed << 64 | seed_for(node, index, "uuid")))
         self.pci_bus_id = f"00000000:{0x18 + 0x10 * index:02X}:00.0"
-        self.holder: Holder | None = None
-        self.labels = ""
-        self.prefixes: tuple[str, ...] = ()  # "NAME{labels} " per exposed metric, rebuilt with the labels
+        self.holders: tuple[Holder, ...] = ()  # more than one on a time-sliced GPU
+        self.labels: tuple[str, ...] = ()  # one label set per holder (one without pod labels when free)
+        # "NAME{labels} " per exposed metric, per label set; rebuilt with the labels
+        self.prefixes: tuple[tuple[str, ...], ...] = ()
         self.energy_mj = 1.0e10 + 4.0e10 * uniform(self.seed, 0, 99)
         self.nvlink_total = 0.0
         self.energy_reset_at = float("-inf")
@@ -205,22 +220,34 @@ class Simulator:
             self._attribute()
 
     def _attribute(self) -> None:
-        held = self._allocator.update({n.name: n.gpus for n in self._nodes.values()}, self._pods)
+        slices = {n.name: n.slices for n in self._nodes.values()}
+        held = self._allocator.update({n.name: n.devices for n in self._nodes.values()}, self._pods)
+        by_gpu: dict[tuple[str, int], list[Holder]] = {}
+        for (node, device), holder in sorted(held.items(), key=lambda kv: kv[0]):
+            tenants = by_gpu.setdefault((node, device // slices[node]), [])
+            if holder not in tenants:  # a pod with two shares of one GPU is one tenant
+                tenants.append(holder)
         for key, gpu in self._gpus.items():
-            holder = held.get(key)
-            if holder != gpu.holder or not gpu.labels:
-                gpu.holder = holder
-                gpu.labels = gpu_labels(
-                    index=gpu.index,
-                    uuid=gpu.uuid,
-                    pci_bus_id=gpu.pci_bus_id,
-                    model_name=gpu.model.model_name,
-                    hostname=gpu.node,
-                    driver_version=self.options.driver_version,
-                    holder=holder,
-                    pod_labels=self.options.pod_labels,
+            holders = tuple(by_gpu.get(key, ()))
+            if holders != gpu.holders or not gpu.labels:
+                gpu.holders = holders
+                gpu.labels = tuple(
+                    gpu_labels(
+                        index=gpu.index,
+                        uuid=gpu.uuid,
+                        pci_bus_id=gpu.pci_bus_id,
+                        model_name=gpu.model.model_name,
+                        hostname=gpu.node,
+                        driver_version=self.options.driver_version,
+                        holder=holder,
+                        pod_labels=self.options.pod_labels,
+                    )
+                    for holder in (holders or (None,))
                 )
-                gpu.prefixes = tuple(f"{self._exposed_name(m.name)}{{{gpu.labels}}} " for m in self._metrics)
+                gpu.prefixes = tuple(
+                    tuple(f"{self._exposed_name(m.name)}{{{labels}}} " for m in self._metrics)
+                    for labels in gpu.labels
+                )
 
     # ---- queries -------------------------------------------------------------------------------
 
@@ -229,24 +256,29 @@ class Simulator:
         with self._lock:
             return tuple(self._nodes.values())
 
-    def holders(self) -> dict[tuple[str, int], Holder]:
-        """(node, GPU index) -> the pod and container holding it."""
+    def holders(self) -> dict[tuple[str, int], tuple[Holder, ...]]:
+        """(node, GPU index) -> the pods (containers) holding it: one, or several on a time-sliced GPU."""
         with self._lock:
-            return {k: g.holder for k, g in self._gpus.items() if g.holder is not None}
+            return {k: g.holders for k, g in self._gpus.items() if g.holders}
 
     def uuid_of(self, node: str, index: int) -> str:
         return self._gpus[(node, index)].uuid
 
-    def profile_of(self, holder: Holder | None, t: float) -> tuple[str, dict[str, float]]:
-        """The profile a GPU plays at t and the timeline values overriding it."""
-        if holder is None:
-            return FREE_GPU_PROFILE, {}
+    def profile_of(self, holders: tuple[Holder, ...], t: float) -> tuple[str, dict[str, float]]:
+        """The profile a GPU plays at t and the timeline values overriding it: its pod's, or on a
+        time-sliced GPU the first of its pods' that does work (a busy tenant keeps the GPU busy)."""
+        plays = [self._play(h, t) for h in holders]
+        return next((p for p in plays if p[0] not in _RESTING), plays[0] if plays else (FREE_GPU_PROFILE, {}))
+
+    def _play(self, holder: Holder, t: float) -> tuple[str, dict[str, float]]:
         pod = holder.pod
+        named = pod.annotations.get(PROFILE_ANNOTATION, "")
+        if named in profiles.PROFILES:  # the pod's own profile: one replica unlike the others
+            return named, {}
         play = self._workloads.get((pod.namespace, pod.labels.get(WORKLOAD_LABEL, "")))
         if play is not None:
             return play.profile_at(t), play.overrides_at(t)
-        named = pod.annotations.get(PROFILE_ANNOTATION, "")
-        return (named if named in profiles.PROFILES else self.options.default_profile), {}
+        return self.options.default_profile, {}
 
     def down(self, t: float | None = None) -> Fault | None:
         """The exporter-down fault in effect now (or at t)."""
@@ -258,7 +290,7 @@ class Simulator:
         return self._values(gpu, self.elapsed() if t is None else t)
 
     def _values(self, gpu: _GPU, t: float) -> dict[str, Reading] | None:
-        name, overrides = self.profile_of(gpu.holder, t)
+        name, overrides = self.profile_of(gpu.holders, t)
         values = profiles.sample(name, t, gpu.seed, gpu.model)
         self._integrate(gpu, values, t)
         values.update(_HEALTHY)
@@ -311,7 +343,7 @@ class Simulator:
         for gpu in gpus:
             values = self._values(gpu, t)
             if values is not None:
-                rows.append((gpu.prefixes, values))
+                rows.extend((prefixes, values) for prefixes in gpu.prefixes)
         out: list[str] = []
         for position, metric in enumerate(self._metrics):
             name = metric.name

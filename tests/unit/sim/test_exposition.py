@@ -130,6 +130,24 @@ def test_unknown_pods_follow_their_profile_annotation_else_the_default() -> None
     assert util == {"a": 0.0, "b": pytest.approx(100.0, abs=1.0)}
 
 
+def test_a_pods_own_profile_annotation_overrides_its_workloads_profile() -> None:
+    """One replica busy while the others idle, and a profile switched mid-run by annotating the pod."""
+    play = WorkloadPlay("ns", "train", profile="idle")
+    sim, _ = simulator(gpus=3, workloads=(play,))
+    busy = {"sim.gpuefficiency.io/profile": "compute-bound"}
+    sim.set_pods(
+        [
+            pod("train-a", "node-0", workload="train", created="2026-01-01T00:00:01Z"),
+            pod("train-b", "node-0", workload="train", created="2026-01-01T00:00:02Z", annotations=busy),
+            pod("train-c", "node-0", workload="train", created="2026-01-01T00:00:03Z"),
+        ]
+    )
+    sm = {labels["pod"]: v for labels, v in samples(sim.render(t=3.0))[Signal.SM_ACTIVE]}
+    assert sm["train-a"] == 0.0
+    assert sm["train-b"] > 0.8
+    assert sm["train-c"] == 0.0
+
+
 def test_deleted_pods_release_their_gpus() -> None:
     sim, _ = simulator(gpus=1)
     sim.set_pods([pod("a", "node-0")])

@@ -51,7 +51,7 @@ from gpu_efficiency.engine.pods.owners import (
     resolve_owner,
 )
 from gpu_efficiency.engine.pods.pressure import choose_for_pressure, waiting_for_gpus
-from gpu_efficiency.engine.pods.reclaimproof import draft, waiting_names
+from gpu_efficiency.engine.pods.reclaimproof import draft, freed_gpus, waiting_names
 from gpu_efficiency.engine.selection import LabelMatcher, compile_selector
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
@@ -88,13 +88,20 @@ class OwnerGroup:
 class OwnerPlan:
     groups: dict[OwnerKey, OwnerGroup]
     of_pod: dict[PodKey, OwnerGroup]
+    #: GPU UUIDs of each judged pod: pods time-sliced on one GPU free it once, not once each.
+    gpu_uuids: Mapping[PodKey, tuple[str, ...]] = field(default_factory=dict)
 
 
 def group_owners(
-    snapshot: Snapshot, pods: Iterable[PodView], verdicts: Mapping[PodKey, Verdict], params: CycleParams
+    snapshot: Snapshot,
+    pods: Iterable[PodView],
+    verdicts: Mapping[PodKey, Verdict],
+    params: CycleParams,
+    gpu_uuids: Mapping[PodKey, tuple[str, ...]] | None = None,
 ) -> OwnerPlan:
     """Group ``pods`` (every GPU pod outside the protected namespaces) by top owner and decide, per
-    owner, the action and whether it is blocked or held. ``verdicts``: this policy's verdicts."""
+    owner, the action and whether it is blocked or held. ``verdicts``: this policy's verdicts;
+    ``gpu_uuids``: the GPUs of the pods it judged."""
     objects = snapshot.owners or {}
     resolved: dict[tuple[str, str, str], Owner] = {}
     groups: dict[OwnerKey, OwnerGroup] = {}
@@ -119,7 +126,7 @@ def group_owners(
         _decide(group, snapshot, params)
         if not group.blocker and not group.hold and group.action is not ReclaimAction.EVICT:
             group.disruption_blocked = _disruption_blocker(group, budgets)
-    return OwnerPlan(groups, of_pod)
+    return OwnerPlan(groups, of_pod, dict(gpu_uuids or {}))
 
 
 def _disruption_blocker(group: OwnerGroup, budgets: list[tuple[DisruptionBudget, LabelMatcher]]) -> str:
@@ -262,7 +269,10 @@ def select_reclaims(
             planned = _actions(group, found, idle_since, policy_name)
             actions.extend(planned)
             action = group.action.value
-            records.append((tuple(planned), draft(owner, action, group.pods, served.get(owner.key, ()), now)))
+            freed = freed_gpus(group.pods, plan.gpu_uuids)
+            records.append(
+                (tuple(planned), draft(owner, action, group.pods, served.get(owner.key, ()), now, freed))
+            )
     return ReclaimSelection(tuple(blocked + actions), tuple(notes), tuple(records))
 
 

@@ -29,10 +29,25 @@ def owner_text(key: OwnerKey) -> str:
     return f"{key[0]}/{key[1]}/{key[2]}"
 
 
+def freed_gpus(pods: Sequence[PodView], uuids: Mapping[tuple[str, str], Sequence[str]]) -> int:
+    """The GPUs ``pods`` hold: distinct GPUs when every pod's are known (replicas time-sliced on one
+    GPU free it once), else their nvidia.com/gpu requests."""
+    known = [uuids.get((p.namespace, p.name)) for p in pods]
+    if known and all(known):
+        return len({u for found in known if found for u in found})
+    return sum(p.gpu_request for p in pods)
+
+
 def draft(
-    owner: Owner, action: str, pods: Sequence[PodView], waiting: Sequence[str], now: float
+    owner: Owner,
+    action: str,
+    pods: Sequence[PodView],
+    waiting: Sequence[str],
+    now: float,
+    gpus: int | None = None,
 ) -> Reclamation:
-    """The record of reclaiming ``owner`` (its GPU ``pods``) now, for the ``waiting`` pods."""
+    """The record of reclaiming ``owner`` (its GPU ``pods``, holding ``gpus`` GPUs: default their
+    requests) now, for the ``waiting`` pods."""
     controllers = sorted(
         {f"{p.controller.kind}/{p.controller.name}" if p.controller else f"Pod/{p.name}" for p in pods}
     )
@@ -41,7 +56,7 @@ def draft(
         action=action,
         time=format_rfc3339(now),
         nodes=sorted({p.node for p in pods if p.node}),
-        gpus=sum(p.gpu_request for p in pods),
+        gpus=sum(p.gpu_request for p in pods) if gpus is None else gpus,
         controllers=controllers,
         waiting_pods=list(waiting[:MAX_WAITING]),
     )
