@@ -374,7 +374,7 @@ class PolicyEvent:
 @dataclass(frozen=True, slots=True)
 class TaintNode:
     node: str
-    kind: str  # ecc | xid | thermal
+    kind: str  # ecc | xid | thermal | straggler
     effect: str
 
 
@@ -386,12 +386,14 @@ class UntaintNode:
 
 @dataclass(frozen=True, slots=True)
 class SetNodeCondition:
-    """Set the GPUHealthy condition; the actuator keeps lastTransitionTime when status is unchanged."""
+    """Set a node condition of ours (GPUHealthy, GPUDegraded); the actuator keeps lastTransitionTime
+    when status is unchanged."""
 
     node: str
     status: str
     reason: str
     message: str
+    type: str = "GPUHealthy"  # api.names.GPU_HEALTHY or GPU_DEGRADED
 
 
 @dataclass(frozen=True, slots=True)

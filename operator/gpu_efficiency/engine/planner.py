@@ -84,7 +84,7 @@ from gpu_efficiency.engine.pods.reclaimproof import advance
 from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS, diagnose, verdict_of
 from gpu_efficiency.engine.pods.waste import elapsed_hours, idle_waste
 from gpu_efficiency.engine.selection import Scope, build_scope
-from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_params
+from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_judgements, straggler_params
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import merged_counts, vet_samples
 
@@ -734,7 +734,7 @@ def evaluate(
     actions.extend(stragglers.events)
     actions.extend(cleanups)
 
-    faults = evaluate_faults(snapshot)
+    faults = evaluate_faults(snapshot, straggler_judgements(stragglers))
     notes.extend(faults.notes)
     actions.extend(faults.actions)
     recent = recent_within_hour(snapshot.status.recent_evictions, now)

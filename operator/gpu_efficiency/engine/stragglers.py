@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration, parse_duration
 from gpu_efficiency.api.policy import StragglerRule
+from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
 from gpu_efficiency.engine.faults.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL
 from gpu_efficiency.engine.model import (
     Action,
@@ -228,6 +229,7 @@ class GroupJudgement:
     why: str  # why not judged ('' when judged)
     unknown: bool = False  # not judged for want of data: what the group carries is kept
     suspects: list[Straggler] = field(default_factory=list)
+    gpus: tuple[GPUSample, ...] = ()  # the GPUs compared (judged groups only)
 
 
 def _young(pod: PodView, now: float, min_age_s: float) -> bool:
@@ -281,7 +283,7 @@ def judge_group(
         for m in (_mask(s.stats.get(Window.ACTIVITY, {}).get(Signal.CLOCK_EVENTS)) for s in samples)
         if m is not None
     ]
-    judgement = GroupJudgement(group, True, "")
+    judgement = GroupJudgement(group, True, "", gpus=tuple(samples))
     for uuid, found in shortfalls.items():
         sample = by_uuid[uuid]
         worst = max(found, key=lambda s: s.fraction)
@@ -316,6 +318,7 @@ class StragglerOutcome:
     groups: list[tuple[str, str, int]] = field(default_factory=list)  # (namespace, group, stragglers)
     notes: list[str] = field(default_factory=list)
     judgements: list[GroupJudgement] = field(default_factory=list)
+    confirmed: set[str] = field(default_factory=set)  # UUIDs of the stragglers reported this cycle
 
 
 def _patch(out: StragglerOutcome, pod: PodView, key: str, value: str | None) -> None:
@@ -350,6 +353,7 @@ def _report(judgement: GroupJudgement, params: StragglerParams, now: float, out:
             _patch(out, pod, names.STRAGGLER_SINCE, format_rfc3339(now))
         if now - since >= params.for_s:
             confirmed.extend(mine)
+    out.confirmed.update(s.sample.uuid for s in confirmed)
     desired = SEPARATOR.join(s.entry() for s in confirmed)
     reference = next((p.annotations.get(names.STRAGGLER, "") for p in group.pods), "")
     value = reference if reference and _settled(reference, desired) else desired
@@ -442,6 +446,37 @@ def evaluate_stragglers(
     return out
 
 
+def straggler_judgements(outcome: StragglerOutcome) -> list[GpuJudgement]:
+    """The fault engine's view of every GPU of a judged group (``faults.kinds.FaultKind.STRAGGLER``).
+
+    FAULT: a reported straggler with a hardware cause (the node is to blame); PENDING: slower than
+    its group but not reported yet, or for no hardware cause (neither a fault nor a recovery);
+    HEALTHY: at its group's speed. GPUs of groups not judged this cycle (idle, warming up, too few
+    GPUs, unknown data) are left out: no evidence either way, so a held straggler stays held.
+    """
+    out: list[GpuJudgement] = []
+    for judgement in outcome.judgements:
+        if not judgement.judged:
+            continue
+        suspects = {s.sample.uuid: s for s in judgement.suspects}
+        for sample in judgement.gpus:
+            suspect = suspects.get(sample.uuid)
+            state, summary, fingerprint = GpuState.HEALTHY, "", {}
+            if suspect is not None:
+                hardware = suspect.hardware and sample.uuid in outcome.confirmed
+                state = GpuState.FAULT if hardware else GpuState.PENDING
+                summary = f"{suspect.percent}% slower than {judgement.group.name}: {suspect.cause}"
+                fingerprint = {"percent": float(suspect.percent)}
+            out.append(
+                GpuJudgement(
+                    kind=FaultKind.STRAGGLER, node=sample.node, uuid=sample.uuid, index=sample.index,
+                    state=state, summary=summary, fingerprint=fingerprint,
+                    reason="" if state is not GpuState.PENDING else "slower than its group, not a reported hardware straggler",
+                )
+            )  # fmt: skip
+    return out
+
+
 __all__ = [
     "StragglerOutcome",
     "StragglerParams",
@@ -450,5 +485,6 @@ __all__ = [
     "name_cause",
     "outliers_below",
     "robust_spread",
+    "straggler_judgements",
     "straggler_params",
 ]
