@@ -24,6 +24,7 @@ from gpu_efficiency.engine.conditions import condition_flipped, find_condition, 
 from gpu_efficiency.engine.evaluation import Evaluation, PodRecord
 from gpu_efficiency.engine.explain import explain_lines
 from gpu_efficiency.engine.faults.evaluate import evaluate_faults
+from gpu_efficiency.engine.faults.kinds import FaultKind
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -701,6 +702,7 @@ def evaluate(
     stragglers = evaluate_stragglers(
         snapshot, in_scope, pod_gpus, ctx.bounds,
         straggler_params(snapshot.policy.stragglers, params.under.temperature_limit_celsius, params.min_pod_age_s),
+        ctx.activity,
     )  # fmt: skip
     notes.extend(stragglers.notes)
     for record in records:
@@ -734,7 +736,10 @@ def evaluate(
     actions.extend(stragglers.events)
     actions.extend(cleanups)
 
-    faults = evaluate_faults(snapshot, straggler_judgements(stragglers))
+    holding = {
+        n.name for n in snapshot.nodes if FaultKind.STRAGGLER in n.annotations.get(names.NODE_FAULTS, "")
+    }
+    faults = evaluate_faults(snapshot, straggler_judgements(stragglers, holding))
     notes.extend(faults.notes)
     actions.extend(faults.actions)
     recent = recent_within_hour(snapshot.status.recent_evictions, now)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
@@ -41,7 +41,7 @@ from gpu_efficiency.engine.model import (
     Stats,
     Window,
 )
-from gpu_efficiency.engine.pods.activity import DataBounds, gpu_activity, usable
+from gpu_efficiency.engine.pods.activity import DataBounds, GPUActivity, gpu_activity, usable
 from gpu_efficiency.engine.pods.idle import PodKey
 from gpu_efficiency.engine.pods.jobgroups import JobGroup, job_groups
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
@@ -242,8 +242,12 @@ def judge_group(
     bounds: Callable[[GPUSample], DataBounds],
     params: StragglerParams,
     now: float,
+    activity_of: Callable[[GPUSample], GPUActivity] | None = None,
 ) -> GroupJudgement:
-    """The group's GPUs that are slower than its median now (before ``forDuration``)."""
+    """The group's GPUs that are slower than its median now (before ``forDuration``).
+
+    ``activity_of``: the cycle's cached activity of a GPU (the pod verdicts computed it already).
+    """
     owner_of: dict[str, PodView] = {}
     samples: list[GPUSample] = []
     for pod in group.pods:
@@ -255,7 +259,7 @@ def judge_group(
         return GroupJudgement(group, False, f"{len(samples)} GPUs, fewer than minGpus {params.min_gpus}")
     if any(_young(pod, now, params.min_pod_age_s) for pod in group.pods):
         return GroupJudgement(group, False, "warming up: a pod is younger than minPodAge")
-    activity = [gpu_activity(s, bounds(s)) for s in samples]
+    activity = [activity_of(s) if activity_of else gpu_activity(s, bounds(s)) for s in samples]
     known = [a.avg for a in activity if a.signal is not None]
     if len(known) < params.min_gpus:
         return GroupJudgement(group, False, f"activity known for {len(known)} GPUs only", unknown=True)
@@ -264,26 +268,25 @@ def judge_group(
         return GroupJudgement(
             group, False, f"not busy: median activity {busy:.3f} < busyAbove {params.busy_above}"
         )
-    by_uuid = {s.uuid: s for s in samples}
+    windows = [(s.uuid, s.stats.get(Window.ACTIVITY, {}), bounds(s)) for s in samples]
     shortfalls: dict[str, list[Shortfall]] = {}
     for signal, upper, label in COMPARED:
         values: dict[str, float] = {}
-        for sample in samples:
-            stats = usable(sample.stats.get(Window.ACTIVITY, {}).get(signal), upper, bounds(sample))
+        for uuid, window, limits in windows:
+            stats = usable(window.get(signal), upper, limits)
             if stats is not None:
-                values[sample.uuid] = stats.avg
+                values[uuid] = stats.avg
         if len(values) < params.min_gpus:
             continue
         if signal in _RATIOS and median(list(values.values())) < MIN_RATIO_MEDIAN:
             continue
         for uuid, centre in outliers_below(values, params.mad_factor, params.min_shortfall).items():
             shortfalls.setdefault(uuid, []).append(Shortfall(signal, label, values[uuid], centre))
-    masks = [
-        m
-        for m in (_mask(s.stats.get(Window.ACTIVITY, {}).get(Signal.CLOCK_EVENTS)) for s in samples)
-        if m is not None
-    ]
     judgement = GroupJudgement(group, True, "", gpus=tuple(samples))
+    if not shortfalls:
+        return judgement
+    masks = [m for m in (_mask(window.get(Signal.CLOCK_EVENTS)) for _, window, _ in windows) if m is not None]
+    by_uuid = {s.uuid: s for s in samples}
     for uuid, found in shortfalls.items():
         sample = by_uuid[uuid]
         worst = max(found, key=lambda s: s.fraction)
@@ -324,6 +327,11 @@ class StragglerOutcome:
 def _patch(out: StragglerOutcome, pod: PodView, key: str, value: str | None) -> None:
     if pod.annotations.get(key) != value:
         out.patches.setdefault((pod.namespace, pod.name), {})[key] = value
+
+
+def _carries(pod: PodView) -> bool:
+    annotations = pod.annotations
+    return names.STRAGGLER in annotations or names.STRAGGLER_SINCE in annotations
 
 
 def _clear_all(pods: Sequence[PodView], out: StragglerOutcome) -> None:
@@ -424,6 +432,7 @@ def evaluate_stragglers(
     pod_gpus: Mapping[PodKey, Sequence[GPUSample]],
     bounds_of: Callable[[GPUSample], DataBounds],
     params: StragglerParams,
+    activity_of: Callable[[GPUSample], GPUActivity] | None = None,
 ) -> StragglerOutcome:
     """Group the in-scope pods, judge each group, and plan the annotations and events.
 
@@ -437,22 +446,30 @@ def evaluate_stragglers(
     grouped: set[PodKey] = set()
     for group in job_groups(pods, params.group_by, snapshot.owners):
         grouped.update((p.namespace, p.name) for p in group.pods)
-        judgement = judge_group(group, pod_gpus, bounds_of, params, snapshot.now)
+        judgement = judge_group(group, pod_gpus, bounds_of, params, snapshot.now, activity_of)
         out.judgements.append(judgement)
         if judgement.unknown:
+            continue
+        if not judgement.suspects and not any(_carries(p) for p in group.pods):
+            if judgement.judged:  # nothing slow, nothing said before: nothing to write or say
+                out.groups.append((group.namespace, group.name, 0))
             continue
         _report(judgement, params, snapshot.now, out)
     _clear_all([p for p in pods if (p.namespace, p.name) not in grouped], out)
     return out
 
 
-def straggler_judgements(outcome: StragglerOutcome) -> list[GpuJudgement]:
+def straggler_judgements(
+    outcome: StragglerOutcome, holding: Container[str] | None = None
+) -> list[GpuJudgement]:
     """The fault engine's view of every GPU of a judged group (``faults.kinds.FaultKind.STRAGGLER``).
 
     FAULT: a reported straggler with a hardware cause (the node is to blame); PENDING: slower than
     its group but not reported yet, or for no hardware cause (neither a fault nor a recovery);
     HEALTHY: at its group's speed. GPUs of groups not judged this cycle (idle, warming up, too few
     GPUs, unknown data) are left out: no evidence either way, so a held straggler stays held.
+    ``holding``: the nodes whose fault record names a straggler; a HEALTHY GPU elsewhere changes
+    nothing (it can only release a hold or age a baseline), so it is left out (None: all nodes).
     """
     out: list[GpuJudgement] = []
     for judgement in outcome.judgements:
@@ -461,6 +478,8 @@ def straggler_judgements(outcome: StragglerOutcome) -> list[GpuJudgement]:
         suspects = {s.sample.uuid: s for s in judgement.suspects}
         for sample in judgement.gpus:
             suspect = suspects.get(sample.uuid)
+            if suspect is None and holding is not None and sample.node not in holding:
+                continue
             state, summary, fingerprint = GpuState.HEALTHY, "", {}
             if suspect is not None:
                 hardware = suspect.hardware and sample.uuid in outcome.confirmed

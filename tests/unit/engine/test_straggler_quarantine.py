@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpu_efficiency.api import names
+from gpu_efficiency.engine.faults.kinds import GpuState
 from gpu_efficiency.engine.model import (
     Plan,
     SetNodeCondition,
@@ -23,6 +24,8 @@ from gpu_efficiency.engine.model import (
     UntaintNode,
 )
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.pods.activity import DataBounds
+from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_judgements, straggler_params
 from tests.unit.engine.test_faults_support import Cluster
 from tests.unit.engine.test_stragglers import job, slowed, trainer
 
@@ -125,3 +128,17 @@ def test_the_straggler_taint_is_under_the_fault_circuit_breaker() -> None:
     assert not [a for a in node_writes(plans) if isinstance(a, TaintNode)]
     assert taints(snapshot, "node-3") == []
     assert any(getattr(a, "reason", "") == names.EV_BREAKER for a in plans[-1].actions)
+
+
+def test_gpus_at_speed_are_judged_only_on_nodes_holding_a_straggler() -> None:
+    """A GPU at its group's speed can only release a hold: elsewhere the fault engine needs nothing."""
+    snapshot = start(slowed(**THROTTLED), spec())
+    gpus, pods = job(slowed(**THROTTLED))
+    outcome = evaluate_stragglers(
+        snapshot, pods, {(p.namespace, p.name): [g for g in gpus if g.node == p.node] for p in pods},
+        lambda _: DataBounds(needed=0.0, oldest=0.0), straggler_params(snapshot.policy.stragglers, 85.0, 0.0),
+    )  # fmt: skip
+    every = straggler_judgements(outcome)
+    assert {j.node for j in every} == {f"node-{i}" for i in range(8)}
+    some = straggler_judgements(outcome, holding={"node-5"})
+    assert {(j.node, j.state) for j in some} == {("node-3", GpuState.PENDING), ("node-5", GpuState.HEALTHY)}
