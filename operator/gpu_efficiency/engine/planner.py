@@ -768,7 +768,7 @@ def evaluate(
     actions.extend(destructive)
     plan = Plan(
         actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes),
-        stragglers=tuple(stragglers.groups), reclamations=drafts,
+        stragglers=tuple(stragglers.groups), straggler_groups=stragglers.views(), reclamations=drafts,
     )  # fmt: skip
     if memo is not None:
         memo.end()

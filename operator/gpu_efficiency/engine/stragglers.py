@@ -39,6 +39,7 @@ from gpu_efficiency.engine.model import (
     Signal,
     Snapshot,
     Stats,
+    StragglerGroupView,
     Window,
 )
 from gpu_efficiency.engine.pods.activity import DataBounds, GPUActivity, gpu_activity, usable
@@ -230,6 +231,7 @@ class GroupJudgement:
     unknown: bool = False  # not judged for want of data: what the group carries is kept
     suspects: list[Straggler] = field(default_factory=list)
     gpus: tuple[GPUSample, ...] = ()  # the GPUs compared (judged groups only)
+    gpu_count: int = 0
 
 
 def _young(pod: PodView, now: float, min_age_s: float) -> bool:
@@ -255,19 +257,20 @@ def judge_group(
             if sample.uuid not in owner_of:
                 owner_of[sample.uuid] = pod
                 samples.append(sample)
-    if len(samples) < params.min_gpus:
-        return GroupJudgement(group, False, f"{len(samples)} GPUs, fewer than minGpus {params.min_gpus}")
+    n = len(samples)
+    if n < params.min_gpus:
+        return GroupJudgement(group, False, f"{n} GPUs, fewer than minGpus {params.min_gpus}", gpu_count=n)
     if any(_young(pod, now, params.min_pod_age_s) for pod in group.pods):
-        return GroupJudgement(group, False, "warming up: a pod is younger than minPodAge")
+        return GroupJudgement(group, False, "warming up: a pod is younger than minPodAge", gpu_count=n)
     activity = [activity_of(s) if activity_of else gpu_activity(s, bounds(s)) for s in samples]
     known = [a.avg for a in activity if a.signal is not None]
     if len(known) < params.min_gpus:
-        return GroupJudgement(group, False, f"activity known for {len(known)} GPUs only", unknown=True)
+        why = f"activity known for {len(known)} GPUs only"
+        return GroupJudgement(group, False, why, unknown=True, gpu_count=n)
     busy = median(known)
     if busy < params.busy_above:
-        return GroupJudgement(
-            group, False, f"not busy: median activity {busy:.3f} < busyAbove {params.busy_above}"
-        )
+        why = f"not busy: median activity {busy:.3f} < busyAbove {params.busy_above}"
+        return GroupJudgement(group, False, why, gpu_count=n)
     windows = [(s.uuid, s.stats.get(Window.ACTIVITY, {}), bounds(s)) for s in samples]
     shortfalls: dict[str, list[Shortfall]] = {}
     for signal, upper, label in COMPARED:
@@ -282,7 +285,7 @@ def judge_group(
             continue
         for uuid, centre in outliers_below(values, params.mad_factor, params.min_shortfall).items():
             shortfalls.setdefault(uuid, []).append(Shortfall(signal, label, values[uuid], centre))
-    judgement = GroupJudgement(group, True, "", gpus=tuple(samples))
+    judgement = GroupJudgement(group, True, "", gpus=tuple(samples), gpu_count=n)
     if not shortfalls:
         return judgement
     masks = [m for m in (_mask(window.get(Signal.CLOCK_EVENTS)) for _, window, _ in windows) if m is not None]
@@ -322,6 +325,22 @@ class StragglerOutcome:
     notes: list[str] = field(default_factory=list)
     judgements: list[GroupJudgement] = field(default_factory=list)
     confirmed: set[str] = field(default_factory=set)  # UUIDs of the stragglers reported this cycle
+
+    def views(self) -> tuple[StragglerGroupView, ...]:
+        """Every group seen, for report and explain."""
+        return tuple(
+            StragglerGroupView(
+                namespace=j.group.namespace,
+                name=j.group.name,
+                pods=tuple(p.name for p in j.group.pods),
+                gpus=j.gpu_count,
+                judged=j.judged,
+                why=j.why,
+                slower=tuple(s.entry() for s in j.suspects),
+                reported=tuple(s.entry() for s in j.suspects if s.sample.uuid in self.confirmed),
+            )
+            for j in self.judgements
+        )
 
 
 def _patch(out: StragglerOutcome, pod: PodView, key: str, value: str | None) -> None:
