@@ -191,6 +191,19 @@ def build_report(snapshot: Snapshot, plan: Plan, *, currency: str = "USD") -> di
             for v in sorted(plan.verdicts, key=lambda v: (v.namespace, v.name))
         ],
         "actions": actions,
+        "stragglerGroups": [
+            {
+                "namespace": g.namespace,
+                "group": g.name,
+                "pods": len(g.pods),
+                "gpus": g.gpus,
+                "judged": g.judged,
+                "why": g.why,
+                "slower": list(g.slower),
+                "reported": list(g.reported),
+            }
+            for g in plan.straggler_groups
+        ],
         "owners": [n for n in plan.notes if ": owner " in n],
         "notes": list(plan.notes),
     }
@@ -264,6 +277,30 @@ def render_table(report: dict[str, Any]) -> str:
             ],
         )
     )
+    if report["stragglerGroups"]:
+        out.append("\nJob groups (stragglers: a GPU slower than its group's median):")
+        out.append(
+            _table(
+                ["NAMESPACE", "GROUP", "PODS", "GPUS", "JUDGED", "STRAGGLERS"],
+                [
+                    [
+                        g["namespace"],
+                        g["group"],
+                        str(g["pods"]),
+                        str(g["gpus"]),
+                        "yes" if g["judged"] else f"no: {g['why']}",
+                        str(len(g["slower"])) if g["judged"] else "-",
+                    ]
+                    for g in report["stragglerGroups"]
+                ],
+            )
+        )
+        for g in report["stragglerGroups"]:
+            reported = set(g["reported"])
+            out += [
+                f"  {'reported' if entry in reported else 'slower now (not yet for forDuration)'}: {entry}"
+                for entry in g["slower"]
+            ]
     if report["owners"]:
         out.append(
             "\nOwners of idle pods (the action Enforce mode takes once all their GPU pods are idle and due):"

@@ -1,4 +1,4 @@
-"""Node writes for fault quarantine: our taint, the GPUHealthy condition, the fault record annotation.
+"""Node writes for fault quarantine: our taint, the GPUHealthy/GPUDegraded conditions, the fault record.
 
 Taints are a read-modify-write of the whole list (``spec.taints`` is atomic) sent as a strategic
 merge patch carrying ``metadata.resourceVersion``: the API server answers 409 Conflict when the
@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.actuators.outcomes import Outcome, Result
-from gpu_efficiency.api.names import FAULT_TAINT_KEY, GPU_HEALTHY
+from gpu_efficiency.api.names import FAULT_TAINT_KEY
 from gpu_efficiency.engine.faults.taints import join_kinds, split_kinds
 from gpu_efficiency.engine.model import Action, AnnotateNode, SetNodeCondition, TaintNode, UntaintNode
 from gpu_efficiency.engine.timefmt import format_rfc3339
@@ -209,14 +209,15 @@ def set_gpu_healthy_condition(
     dry_run: bool = False,
     max_attempts: int = MAX_ATTEMPTS,
 ) -> Outcome:
-    """Set GPUHealthy by a strategic merge on ``status.conditions`` (merged by type).
+    """Set the action's condition (GPUHealthy or GPUDegraded) by a strategic merge on
+    ``status.conditions`` (merged by type).
 
     No write when status, reason and message are unchanged (heartbeat included: a steady state is
     write-free). ``lastTransitionTime`` is kept while the status holds, even if the reason changes.
     """
 
     def build(node: Any) -> dict[str, Any] | None:
-        current = _condition(node, GPU_HEALTHY)
+        current = _condition(node, action.type)
         if current is not None and (current.status, current.reason or "", current.message or "") == (
             action.status,
             action.reason,
@@ -231,7 +232,7 @@ def set_gpu_healthy_condition(
         ):
             transition = current.last_transition_time
         condition = {
-            "type": GPU_HEALTHY,
+            "type": action.type,
             "status": action.status,
             "reason": action.reason,
             "message": action.message,
@@ -240,7 +241,7 @@ def set_gpu_healthy_condition(
         }
         return {"status": {"conditions": [condition]}}
 
-    what = f"set {GPU_HEALTHY}={action.status} ({action.reason})"
+    what = f"set {action.type}={action.status} ({action.reason})"
     return _read_modify_write(
         core,
         action,

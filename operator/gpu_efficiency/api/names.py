@@ -72,8 +72,9 @@ OWNER_ANNOTATIONS: Final = (RECLAIMED, PREVIOUS_REPLICAS, RECLAIMED_AT, RECLAIME
 KUBEFLOW_STOPPED: Final = "kubeflow-resource-stopped"
 
 # Nodes.
-FAULT_TAINT_KEY: Final = PREFIX + "gpu-fault"  # value: ecc | xid | thermal
+FAULT_TAINT_KEY: Final = PREFIX + "gpu-fault"  # value: ecc | xid | thermal | straggler
 GPU_HEALTHY: Final = "GPUHealthy"  # node condition type
+GPU_DEGRADED: Final = "GPUDegraded"  # node condition type: True while a GPU is held as a hardware straggler
 NODE_FAULTS: Final = PREFIX + "faults"  # node annotation: JSON record of faults the operator holds
 FAULT_RECOVERED: Final = PREFIX + "fault-recovered"  # admin sets "ecc", "xid", "all" for manual recovery
 XID_HISTORY: Final = PREFIX + "xid-history"  # node annotation: JSON of recent XID sightings per GPU and code

@@ -436,6 +436,8 @@ class StragglerRule(Model):
     """A group whose median SM activity is below this is idle or warming up and is not judged."""
     for_duration: Duration = "5m"
     """How long a GPU must stay a straggler before it is reported."""
+    quarantine_hardware: bool = False
+    """Hold the node of a hardware straggler (thermal, power or clock cause) as the straggler fault: GPUDegraded=True and its events (in Observe mode too), and in Enforce mode the taint gpuefficiency.io/gpu-fault=straggler:PreferNoSchedule under the faults circuit breaker; released once its group shows the GPU back at speed, at least forDuration after detection."""
 
 
 class SinkType(StrEnum):

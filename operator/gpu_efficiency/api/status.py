@@ -46,7 +46,7 @@ class QuarantinedNode(StatusModel):
     node: str
     """Node name."""
     kind: str
-    """Fault kind: ecc, xid or thermal."""
+    """Fault kind: ecc, xid, thermal or straggler."""
     gpus: list[str] = Field(default_factory=list)
     """GPU indexes/UUIDs at fault."""
     tainted: bool = False

@@ -158,4 +158,23 @@ def explain_lines(snapshot: Snapshot, evaluation: Evaluation, namespace: str, na
             f"  {reclaimed[0].action.upper()} {owner.kind.lower()}/{owner.name}: {reclaimed[0].reason}"
         )
     lines.extend(f"  note: {note}" for note in evaluation.plan.notes if note.startswith(f"{who}:"))
+    lines.extend(_straggler_lines(evaluation, namespace, name))
+    return lines
+
+
+def _straggler_lines(evaluation: Evaluation, namespace: str, name: str) -> list[str]:
+    """The pod's job group as the straggler pass saw it (nothing when stragglers are off)."""
+    group = next(
+        (g for g in evaluation.plan.straggler_groups if g.namespace == namespace and name in g.pods), None
+    )
+    if group is None:
+        return []
+    state = "judged" if group.judged else f"not judged: {group.why}"
+    lines = [f"straggler group {group.name}: {len(group.pods)} pods, {group.gpus} GPUs, {state}"]
+    reported = set(group.reported)
+    for entry in group.slower:
+        what = "reported" if entry in reported else "slower now, not yet for forDuration"
+        lines.append(f"  {what}: {entry}")
+    if group.judged and not group.slower:
+        lines.append("  no GPU is slower than the group's median")
     return lines

@@ -374,7 +374,7 @@ class PolicyEvent:
 @dataclass(frozen=True, slots=True)
 class TaintNode:
     node: str
-    kind: str  # ecc | xid | thermal
+    kind: str  # ecc | xid | thermal | straggler
     effect: str
 
 
@@ -386,12 +386,14 @@ class UntaintNode:
 
 @dataclass(frozen=True, slots=True)
 class SetNodeCondition:
-    """Set the GPUHealthy condition; the actuator keeps lastTransitionTime when status is unchanged."""
+    """Set a node condition of ours (GPUHealthy, GPUDegraded); the actuator keeps lastTransitionTime
+    when status is unchanged."""
 
     node: str
     status: str
     reason: str
     message: str
+    type: str = "GPUHealthy"  # api.names.GPU_HEALTHY or GPU_DEGRADED
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,6 +418,20 @@ Action = (
 
 
 @dataclass(frozen=True, slots=True)
+class StragglerGroupView:
+    """One job group as the straggler pass saw it this cycle, for ``report`` and ``explain``."""
+
+    namespace: str
+    name: str  # "job/train", "label team/run=7"
+    pods: tuple[str, ...]
+    gpus: int
+    judged: bool
+    why: str  # why it was not judged ('' when judged)
+    slower: tuple[str, ...] = ()  # GPUs slower than the group's median now, with the likely cause
+    reported: tuple[str, ...] = ()  # of those, the ones slow for forDuration (on the pods' annotation)
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """The engine's output: actions in the order to apply them, plus what the status should say."""
 
@@ -425,6 +441,8 @@ class Plan:
     notes: tuple[str, ...] = ()  # skipped-for-safety explanations, for logs and `explain`
     #: Straggling GPUs per judged job group: (namespace, group, count), 0 for a group without any.
     stragglers: tuple[tuple[str, str, int], ...] = ()
+    #: Every job group the straggler pass saw (judged or not, and why).
+    straggler_groups: tuple[StragglerGroupView, ...] = ()
     #: A record per planned reclamation with its actions (engine/pods/reclaimproof.py): folded into the
     #: status only when one of those actions is accepted.
     reclamations: tuple[tuple[tuple[Action, ...], Reclamation], ...] = ()

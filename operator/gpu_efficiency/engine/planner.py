@@ -24,6 +24,7 @@ from gpu_efficiency.engine.conditions import condition_flipped, find_condition, 
 from gpu_efficiency.engine.evaluation import Evaluation, PodRecord
 from gpu_efficiency.engine.explain import explain_lines
 from gpu_efficiency.engine.faults.evaluate import evaluate_faults
+from gpu_efficiency.engine.faults.kinds import FaultKind
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -84,7 +85,7 @@ from gpu_efficiency.engine.pods.reclaimproof import advance
 from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS, diagnose, verdict_of
 from gpu_efficiency.engine.pods.waste import elapsed_hours, idle_waste
 from gpu_efficiency.engine.selection import Scope, build_scope
-from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_params
+from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_judgements, straggler_params
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import merged_counts, vet_samples
 
@@ -702,6 +703,7 @@ def evaluate(
     stragglers = evaluate_stragglers(
         snapshot, in_scope, pod_gpus, ctx.bounds,
         straggler_params(snapshot.policy.stragglers, params.under.temperature_limit_celsius, params.min_pod_age_s),
+        ctx.activity,
     )  # fmt: skip
     notes.extend(stragglers.notes)
     for record in records:
@@ -735,7 +737,10 @@ def evaluate(
     actions.extend(stragglers.events)
     actions.extend(cleanups)
 
-    faults = evaluate_faults(snapshot)
+    holding = {
+        n.name for n in snapshot.nodes if FaultKind.STRAGGLER in n.annotations.get(names.NODE_FAULTS, "")
+    }
+    faults = evaluate_faults(snapshot, straggler_judgements(stragglers, holding))
     notes.extend(faults.notes)
     actions.extend(faults.actions)
     recent = recent_within_hour(snapshot.status.recent_evictions, now)
@@ -764,7 +769,7 @@ def evaluate(
     actions.extend(destructive)
     plan = Plan(
         actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes),
-        stragglers=tuple(stragglers.groups), reclamations=drafts,
+        stragglers=tuple(stragglers.groups), straggler_groups=stragglers.views(), reclamations=drafts,
     )  # fmt: skip
     if memo is not None:
         memo.end()

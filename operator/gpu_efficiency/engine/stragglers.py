@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration, parse_duration
 from gpu_efficiency.api.policy import StragglerRule
+from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
 from gpu_efficiency.engine.faults.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL
 from gpu_efficiency.engine.model import (
     Action,
@@ -38,9 +39,10 @@ from gpu_efficiency.engine.model import (
     Signal,
     Snapshot,
     Stats,
+    StragglerGroupView,
     Window,
 )
-from gpu_efficiency.engine.pods.activity import DataBounds, gpu_activity, usable
+from gpu_efficiency.engine.pods.activity import DataBounds, GPUActivity, gpu_activity, usable
 from gpu_efficiency.engine.pods.idle import PodKey
 from gpu_efficiency.engine.pods.jobgroups import JobGroup, job_groups
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
@@ -228,6 +230,8 @@ class GroupJudgement:
     why: str  # why not judged ('' when judged)
     unknown: bool = False  # not judged for want of data: what the group carries is kept
     suspects: list[Straggler] = field(default_factory=list)
+    gpus: tuple[GPUSample, ...] = ()  # the GPUs compared (judged groups only)
+    gpu_count: int = 0
 
 
 def _young(pod: PodView, now: float, min_age_s: float) -> bool:
@@ -240,8 +244,12 @@ def judge_group(
     bounds: Callable[[GPUSample], DataBounds],
     params: StragglerParams,
     now: float,
+    activity_of: Callable[[GPUSample], GPUActivity] | None = None,
 ) -> GroupJudgement:
-    """The group's GPUs that are slower than its median now (before ``forDuration``)."""
+    """The group's GPUs that are slower than its median now (before ``forDuration``).
+
+    ``activity_of``: the cycle's cached activity of a GPU (the pod verdicts computed it already).
+    """
     owner_of: dict[str, PodView] = {}
     samples: list[GPUSample] = []
     for pod in group.pods:
@@ -249,39 +257,39 @@ def judge_group(
             if sample.uuid not in owner_of:
                 owner_of[sample.uuid] = pod
                 samples.append(sample)
-    if len(samples) < params.min_gpus:
-        return GroupJudgement(group, False, f"{len(samples)} GPUs, fewer than minGpus {params.min_gpus}")
+    n = len(samples)
+    if n < params.min_gpus:
+        return GroupJudgement(group, False, f"{n} GPUs, fewer than minGpus {params.min_gpus}", gpu_count=n)
     if any(_young(pod, now, params.min_pod_age_s) for pod in group.pods):
-        return GroupJudgement(group, False, "warming up: a pod is younger than minPodAge")
-    activity = [gpu_activity(s, bounds(s)) for s in samples]
+        return GroupJudgement(group, False, "warming up: a pod is younger than minPodAge", gpu_count=n)
+    activity = [activity_of(s) if activity_of else gpu_activity(s, bounds(s)) for s in samples]
     known = [a.avg for a in activity if a.signal is not None]
     if len(known) < params.min_gpus:
-        return GroupJudgement(group, False, f"activity known for {len(known)} GPUs only", unknown=True)
+        why = f"activity known for {len(known)} GPUs only"
+        return GroupJudgement(group, False, why, unknown=True, gpu_count=n)
     busy = median(known)
     if busy < params.busy_above:
-        return GroupJudgement(
-            group, False, f"not busy: median activity {busy:.3f} < busyAbove {params.busy_above}"
-        )
-    by_uuid = {s.uuid: s for s in samples}
+        why = f"not busy: median activity {busy:.3f} < busyAbove {params.busy_above}"
+        return GroupJudgement(group, False, why, gpu_count=n)
+    windows = [(s.uuid, s.stats.get(Window.ACTIVITY, {}), bounds(s)) for s in samples]
     shortfalls: dict[str, list[Shortfall]] = {}
     for signal, upper, label in COMPARED:
         values: dict[str, float] = {}
-        for sample in samples:
-            stats = usable(sample.stats.get(Window.ACTIVITY, {}).get(signal), upper, bounds(sample))
+        for uuid, window, limits in windows:
+            stats = usable(window.get(signal), upper, limits)
             if stats is not None:
-                values[sample.uuid] = stats.avg
+                values[uuid] = stats.avg
         if len(values) < params.min_gpus:
             continue
         if signal in _RATIOS and median(list(values.values())) < MIN_RATIO_MEDIAN:
             continue
         for uuid, centre in outliers_below(values, params.mad_factor, params.min_shortfall).items():
             shortfalls.setdefault(uuid, []).append(Shortfall(signal, label, values[uuid], centre))
-    masks = [
-        m
-        for m in (_mask(s.stats.get(Window.ACTIVITY, {}).get(Signal.CLOCK_EVENTS)) for s in samples)
-        if m is not None
-    ]
-    judgement = GroupJudgement(group, True, "")
+    judgement = GroupJudgement(group, True, "", gpus=tuple(samples), gpu_count=n)
+    if not shortfalls:
+        return judgement
+    masks = [m for m in (_mask(window.get(Signal.CLOCK_EVENTS)) for _, window, _ in windows) if m is not None]
+    by_uuid = {s.uuid: s for s in samples}
     for uuid, found in shortfalls.items():
         sample = by_uuid[uuid]
         worst = max(found, key=lambda s: s.fraction)
@@ -316,11 +324,33 @@ class StragglerOutcome:
     groups: list[tuple[str, str, int]] = field(default_factory=list)  # (namespace, group, stragglers)
     notes: list[str] = field(default_factory=list)
     judgements: list[GroupJudgement] = field(default_factory=list)
+    confirmed: set[str] = field(default_factory=set)  # UUIDs of the stragglers reported this cycle
+
+    def views(self) -> tuple[StragglerGroupView, ...]:
+        """Every group seen, for report and explain."""
+        return tuple(
+            StragglerGroupView(
+                namespace=j.group.namespace,
+                name=j.group.name,
+                pods=tuple(p.name for p in j.group.pods),
+                gpus=j.gpu_count,
+                judged=j.judged,
+                why=j.why,
+                slower=tuple(s.entry() for s in j.suspects),
+                reported=tuple(s.entry() for s in j.suspects if s.sample.uuid in self.confirmed),
+            )
+            for j in self.judgements
+        )
 
 
 def _patch(out: StragglerOutcome, pod: PodView, key: str, value: str | None) -> None:
     if pod.annotations.get(key) != value:
         out.patches.setdefault((pod.namespace, pod.name), {})[key] = value
+
+
+def _carries(pod: PodView) -> bool:
+    annotations = pod.annotations
+    return names.STRAGGLER in annotations or names.STRAGGLER_SINCE in annotations
 
 
 def _clear_all(pods: Sequence[PodView], out: StragglerOutcome) -> None:
@@ -350,6 +380,7 @@ def _report(judgement: GroupJudgement, params: StragglerParams, now: float, out:
             _patch(out, pod, names.STRAGGLER_SINCE, format_rfc3339(now))
         if now - since >= params.for_s:
             confirmed.extend(mine)
+    out.confirmed.update(s.sample.uuid for s in confirmed)
     desired = SEPARATOR.join(s.entry() for s in confirmed)
     reference = next((p.annotations.get(names.STRAGGLER, "") for p in group.pods), "")
     value = reference if reference and _settled(reference, desired) else desired
@@ -420,6 +451,7 @@ def evaluate_stragglers(
     pod_gpus: Mapping[PodKey, Sequence[GPUSample]],
     bounds_of: Callable[[GPUSample], DataBounds],
     params: StragglerParams,
+    activity_of: Callable[[GPUSample], GPUActivity] | None = None,
 ) -> StragglerOutcome:
     """Group the in-scope pods, judge each group, and plan the annotations and events.
 
@@ -433,12 +465,53 @@ def evaluate_stragglers(
     grouped: set[PodKey] = set()
     for group in job_groups(pods, params.group_by, snapshot.owners):
         grouped.update((p.namespace, p.name) for p in group.pods)
-        judgement = judge_group(group, pod_gpus, bounds_of, params, snapshot.now)
+        judgement = judge_group(group, pod_gpus, bounds_of, params, snapshot.now, activity_of)
         out.judgements.append(judgement)
         if judgement.unknown:
             continue
+        if not judgement.suspects and not any(_carries(p) for p in group.pods):
+            if judgement.judged:  # nothing slow, nothing said before: nothing to write or say
+                out.groups.append((group.namespace, group.name, 0))
+            continue
         _report(judgement, params, snapshot.now, out)
     _clear_all([p for p in pods if (p.namespace, p.name) not in grouped], out)
+    return out
+
+
+def straggler_judgements(
+    outcome: StragglerOutcome, holding: Container[str] | None = None
+) -> list[GpuJudgement]:
+    """The fault engine's view of every GPU of a judged group (``faults.kinds.FaultKind.STRAGGLER``).
+
+    FAULT: a reported straggler with a hardware cause (the node is to blame); PENDING: slower than
+    its group but not reported yet, or for no hardware cause (neither a fault nor a recovery);
+    HEALTHY: at its group's speed. GPUs of groups not judged this cycle (idle, warming up, too few
+    GPUs, unknown data) are left out: no evidence either way, so a held straggler stays held.
+    ``holding``: the nodes whose fault record names a straggler; a HEALTHY GPU elsewhere changes
+    nothing (it can only release a hold or age a baseline), so it is left out (None: all nodes).
+    """
+    out: list[GpuJudgement] = []
+    for judgement in outcome.judgements:
+        if not judgement.judged:
+            continue
+        suspects = {s.sample.uuid: s for s in judgement.suspects}
+        for sample in judgement.gpus:
+            suspect = suspects.get(sample.uuid)
+            if suspect is None and holding is not None and sample.node not in holding:
+                continue
+            state, summary, fingerprint = GpuState.HEALTHY, "", {}
+            if suspect is not None:
+                hardware = suspect.hardware and sample.uuid in outcome.confirmed
+                state = GpuState.FAULT if hardware else GpuState.PENDING
+                summary = f"{suspect.percent}% slower than {judgement.group.name}: {suspect.cause}"
+                fingerprint = {"percent": float(suspect.percent)}
+            out.append(
+                GpuJudgement(
+                    kind=FaultKind.STRAGGLER, node=sample.node, uuid=sample.uuid, index=sample.index,
+                    state=state, summary=summary, fingerprint=fingerprint,
+                    reason="" if state is not GpuState.PENDING else "slower than its group, not a reported hardware straggler",
+                )
+            )  # fmt: skip
     return out
 
 
@@ -450,5 +523,6 @@ __all__ = [
     "name_cause",
     "outliers_below",
     "robust_spread",
+    "straggler_judgements",
     "straggler_params",
 ]

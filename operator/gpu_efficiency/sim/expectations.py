@@ -60,13 +60,15 @@ def describe(e: Expectation) -> str:
             f"== {c.equals!r}" if c.equals is not None
             else f"!= {c.not_equals!r}" if c.not_equals is not None
             else f"in {c.one_of}" if c.one_of is not None
+            else f"contains {c.contains}" if c.contains is not None
             else "exists" if c.exists else "is absent"
         )  # fmt: skip
         text = f"{c.workload} pod annotation {c.key} {test}"
     elif isinstance(c, EventCheck):
         target = (
-            f"pods of {c.workload}" if c.workload else f"node {c.node}" if c.node else f"policy {c.policy}"
-        )
+            f"{'the object' if c.owner else 'pods'} of {c.workload}" if c.workload
+            else f"node {c.node}" if c.node else f"policy {c.policy}"
+        )  # fmt: skip
         text = f"{'no ' if c.absent else ''}event {c.reason} on {target}"
     elif isinstance(c, NodeTaint):
         taint = c.key + (f"={c.value}" if c.value is not None else "") + (f":{c.effect}" if c.effect else "")
@@ -224,6 +226,8 @@ def _annotation(c: PodAnnotation, obs: Observation, names: Names) -> Verdict:
             ok = value == c.equals
         elif c.not_equals is not None:
             ok = value != c.not_equals
+        elif c.contains is not None:
+            ok = all(part in value for part in c.contains)
         else:
             ok = value in (c.one_of or [])
         results.append(
@@ -241,7 +245,15 @@ def _annotation(c: PodAnnotation, obs: Observation, names: Names) -> Verdict:
 def _event(
     c: EventCheck, obs: Observation, names: Names, histories: Mapping[tuple[str, str], WorkloadHistory]
 ) -> Verdict:
-    if c.workload is not None:
+    if c.workload is not None and c.owner:
+        namespace, workload = names.workload(c.workload)
+        target = f"the object of {c.workload}"
+
+        def about(obj: JSON) -> bool:
+            return (
+                obj.get("kind") != "Pod" and obj.get("namespace") == namespace and obj.get("name") == workload
+            )
+    elif c.workload is not None:
         namespace, workload = names.workload(c.workload)
         pods = {p.name for p in histories[(namespace, workload)].pods.values()}
         target = f"pods of {c.workload}"

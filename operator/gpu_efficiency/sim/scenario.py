@@ -335,22 +335,27 @@ class PodAnnotation(Model):
     one_of: list[str] | None = None
     exists: bool | None = None
     """true: the key is present; false: it is absent."""
+    contains: list[str] | None = None
+    """Every one of these strings is in the value."""
     pods: Literal["all", "any"] = "all"
     """all: every current pod (and at least one) must match; any: at least one."""
 
     @model_validator(mode="after")
     def _one_test(self) -> PodAnnotation:
-        given = [x for x in (self.equals, self.not_equals, self.one_of, self.exists) if x is not None]
-        if len(given) != 1:
-            raise ValueError("give exactly one of equals, notEquals, oneOf or exists")
+        tests = (self.equals, self.not_equals, self.one_of, self.exists, self.contains)
+        if len([x for x in tests if x is not None]) != 1:
+            raise ValueError("give exactly one of equals, notEquals, oneOf, exists or contains")
         return self
 
 
 class EventCheck(Model):
-    """A Kubernetes event with this reason on a workload's pods, a node, or a policy."""
+    """A Kubernetes event with this reason on a workload's pods (its own object with ``owner``), a
+    node, or a policy."""
 
     reason: str
     workload: str | None = None
+    owner: bool = False
+    """With workload: the event is on the workload's own object (Job, Deployment...), not its pods."""
     node: str | None = None
     policy: str | None = None
     type: Literal["Normal", "Warning"] | None = None
@@ -362,6 +367,8 @@ class EventCheck(Model):
     def _one_object(self) -> EventCheck:
         if sum(x is not None for x in (self.workload, self.node, self.policy)) != 1:
             raise ValueError("give exactly one of workload, node or policy")
+        if self.owner and self.workload is None:
+            raise ValueError("owner applies to a workload's events only")
         return self
 
 

@@ -26,7 +26,7 @@ from gpu_efficiency.actuators.nodes import (
     set_gpu_healthy_condition,
 )
 from gpu_efficiency.actuators.outcomes import Result
-from gpu_efficiency.api.names import FAULT_TAINT_KEY, GPU_HEALTHY, NODE_FAULTS
+from gpu_efficiency.api.names import FAULT_TAINT_KEY, GPU_DEGRADED, GPU_HEALTHY, NODE_FAULTS
 from gpu_efficiency.engine.model import AnnotateNode, SetNodeCondition, TaintNode, UntaintNode
 
 KEY = FAULT_TAINT_KEY
@@ -324,6 +324,15 @@ def test_unchanged_condition_is_not_written_not_even_a_heartbeat() -> None:
     assert outcome.result is Result.NOOP
     assert core.writes == []
     assert core.condition().last_heartbeat_time == EARLY
+
+
+def test_the_degraded_condition_is_its_own_type_beside_gpu_healthy() -> None:
+    core = FakeCore(make_node(conditions=[_condition("False", "GPUFaultECC", "dbe")]))
+    action = SetNodeCondition("n1", "True", "GPUDegradedStraggler", "slow", GPU_DEGRADED)
+    assert set_gpu_healthy_condition(core, action, T0).result is Result.DONE
+    by_type = {c.type: (c.status, c.reason) for c in core.nodes["n1"].status.conditions}
+    assert by_type == {GPU_HEALTHY: ("False", "GPUFaultECC"), GPU_DEGRADED: ("True", "GPUDegradedStraggler")}
+    assert set_gpu_healthy_condition(core, action, T0).result is Result.NOOP
 
 
 # ---- annotations ------------------------------------------------------------------------------------

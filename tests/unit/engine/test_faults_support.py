@@ -281,16 +281,16 @@ class Cluster:
 
     def _condition(self, action: SetNodeCondition) -> None:
         view = self.nodes[action.node]
-        old = next((c for c in view.conditions if c.type == names.GPU_HEALTHY), None)
+        old = next((c for c in view.conditions if c.type == action.type), None)
         keep = old is not None and old.status == action.status
         condition = NodeCondition(
-            type=names.GPU_HEALTHY,
+            type=action.type,
             status=action.status,
             reason=action.reason,
             message=action.message,
             last_transition_time=old.last_transition_time if old and keep else format_rfc3339(self.now),
         )
-        others = tuple(c for c in view.conditions if c.type != names.GPU_HEALTHY)
+        others = tuple(c for c in view.conditions if c.type != action.type)
         self.nodes[action.node] = replace(view, conditions=(*others, condition))
 
     # -- what an admin does -------------------------------------------------------------------
@@ -308,8 +308,8 @@ class Cluster:
             f"{t.value}:{t.effect}" for t in self.nodes[name].taints if t.key == names.FAULT_TAINT_KEY
         )
 
-    def maybe_condition(self, name: str) -> NodeCondition | None:
-        return next((c for c in self.nodes[name].conditions if c.type == names.GPU_HEALTHY), None)
+    def maybe_condition(self, name: str, type_: str = names.GPU_HEALTHY) -> NodeCondition | None:
+        return next((c for c in self.nodes[name].conditions if c.type == type_), None)
 
     def condition(self, name: str) -> NodeCondition:
         condition = self.maybe_condition(name)

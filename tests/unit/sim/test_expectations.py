@@ -186,6 +186,35 @@ def test_events_on_pods_nodes_and_policies() -> None:
     ).ok
 
 
+def test_annotation_contains_every_part_and_owner_events_are_the_objects_own() -> None:
+    obs = Observation(t=1.0, pods=[pod("w-a", "a", annotations={"k": "GPU 5 on n1; cause: thermal"})])
+    h = histories()
+    update_histories(h, obs.pods, 1.0)
+
+    def contains(*parts: str) -> bool:
+        e = expectation(within="9s", podAnnotation={"workload": "w", "key": "k", "contains": list(parts)})
+        return check(e, obs, NAMES, h).ok
+
+    assert contains("GPU 5", "cause: thermal")
+    assert not contains("GPU 5", "cause: power")
+    with pytest.raises(ValueError, match="exactly one of"):
+        expectation(
+            within="9s", podAnnotation={"workload": "w", "key": "k", "contains": ["x"], "exists": True}
+        )
+    on_pod = {
+        "reason": "GPUStraggler",
+        "involvedObject": {"kind": "Pod", "namespace": "pre-ns", "name": "w-a"},
+    }
+    on_job = {"reason": "GPUStraggler", "involvedObject": {"kind": "Job", "namespace": "pre-ns", "name": "w"}}
+    owner = expectation(within="9s", event={"workload": "w", "owner": True, "reason": "GPUStraggler"})
+    assert not check(owner, Observation(t=1.0, events=[on_pod]), NAMES, h).ok
+    assert check(owner, Observation(t=1.0, events=[on_job]), NAMES, h).ok
+    pods = expectation(within="9s", event={"workload": "w", "reason": "GPUStraggler"})
+    assert not check(pods, Observation(t=1.0, events=[on_job]), NAMES, h).ok
+    with pytest.raises(ValueError, match="owner applies"):
+        expectation(within="9s", event={"node": "n0", "owner": True, "reason": "x"})
+
+
 def test_taints_and_conditions() -> None:
     node = {
         "spec": {"taints": [{"key": "gpuefficiency.io/gpu-fault", "value": "ecc", "effect": "NoSchedule"}]},

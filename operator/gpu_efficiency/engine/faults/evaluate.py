@@ -24,6 +24,7 @@ from gpu_efficiency.api.names import (
     EV_TAINTED,
     FAULT_RECOVERED,
     FAULT_TAINT_KEY,
+    GPU_DEGRADED,
     GPU_HEALTHY,
     NODE_FAULTS,
 )
@@ -33,10 +34,12 @@ from gpu_efficiency.engine.faults.breaker import BreakerDecision, breaker_messag
 from gpu_efficiency.engine.faults.data import DataRules, data_rules
 from gpu_efficiency.engine.faults.ecc import judge_ecc
 from gpu_efficiency.engine.faults.kinds import (
+    DEGRADED_REASON_PREFIX,
     FAULT_REASON_PREFIX,
     KINDS,
     FaultKind,
     GpuJudgement,
+    GpuState,
     merge_judgements,
 )
 from gpu_efficiency.engine.faults.node import FaultContext, KindRules, NodeDecision, decide_node, describe
@@ -62,6 +65,8 @@ from gpu_efficiency.engine.model import (
 from gpu_efficiency.engine.selection import compile_selector
 
 Judgements = Mapping[str, Mapping[FaultKind, Sequence[GpuJudgement]]]  # node -> kind -> GPUs
+#: A straggler only makes the scheduler prefer other nodes: the GPU works, and its job may stay.
+STRAGGLER_EFFECT = "PreferNoSchedule"
 
 
 def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
@@ -72,19 +77,27 @@ def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
         FaultKind.XID: faults.xid,
         FaultKind.THERMAL: faults.thermal,
     }
+    kinds = {
+        kind: KindRules(
+            enabled=faults.enabled and spec.enabled,
+            effect=spec.effect.value,
+            automatic=spec.recovery == Recovery.AUTOMATIC,
+            recovery_after_s=parse_duration(spec.recovery_after),
+        )
+        for kind, spec in per_kind.items()
+    }
+    stragglers = snapshot.policy.stragglers
+    kinds[FaultKind.STRAGGLER] = KindRules(
+        enabled=stragglers.enabled and stragglers.quarantine_hardware,
+        effect=STRAGGLER_EFFECT,
+        automatic=True,
+        recovery_after_s=parse_duration(stragglers.for_duration),
+    )
     return FaultContext(
         now=snapshot.now,
         enforce=snapshot.policy.mode == Mode.ENFORCE,
         data_ok=snapshot.metrics_available,
-        kinds={
-            kind: KindRules(
-                enabled=faults.enabled and spec.enabled,
-                effect=spec.effect.value,
-                automatic=spec.recovery == Recovery.AUTOMATIC,
-                recovery_after_s=parse_duration(spec.recovery_after),
-            )
-            for kind, spec in per_kind.items()
-        },
+        kinds=kinds,
         xid_memory_s=rules.window_s[Window.FAULT] + rules.scrape_interval_s,
     )
 
@@ -124,7 +137,8 @@ def _quiet(node: NodeView) -> bool:
     if any(t.key == FAULT_TAINT_KEY for t in node.taints):
         return False
     return not any(
-        c.type == GPU_HEALTHY and c.status == "False" and c.reason.startswith(FAULT_REASON_PREFIX)
+        (c.type == GPU_HEALTHY and c.status == "False" and c.reason.startswith(FAULT_REASON_PREFIX))
+        or (c.type == GPU_DEGRADED and c.status == "True" and c.reason.startswith(DEGRADED_REASON_PREFIX))
         for c in node.conditions
     )
 
@@ -211,8 +225,30 @@ def _breaker_events(
     return policy, nodes
 
 
-def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
-    """This cycle's fault quarantine: actions in apply order, quarantined nodes, breaker state."""
+def _with_stragglers(
+    judged: Judgements, stragglers: Sequence[GpuJudgement], scope: set[str], quiet: set[str]
+) -> Judgements:
+    """``judged`` plus the straggler judgements of in-scope nodes; a quiet node only for a FAULT (a
+    GPU at its peers' speed on a node holding nothing changes nothing, see ``_quiet``)."""
+    by_node: dict[str, list[GpuJudgement]] = defaultdict(list)
+    for j in stragglers:
+        if j.node in scope:
+            by_node[j.node].append(j)
+    out = {node: dict(per_kind) for node, per_kind in judged.items()}
+    for node, found in by_node.items():
+        if node in quiet and not any(j.state is GpuState.FAULT for j in found):
+            continue
+        out.setdefault(node, {})[FaultKind.STRAGGLER] = found
+    return out
+
+
+def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ()) -> FaultOutcome:
+    """This cycle's fault quarantine: actions in apply order, quarantined nodes, breaker state.
+
+    ``stragglers``: this cycle's straggler judgements of GPUs in judged job groups
+    (``stragglers.straggler_judgements``), held as the ``straggler`` kind when the policy
+    quarantines hardware stragglers.
+    """
     spec = snapshot.policy
     rules = data_rules(spec, snapshot.now)
     ctx = fault_context(snapshot, rules)
@@ -223,6 +259,8 @@ def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
         if ctx.data_ok
         else {}
     )
+    if ctx.data_ok and stragglers:
+        judged = _with_stragglers(judged, stragglers, {n.name for n in nodes}, quiet)
     xid_actions: list[Action] = []
     if ctx.data_ok and ctx.kinds[FaultKind.XID].enabled:
         scope = {n.name for n in nodes}
@@ -303,7 +341,8 @@ def evaluate_faults(snapshot: Snapshot) -> FaultOutcome:
             notes.append(f"node {decision.node}: faulty but not tainted, the circuit breaker is open")
     actions.extend(policy_events)
     actions.extend(xid_actions)
-    held = {d.node: d.held for d in decisions}
+    # A straggler's pods already carry the straggler annotation: gpu-fault names broken GPUs only.
+    held = {d.node: {k: e for k, e in d.held.items() if k != FaultKind.STRAGGLER} for d in decisions}
     actions.extend(workload_actions(held, snapshot.gpus, snapshot.pods, data_ok=ctx.data_ok))
     return FaultOutcome(
         actions=tuple(actions),

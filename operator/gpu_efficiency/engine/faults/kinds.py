@@ -17,23 +17,36 @@ class FaultKind(StrEnum):
     ECC = "ecc"
     XID = "xid"
     THERMAL = "thermal"
+    STRAGGLER = "straggler"  # a hardware straggler of its job (engine/stragglers.py): degraded, not broken
 
     @property
     def severity(self) -> int:
-        """Lower is worse: ECC corrupts results, an XID usually kills jobs, heat slows them."""
+        """Lower is worse: ECC corrupts results, an XID usually kills jobs, heat slows them, and a
+        straggler slows the one job it is in."""
         return _SEVERITY[self]
 
     @property
     def condition_reason(self) -> str:
-        """GPUHealthy=False reason when this kind is the only fault held."""
+        """GPUHealthy=False (GPUDegraded=True for a degraded kind) reason when this kind is the only one held."""
         return _REASONS[self]
 
+    @property
+    def degraded(self) -> bool:
+        """Reported on the GPUDegraded condition, not GPUHealthy: the GPU works, only slower than its peers."""
+        return self is FaultKind.STRAGGLER
 
-_SEVERITY: Mapping[FaultKind, int] = {FaultKind.ECC: 0, FaultKind.XID: 1, FaultKind.THERMAL: 2}
+
+_SEVERITY: Mapping[FaultKind, int] = {
+    FaultKind.ECC: 0,
+    FaultKind.XID: 1,
+    FaultKind.THERMAL: 2,
+    FaultKind.STRAGGLER: 3,
+}
 _REASONS: Mapping[FaultKind, str] = {
     FaultKind.ECC: "GPUFaultECC",
     FaultKind.XID: "GPUFaultXID",
     FaultKind.THERMAL: "GPUFaultThermal",
+    FaultKind.STRAGGLER: "GPUDegradedStraggler",
 }
 
 #: Kinds in severity order.
@@ -45,6 +58,10 @@ REASON_MULTIPLE = "GPUFaultMultiple"
 REASON_CLEARED = "GPUFaultCleared"
 #: Every reason the operator writes on GPUHealthy=False: only these are ours to flip back to True.
 FAULT_REASON_PREFIX = "GPUFault"
+#: GPUDegraded=False reason once no degraded kind is held any more.
+REASON_DEGRADED_CLEARED = "GPUDegradedCleared"
+#: Every reason the operator writes on GPUDegraded=True: only these are ours to flip back to False.
+DEGRADED_REASON_PREFIX = "GPUDegraded"
 
 
 def kind_of(text: str) -> FaultKind | None:

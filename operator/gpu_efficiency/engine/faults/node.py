@@ -14,11 +14,20 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpu_efficiency.api.names import EV_FAULT, EV_UNTAINTED, FAULT_RECOVERED, GPU_HEALTHY, NODE_FAULTS
+from gpu_efficiency.api.names import (
+    EV_FAULT,
+    EV_UNTAINTED,
+    FAULT_RECOVERED,
+    GPU_DEGRADED,
+    GPU_HEALTHY,
+    NODE_FAULTS,
+)
 from gpu_efficiency.engine.faults.kinds import (
+    DEGRADED_REASON_PREFIX,
     FAULT_REASON_PREFIX,
     KINDS,
     REASON_CLEARED,
+    REASON_DEGRADED_CLEARED,
     REASON_MULTIPLE,
     FaultKind,
     GpuJudgement,
@@ -241,7 +250,7 @@ class _NodeCycle:
             elif fault_kind is FaultKind.ECC:
                 gpus = {u: lowered(fp, judged[u]) if u in judged else fp for u, fp in gpus.items()}
                 gpus = {u: fp for u, fp in gpus.items() if fp}
-            elif fault_kind is FaultKind.THERMAL:
+            elif fault_kind in (FaultKind.THERMAL, FaultKind.STRAGGLER):
                 gpus = {u: fp for u, fp in gpus.items() if not baseline_expired(fault_kind, judged.get(u))}
             if not gpus:
                 del self.baselines[kind]
@@ -358,21 +367,34 @@ class _NodeCycle:
                     self.faults[kind] = replace(entry, tainted=True)
 
     def condition(self) -> None:
+        """GPUHealthy for the faults held, GPUDegraded for the degraded kinds (a straggler)."""
         held = {k: e for k, e in self.faults.items() if e.held}
-        current = next((c for c in self.node.conditions if c.type == GPU_HEALTHY), None)
-        if held:
-            desired = _fault_condition(held, self.ctx)
-        elif (
-            current is not None
-            and current.status == "False"
-            and current.reason.startswith(FAULT_REASON_PREFIX)
-        ):
-            desired = ("True", REASON_CLEARED, "no GPU fault is held on this node by gpu-efficiency-operator")
+        degraded = {k: e for k, e in held.items() if (fk := kind_of(k)) is not None and fk.degraded}
+        broken = {k: e for k, e in held.items() if k not in degraded}
+        self._condition(
+            GPU_HEALTHY, _fault_condition(broken, self.ctx, "False") if broken else None,
+            ("True", REASON_CLEARED, "no GPU fault is held on this node by gpu-efficiency-operator"),
+            FAULT_REASON_PREFIX,
+        )  # fmt: skip
+        self._condition(
+            GPU_DEGRADED, _fault_condition(degraded, self.ctx, "True") if degraded else None,
+            ("False", REASON_DEGRADED_CLEARED, "no GPU is held degraded on this node by gpu-efficiency-operator"),
+            DEGRADED_REASON_PREFIX,
+        )  # fmt: skip
+
+    def _condition(
+        self, type_: str, held: tuple[str, str, str] | None, cleared: tuple[str, str, str], ours: str
+    ) -> None:
+        current = next((c for c in self.node.conditions if c.type == type_), None)
+        if held is not None:
+            desired = held
+        elif current is not None and current.status != cleared[0] and current.reason.startswith(ours):
+            desired = cleared
         else:
             return
         if current is None or (current.status, current.reason, current.message) != desired:
             status, reason, message = desired
-            self.out.writes.append(SetNodeCondition(self.node.name, status, reason, message))
+            self.out.writes.append(SetNodeCondition(self.node.name, status, reason, message, type_))
 
     def record(self, request: str | None) -> None:
         text = dump_record(NodeFaultRecord(faults=self.faults, baselines=self.baselines))
@@ -401,7 +423,7 @@ class _NodeCycle:
         return self.out
 
 
-def _fault_condition(held: Mapping[str, FaultEntry], ctx: FaultContext) -> tuple[str, str, str]:
+def _fault_condition(held: Mapping[str, FaultEntry], ctx: FaultContext, status: str) -> tuple[str, str, str]:
     kinds = sorted(held, key=kind_order)
     if len(kinds) == 1:
         known = kind_of(kinds[0])
@@ -418,7 +440,7 @@ def _fault_condition(held: Mapping[str, FaultEntry], ctx: FaultContext) -> tuple
     message = "; ".join(parts)
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 20].rstrip() + "... (truncated)"
-    return "False", reason, message
+    return status, reason, message
 
 
 def decide_node(
