@@ -53,7 +53,7 @@ importlint: venv
 	$(VENV)/bin/lint-imports
 
 unit: venv
-	$(VPY) -m pytest tests/unit -q
+	$(VPY) -m pytest tests/unit -q -n 2
 
 build-cluster: deps
 	hack/localcluster/build.sh
