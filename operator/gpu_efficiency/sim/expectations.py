@@ -188,8 +188,12 @@ def check(
         return _workload_object(c, obs, names)
     if isinstance(c, CurrentPods):
         namespace, workload = names.workload(c.workload)
-        count = len(current_pods(obs.pods, namespace, workload))
-        return Verdict(_passes(c, count), f"{count} current pod(s) of {c.workload}")
+        pods = current_pods(obs.pods, namespace, workload)
+        if c.phase is not None:
+            pods = [p for p in pods if (p.get("status") or {}).get("phase") == c.phase]
+        count = len(pods)
+        which = f" {c.phase}" if c.phase else ""
+        return Verdict(_passes(c, count), f"{count} current{which} pod(s) of {c.workload}")
     assert isinstance(c, PromQL)
     return _promql(c, obs)
 

@@ -36,7 +36,7 @@ from gpu_efficiency.sim.kube import PodWatcher, api_client
 from gpu_efficiency.sim.observation import Observation, WorkloadHistory, update_histories
 from gpu_efficiency.sim.operator_process import DEFAULT_OPERATOR_CMD, OperatorProcess
 from gpu_efficiency.sim.playbook import sim_faults, sim_nodes, sim_options, workload_plays
-from gpu_efficiency.sim.scenario import LoadedScenario, WorkloadKind, load_scenario
+from gpu_efficiency.sim.scenario import LoadedScenario, WorkloadKind, WorkloadSpec, load_scenario, seconds
 from gpu_efficiency.sim.server import MetricsServer
 from gpu_efficiency.sim.simulator import Simulator
 from gpu_efficiency.sim.targets import DEFAULT_JOB, register, targets_dir, unregister
@@ -172,6 +172,7 @@ class ScenarioRun:
             nodes={n: n for n in self.scenario.node_names},
         )
         self.histories = {key: WorkloadHistory(*key) for key in self.names.workloads.values()}
+        self._late_created: set[str] = set()
         self.tracker = Tracker(list(self.scenario.expectations))
         self.result = ScenarioResult(self.name, loaded.path, self.run_id, len(self.scenario.expectations))
         self.sim: Simulator | None = None
@@ -441,25 +442,37 @@ class ScenarioRun:
         self.say(f"  t={self.sim.elapsed() if self.sim else 0:.0f}s operator killed and restarted")
 
     def _create_workloads(self) -> None:
+        for w in self.scenario.workloads:
+            if w.start_at is None:
+                self._create_workload(w)
+
+    def _create_late_workloads(self, t: float) -> None:
+        """Workloads with ``startAt`` are created once the scenario's clock passes it."""
+        for w in self.scenario.workloads:
+            if w.start_at is not None and w.name not in self._late_created and t >= seconds(w.start_at):
+                self._late_created.add(w.name)
+                self._create_workload(w)
+                self.say(f"  [{t:6.1f}s] created {w.kind} {self.namespaces[w.namespace]}/{w.name} (startAt)")
+
+    def _create_workload(self, w: WorkloadSpec) -> None:
+        ns = self.namespaces[w.namespace]
+        if w.pdb is not None:
+            policy: Any = client.PolicyV1Api(self._api)
+            body = manifests.pdb(w, w.pdb, ns, self.name, self.run_id)
+            self._create(
+                partial(policy.create_namespaced_pod_disruption_budget, ns, body), f"PDB {ns}/{w.name}"
+            )
         apps: Any = client.AppsV1Api(self._api)
         batch: Any = client.BatchV1Api(self._api)
         core: Any = client.CoreV1Api(self._api)
-        policy: Any = client.PolicyV1Api(self._api)
-        for w in self.scenario.workloads:
-            ns = self.namespaces[w.namespace]
-            if w.pdb is not None:
-                body = manifests.pdb(w, w.pdb, ns, self.name, self.run_id)
-                self._create(
-                    partial(policy.create_namespaced_pod_disruption_budget, ns, body), f"PDB {ns}/{w.name}"
-                )
-            body = manifests.workload(w, ns, self.name, self.run_id)
-            create: dict[WorkloadKind, Any] = {
-                WorkloadKind.POD: core.create_namespaced_pod,
-                WorkloadKind.DEPLOYMENT: apps.create_namespaced_deployment,
-                WorkloadKind.STATEFUL_SET: apps.create_namespaced_stateful_set,
-                WorkloadKind.JOB: batch.create_namespaced_job,
-            }
-            self._create(partial(create[w.kind], ns, body), f"{w.kind} {ns}/{w.name}")
+        create: dict[WorkloadKind, Any] = {
+            WorkloadKind.POD: core.create_namespaced_pod,
+            WorkloadKind.DEPLOYMENT: apps.create_namespaced_deployment,
+            WorkloadKind.STATEFUL_SET: apps.create_namespaced_stateful_set,
+            WorkloadKind.JOB: batch.create_namespaced_job,
+        }
+        body = manifests.workload(w, ns, self.name, self.run_id)
+        self._create(partial(create[w.kind], ns, body), f"{w.kind} {ns}/{w.name}")
 
     # ---- observing -----------------------------------------------------------------------------
 
@@ -473,6 +486,7 @@ class ScenarioRun:
                 self.say(f"  {why}; last log lines:\n{_indent(self._operator.tail(1500))}")
                 self._report(self.tracker.abandon(t, why))
                 return
+            self._create_late_workloads(t)
             obs = self._poll(t)
             update_histories(self.histories, obs.pods, obs.t)
             self._report(self.tracker.step(obs, self.names, self.histories))

@@ -213,6 +213,9 @@ class WorkloadSpec(Model):
     """Later switches of profile."""
     timeline: list[TimelineEntry] = Field(default_factory=list)
     """Explicit metric values overriding the profile from given times."""
+    start_at: Duration | None = None
+    """Create the workload this long after the scenario starts instead of at once (a job that
+    arrives while the cluster is full and waits, Pending, for GPUs)."""
 
     @field_validator("profile")
     @classmethod
@@ -432,6 +435,8 @@ class CurrentPods(ValueTest):
     or suspended owner has none; a recreated one has its replacement)."""
 
     workload: str
+    phase: Literal["Pending", "Running"] | None = None
+    """Count only the pods in this phase (Running: the pod got its GPUs and started)."""
 
 
 class PromQL(ValueTest):

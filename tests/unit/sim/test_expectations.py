@@ -405,3 +405,20 @@ def test_current_pods_counts_pods_that_are_neither_terminating_nor_finished() ->
     assert not check(none_left, Observation(t=1, pods=pods), NAMES, histories()).ok
     assert check(none_left, Observation(t=1, pods=pods[:1]), NAMES, histories()).ok
     assert describe(none_left).startswith("current pods of w == 0")
+
+
+def test_current_pods_with_a_phase_counts_only_pods_in_that_phase() -> None:
+    """A queued job's pod is Pending until freed GPUs let it run: the demo checks both phases."""
+    waiting = expectation(currentPods={"workload": "w", "phase": "Pending", "equals": 1}, within="60s")
+    running = expectation(currentPods={"workload": "w", "phase": "Running", "equals": 1}, within="60s")
+    pending_pod = pod("w-a", "a")
+    pending_pod["status"]["phase"] = "Pending"
+    assert check(waiting, Observation(t=1, pods=[pending_pod]), NAMES, histories()).ok
+    assert not check(running, Observation(t=1, pods=[pending_pod]), NAMES, histories()).ok
+    assert check(running, Observation(t=1, pods=[pod("w-a", "a")]), NAMES, histories()).ok
+    assert not check(waiting, Observation(t=1, pods=[pod("w-a", "a")]), NAMES, histories()).ok
+    assert "1 current Running pod(s) of w" in check(
+        running, Observation(t=1, pods=[pod("w-a", "a")]), NAMES, histories()
+    ).observed
+    with pytest.raises(ValueError, match="phase"):
+        expectation(currentPods={"workload": "w", "phase": "Succeeded", "equals": 1}, within="60s")

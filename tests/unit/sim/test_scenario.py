@@ -216,3 +216,12 @@ def test_namespaces_are_listed_once_however_many_workloads_share_one() -> None:
     names = demo.scenario.namespace_names
     assert len(names) == len(set(names))
     assert {"demo-research", "demo-training", "demo-serving"} <= set(names)
+
+
+def test_a_workload_can_start_later_and_a_bad_start_is_located() -> None:
+    s = parse_scenario(MINIMAL + "    startAt: 10s\n").scenario
+    assert s.workloads[0].start_at == "10s"
+    assert parse_scenario(MINIMAL).scenario.workloads[0].start_at is None
+    (problem,) = problems(MINIMAL + "    startAt: later\n")
+    assert "workloads[0].startAt" in problem
+    assert "invalid duration 'later'" in problem
