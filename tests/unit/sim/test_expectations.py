@@ -417,8 +417,9 @@ def test_current_pods_with_a_phase_counts_only_pods_in_that_phase() -> None:
     assert not check(running, Observation(t=1, pods=[pending_pod]), NAMES, histories()).ok
     assert check(running, Observation(t=1, pods=[pod("w-a", "a")]), NAMES, histories()).ok
     assert not check(waiting, Observation(t=1, pods=[pod("w-a", "a")]), NAMES, histories()).ok
-    assert "1 current Running pod(s) of w" in check(
-        running, Observation(t=1, pods=[pod("w-a", "a")]), NAMES, histories()
-    ).observed
+    assert (
+        "1 current Running pod(s) of w"
+        in check(running, Observation(t=1, pods=[pod("w-a", "a")]), NAMES, histories()).observed
+    )
     with pytest.raises(ValueError, match="phase"):
         expectation(currentPods={"workload": "w", "phase": "Succeeded", "equals": 1}, within="60s")
