@@ -77,6 +77,9 @@ class Reclamation(StatusModel):
     """Nodes whose GPUs it freed."""
     gpus: int = 0
     """GPUs it freed (pods time-sliced on one GPU count it once)."""
+    gpu_ids: list[str] = Field(default_factory=list)
+    """UUIDs of those GPUs when every pod's are known: a GPU shared by pods reclaimed apart (two
+    bare pods time-sliced on it) counts once in GPU-hours returned."""
     controllers: list[str] = Field(default_factory=list)
     """KIND/NAME of its pods' controllers (the pods for a bare pod): a new pod of one means it is back."""
     waiting_pods: list[str] = Field(default_factory=list)

@@ -8,8 +8,10 @@ from dataclasses import replace
 import pytest
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.engine.model import EvictPod, OwnerObject, PodView, ReclaimOwner, Verdict
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.pods.reclaimproof import advance
 
 from . import builders as b
 from .builders import enforce, gpu, no_faults, snapshot  # noqa: F401 (fixture)
@@ -54,3 +56,28 @@ def test_a_gpu_whose_pods_are_all_idle_is_freed_once_even_when_one_pod_holds_two
     plan = plan_cycle(with_owners(snapshot([shared], [pods[0], big], enforce()), objects))
     (record,) = [r for _, r in plan.reclamations]
     assert record.gpus == 1
+
+
+def test_bare_pods_time_sliced_on_one_gpu_and_reclaimed_apart_return_its_hours_once() -> None:
+    """Two bare pods of different people share GPU-0, both idle: each is evicted (each is its own
+    owner), but together they free one GPU, so GPU-hours returned count it once."""
+    first, second = (
+        owned("nb-a", None, annotations=due_annotations()),
+        owned("nb-b", None, annotations=due_annotations()),
+    )
+    shared = gpu("GPU-0", b.idle(), ("team-a", "nb-a"), ("team-a", "nb-b"))
+    spec = enforce(eviction={"allow_bare_pods": True})
+    plan = plan_cycle(with_owners(snapshot([shared], [first, second], spec), []))
+    records = [r for _, r in plan.reclamations]
+    assert [r.owner for r in records] == ["team-a/Pod/nb-a", "team-a/Pod/nb-b"]
+    assert [(r.gpus, r.gpu_ids) for r in records] == [(1, ["GPU-0"]), (1, ["GPU-0"])]
+    advanced, returned = advance(records, [], None, now=0.0, hours=2.0)
+    assert returned == 2.0, "one GPU for two hours, not two"
+    assert [r.gpu_hours_returned for r in advanced] == [2.0, 0.0]
+
+
+def test_records_whose_gpus_are_unknown_count_their_gpu_requests() -> None:
+    one = Reclamation(owner="ns/Pod/a", action="Evict", time="2026-01-01T00:00:00Z", gpus=2)
+    other = Reclamation(owner="ns/Pod/b", action="Evict", time="2026-01-01T00:00:00Z", gpus=1)
+    _, returned = advance([one, other], [], None, now=0.0, hours=1.0)
+    assert returned == 3.0

@@ -51,7 +51,7 @@ from gpu_efficiency.engine.pods.owners import (
     resolve_owner,
 )
 from gpu_efficiency.engine.pods.pressure import choose_for_pressure, waiting_for_gpus
-from gpu_efficiency.engine.pods.reclaimproof import draft, freed_gpus, waiting_names
+from gpu_efficiency.engine.pods.reclaimproof import draft, freed_gpu_ids, freed_gpus, waiting_names
 from gpu_efficiency.engine.selection import LabelMatcher, compile_selector
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
@@ -270,9 +270,9 @@ def select_reclaims(
             actions.extend(planned)
             action = group.action.value
             freed = freed_gpus(group.pods, plan.gpu_uuids)
-            records.append(
-                (tuple(planned), draft(owner, action, group.pods, served.get(owner.key, ()), now, freed))
-            )
+            ids = freed_gpu_ids(group.pods, plan.gpu_uuids)
+            waiting = served.get(owner.key, ())
+            records.append((tuple(planned), draft(owner, action, group.pods, waiting, now, freed, ids)))
     return ReclaimSelection(tuple(blocked + actions), tuple(notes), tuple(records))
 
 

@@ -4,7 +4,8 @@ A record is drafted with each planned reclamation (what it frees, where, and whi
 waiting then) and kept only when the API accepts the action. Every later cycle advances it:
 
 * GPU-hours returned: while the reclamation is in force, its GPUs times the time since the previous
-  cycle (the same capped interval as idleGpuHours). It ends, for good, when a new pod of one of its
+  cycle (the same capped interval as idleGpuHours); a GPU that several records in force name
+  (time-sliced pods reclaimed apart) counts once. It ends, for good, when a new pod of one of its
   controllers appears (a pod that started after the action, or has not started: the owner was
   restored or recreated its pods) or, when owners were read this cycle, when the owner is no longer
   in its reclaimed state (restored) or is gone. A lower bound: only the last records are kept.
@@ -29,13 +30,19 @@ def owner_text(key: OwnerKey) -> str:
     return f"{key[0]}/{key[1]}/{key[2]}"
 
 
+def freed_gpu_ids(pods: Sequence[PodView], uuids: Mapping[tuple[str, str], Sequence[str]]) -> list[str]:
+    """The distinct GPUs ``pods`` hold when every pod's are known, else none."""
+    known = [uuids.get((p.namespace, p.name)) for p in pods]
+    if known and all(known):
+        return sorted({u for found in known if found for u in found})
+    return []
+
+
 def freed_gpus(pods: Sequence[PodView], uuids: Mapping[tuple[str, str], Sequence[str]]) -> int:
     """The GPUs ``pods`` hold: distinct GPUs when every pod's are known (replicas time-sliced on one
     GPU free it once), else their nvidia.com/gpu requests."""
-    known = [uuids.get((p.namespace, p.name)) for p in pods]
-    if known and all(known):
-        return len({u for found in known if found for u in found})
-    return sum(p.gpu_request for p in pods)
+    ids = freed_gpu_ids(pods, uuids)
+    return len(ids) if ids else sum(p.gpu_request for p in pods)
 
 
 def draft(
@@ -45,6 +52,7 @@ def draft(
     waiting: Sequence[str],
     now: float,
     gpus: int | None = None,
+    gpu_ids: Sequence[str] = (),
 ) -> Reclamation:
     """The record of reclaiming ``owner`` (its GPU ``pods``, holding ``gpus`` GPUs: default their
     requests) now, for the ``waiting`` pods."""
@@ -57,6 +65,7 @@ def draft(
         time=format_rfc3339(now),
         nodes=sorted({p.node for p in pods if p.node}),
         gpus=sum(p.gpu_request for p in pods) if gpus is None else gpus,
+        gpu_ids=list(gpu_ids),
         controllers=controllers,
         waiting_pods=list(waiting[:MAX_WAITING]),
     )
@@ -113,16 +122,20 @@ def advance(
     hours: float,
 ) -> tuple[list[Reclamation], float]:
     """Each record one cycle on (``hours`` since the previous cycle); returns the records and the
-    GPU-hours returned this cycle."""
+    GPU-hours returned this cycle. A GPU named by several records in force (pods time-sliced on it,
+    reclaimed apart) counts once, for the oldest of them."""
     out: list[Reclamation] = []
     returned = 0.0
+    counted: set[str] = set()
     for record in records[-MAX_RECORDS:]:
         update: dict[str, object] = {}
         if record.returned:
             if _back(record, pods, owners):
                 update["returned"] = False
             else:
-                gained = record.gpus * hours
+                gpus = len(set(record.gpu_ids) - counted) if record.gpu_ids else record.gpus
+                counted.update(record.gpu_ids)
+                gained = gpus * hours
                 returned += gained
                 update["gpu_hours_returned"] = record.gpu_hours_returned + gained
         if record.seconds_to_running is None and record.waiting_pods:
