@@ -44,6 +44,8 @@ EXPECTED_OPERATOR_RULES = {
     ("", "nodes/status"): {"patch"},
     ("", "namespaces"): {"list", "watch"},
     ("", "events"): {"create"},
+    ("resource.k8s.io", "resourceslices"): {"list"},
+    ("resource.k8s.io", "devicetaintrules"): {"list", "create", "patch", "delete"},
     ("gpuefficiency.io", "gpuefficiencypolicies"): {"get", "list", "watch"},  # get: report --policy
     ("gpuefficiency.io", "gpuefficiencypolicies/status"): {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
@@ -507,6 +509,9 @@ def test_helm_install_and_least_privilege(
         ("get", "gpuefficiencypolicies.gpuefficiency.io"),
         ("patch", "gpuefficiencypolicies.gpuefficiency.io", "--subresource=status"),
         ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+        ("list", "resourceslices.resource.k8s.io"),
+        ("create", "devicetaintrules.resource.k8s.io"),
+        ("delete", "devicetaintrules.resource.k8s.io"),
         ("create", "leases.coordination.k8s.io", "-n", namespace),
         ("update", "leases.coordination.k8s.io/gpu-efficiency-operator", "-n", namespace),
     ]
