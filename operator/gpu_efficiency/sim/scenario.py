@@ -89,6 +89,9 @@ class NodeSpec(Model):
     """Extra node labels."""
     taints: list[Taint] = Field(default_factory=list)
     """Node taints (workloads then need tolerations)."""
+    dra: bool = False
+    """Publish the GPUs as DRA devices (a ResourceSlice of driver gpu.nvidia.com, one device per GPU
+    with its uuid) instead of nvidia.com/gpu capacity, as NVIDIA's DRA driver would."""
 
     @model_validator(mode="after")
     def _name_or_prefix(self) -> NodeSpec:
@@ -185,7 +188,9 @@ class WorkloadSpec(Model):
     replicas: int = Field(default=1, ge=0, le=1000)
     """Pods (Job: parallelism and completions)."""
     gpus: int = Field(default=1, ge=0, le=16)
-    """nvidia.com/gpu per pod."""
+    """nvidia.com/gpu per pod (with dra: GPUs per pod's ResourceClaim)."""
+    dra: bool = False
+    """Request the GPUs through a ResourceClaim (DeviceClass gpu.nvidia.com) for nodes with dra."""
     node: str | None = None
     """A scenario node to pin the pods to (through the scheduler, by kubernetes.io/hostname)."""
     node_selector: dict[str, str] = Field(default_factory=dict)
