@@ -9,26 +9,26 @@ rules for the node and kind first and writes only the difference (``Result.NOOP`
 
 from __future__ import annotations
 
-import hashlib
-import re
 from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.api.names import (
-    DEVICE_RULE_GPU,
     DEVICE_RULE_KIND_LABEL,
-    DEVICE_RULE_NODE,
     FAULT_TAINT_KEY,
-    MANAGED_BY_LABEL,
-    MANAGER,
 )
-from gpu_efficiency.engine.model import DeviceRule, DraDevice, TaintDevices, UntaintDevices
-from gpu_efficiency.sources.dra import GROUP, OURS, RULE_VERSION, parse_rules
+from gpu_efficiency.engine.faults.device_objects import (
+    GROUP,
+    OURS,
+    RULE_VERSION,
+    parse_rules,
+    rule_body,
+    rule_name,
+)
+from gpu_efficiency.engine.model import DeviceRule, TaintDevices, UntaintDevices
 
 PLURAL = "devicetaintrules"
-MAX_NAME = 253
 
 
 class RuleApi(Protocol):
@@ -45,31 +45,6 @@ class RuleApi(Protocol):
     ) -> Any: ...
 
     def delete_cluster_custom_object(self, group: str, version: str, plural: str, name: str) -> Any: ...
-
-
-def rule_name(kind: str, device: DraDevice) -> str:
-    """'gpuefficiency-xid-node-1-gpu-3-<hash>': readable, unique per driver, pool and device."""
-    digest = hashlib.sha256("/".join(device.key).encode()).hexdigest()[:10]
-    middle = re.sub(r"[^a-z0-9.-]+", "-", f"{device.node}-{device.device}".lower()).strip("-.")
-    head = f"gpuefficiency-{kind}-"
-    middle = middle[: MAX_NAME - len(head) - len(digest) - 1].rstrip("-.")
-    return f"{head}{middle}-{digest}"
-
-
-def rule_body(kind: str, effect: str, device: DraDevice) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{RULE_VERSION}",
-        "kind": "DeviceTaintRule",
-        "metadata": {
-            "name": rule_name(kind, device),
-            "labels": {MANAGED_BY_LABEL: MANAGER, DEVICE_RULE_KIND_LABEL: kind},
-            "annotations": {DEVICE_RULE_NODE: device.node, DEVICE_RULE_GPU: device.uuid},
-        },
-        "spec": {
-            "deviceSelector": {"driver": device.driver, "pool": device.pool, "device": device.device},
-            "taint": {"key": FAULT_TAINT_KEY, "value": kind, "effect": effect},
-        },
-    }
 
 
 def _ours(api: RuleApi, node: str, kind: str) -> list[DeviceRule]:

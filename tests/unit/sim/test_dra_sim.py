@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpu_efficiency.engine.faults.device_objects import parse_slices
 from gpu_efficiency.sim import manifests
 from gpu_efficiency.sim.allocation import GPUAllocator, PodInfo, claim_devices, pod_from_json
 from gpu_efficiency.sim.scenario import parse_scenario
 from gpu_efficiency.sources.cluster import pod_view
-from gpu_efficiency.sources.dra import parse_slices
 
 SCENARIO = parse_scenario(
     """
