@@ -185,3 +185,22 @@ def test_a_failed_read_keeps_the_last_good_one_or_is_blind() -> None:
     assert len(good.rules) == 1
     assert not stale.blind
     assert "500" in stale.error
+
+
+def test_slices_are_listed_once_a_minute_our_rules_every_cycle() -> None:
+    api = FakeRules(slices=[slice_("n1", 1, ("gpu-0", {"uuid": {"string": "GPU-a"}}))])
+    calls: list[str] = []
+    listed = api.list_cluster_custom_object
+
+    def counting(group: str, version: str, plural: str, *, label_selector: str | None = None) -> Any:
+        calls.append(plural)
+        return listed(group, version, plural, label_selector=label_selector)
+
+    api.list_cluster_custom_object = counting  # type: ignore[method-assign]
+    now = [0.0]
+    reader = DraReader(api, clock=lambda: now[0])
+    for t in (0.0, 5.0, 59.0, 60.0):
+        now[0] = t
+        assert [d.uuid for d in reader.read().devices] == ["GPU-a"]
+    assert calls.count("resourceslices") == 2
+    assert calls.count("devicetaintrules") == 4
