@@ -1,6 +1,14 @@
 """Fault-to-taint latency: from an injected GPU fault to the operator's taint on the API server.
 
     python bench/fault_latency.py [--runs 60] [--interval 5s] [--scrape-interval 1s] [--keep-cluster]
+                                  [--path node|dra]
+
+Two paths: ``node`` (default) injects an ECC double-bit error and times the node taint; ``dra``
+publishes every node's GPUs in a ResourceSlice (driver gpu.nvidia.com, as NVIDIA's DRA driver
+would), injects a reset-class XID (48, 62 on a GPU's second visit) and times the operator's
+DeviceTaintRule for that one device (a raw watch of DeviceTaintRules, as for nodes); its recovery
+is ``fault-recovered=xid`` and the rule's deletion. Needs DeviceTaintRules served (cluster.sh's
+default GPUEFF_RUNTIME_CONFIG and GPUEFF_FEATURE_GATES).
 
 The operator reads faults from Prometheus, so a fault waits for the next scrape (at most the scrape
 interval), then for the next evaluation cycle (at most the policy's interval), then for the cycle's
@@ -91,6 +99,13 @@ BENCH_ENV = {
 POLICY = "fault-latency"
 SIM_NAME = "faultbench"
 DBE = str(Signal.ECC_DBE_VOLATILE)
+XID = str(Signal.XID)
+#: Reset-class XIDs (single-GPU quarantine on the dra path): a GPU's n-th visit injects the n-th,
+#: so the XID gauge changes on every visit.
+RESET_XIDS = (48, 62)
+DRA_DRIVER = "gpu.nvidia.com"
+RULES = ("resource.k8s.io", "v1beta2", "devicetaintrules")
+OURS = "app.kubernetes.io/managed-by=gpu-efficiency-operator"
 
 
 def log(message: str) -> None:
@@ -143,6 +158,8 @@ def apply_policy(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:
             "faults": {
                 "lookback": args.lookback,
                 "ecc": {"enabled": True, "effect": "NoSchedule", "recovery": "Manual"},
+                "xid": {"enabled": True, "recovery": "Manual"},
+                "deviceQuarantine": {"enabled": True, "effect": "NoSchedule"},
             },
         },
     }
@@ -207,11 +224,19 @@ class NodeWatch:
         self._thread.start()
         return self
 
+    def _request(self, **kwargs: Any) -> Any:
+        return self.core.list_node(_preload_content=False, **kwargs)
+
+    def _keyed(self, obj: dict[str, Any], deleted: bool) -> tuple[str, NodeState]:
+        """The node an object is about, and its state after the event."""
+        return obj["metadata"]["name"], NodeState(frozenset(), "", False) if deleted else node_state(obj)
+
     def _list(self) -> None:
-        body = orjson.loads(self.core.list_node(_preload_content=False).data)
+        body = orjson.loads(self._request().data)
         with self.cond:
             for item in body.get("items") or ():
-                self.states[item["metadata"]["name"]] = node_state(item)
+                key, state = self._keyed(item, False)
+                self.states[key] = state
         self._rv = body["metadata"]["resourceVersion"]
 
     def _loop(self) -> None:
@@ -229,12 +254,8 @@ class NodeWatch:
                     self.error = f"{type(again).__name__}: {again}"
 
     def _watch(self) -> None:
-        response = self.core.list_node(
-            watch=True,
-            resource_version=self._rv,
-            allow_watch_bookmarks=True,
-            timeout_seconds=120,
-            _preload_content=False,
+        response = self._request(
+            watch=True, resource_version=self._rv, allow_watch_bookmarks=True, timeout_seconds=120
         )
         self._response = response
         buffer = b""
@@ -260,8 +281,7 @@ class NodeWatch:
             self._rv = rv
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             return
-        name = obj["metadata"]["name"]
-        after = node_state(obj) if kind != "DELETED" else NodeState(frozenset(), "", False)
+        name, after = self._keyed(obj, kind == "DELETED")
         with self.cond:
             before = self.states.get(name, NodeState(frozenset(), "", False))
             self.states[name] = after
@@ -318,6 +338,57 @@ class NodeWatch:
             except Exception:
                 response.close()
         self._thread.join(timeout=5)
+
+
+class RuleWatch(NodeWatch):
+    """Our DeviceTaintRules, watched the same way, as the state of the node each is on (its kinds;
+    one rule per node at a time here). A node without a rule is clean."""
+
+    def __init__(self, custom: client.CustomObjectsApi) -> None:
+        super().__init__(None)  # type: ignore[arg-type]
+        self.custom = custom
+
+    def _request(self, **kwargs: Any) -> Any:
+        return self.custom.list_cluster_custom_object(
+            *RULES, label_selector=OURS, _preload_content=False, **kwargs
+        )
+
+    def _keyed(self, obj: dict[str, Any], deleted: bool) -> tuple[str, NodeState]:
+        meta = obj.get("metadata") or {}
+        node = str((meta.get("annotations") or {}).get("gpuefficiency.io/node", ""))
+        kind = str((meta.get("labels") or {}).get("gpuefficiency.io/fault-kind", ""))
+        return node, NodeState(frozenset() if deleted else frozenset({kind}), "", False)
+
+    def wait_clean(self, node: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while (state := self.states.get(node)) is not None and state.kinds:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(min(left, 1.0))
+            return True
+
+
+def publish_slices(cluster: Cluster, sim: Simulator, nodes: list[SimNode]) -> None:
+    """Every node's GPUs as DRA devices: pool = node, device gpu-<index>, the simulator's UUIDs."""
+    custom: Any = client.CustomObjectsApi(cluster.core.api_client)
+    for node in nodes:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node.name}-gpus"},
+            "spec": {
+                "driver": DRA_DRIVER,
+                "nodeName": node.name,
+                "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {"name": f"gpu-{i}", "attributes": {"uuid": {"string": sim.uuid_of(node.name, i)}}}
+                    for i in range(node.gpus)
+                ],
+            },
+        }
+        custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", body)
 
 
 # -------------------------------------------------------------------------------------- the operator --
@@ -407,6 +478,7 @@ class Run:
     t_inject: float | None = None  # epoch seconds, like every t_*
     t_taint: float | None = None  # receipt of the watch event
     time_added: str = ""  # the taint's timeAdded (whole seconds)
+    code: int = 0  # dra path: the XID injected
     t_sample: float | None = None  # Prometheus' timestamp of the first sample at ``value``
     t_sample_before: float | None = None  # the last sample still at the old value
     t_recover_requested: float | None = None
@@ -423,16 +495,16 @@ class Run:
 
 
 def first_sample(
-    cluster: Cluster, node: str, gpu: int, value: int, t_inject: float
+    cluster: Cluster, node: str, gpu: int, value: int, t_inject: float, metric: str = DBE
 ) -> tuple[float, float] | None:
     """(timestamp of the first sample at ``value`` at or after the injection, of the one before)."""
-    series = f'{DBE}{{simulator="{SIM_NAME}", Hostname="{node}", gpu="{gpu}"}}'
+    series = f'{metric}{{simulator="{SIM_NAME}", Hostname="{node}", gpu="{gpu}"}}'
     span = max(10, math.ceil(time.time() - t_inject) + 10)
     data = prom_get(cluster, "/api/v1/query", {"query": f"{series}[{span}s]", "time": f"{time.time():.3f}"})
     points = [(float(ts), float(v)) for ts, v in data["result"][0]["values"]] if data["result"] else []
     before = None
     for ts, v in points:
-        if v >= value and ts >= t_inject - 2.0:
+        if (v == value if metric == XID else v >= value) and ts >= t_inject - 2.0:
             return ts, before if before is not None else math.nan
         before = ts
     return None
@@ -561,6 +633,16 @@ class Rig:
     nodes: list[SimNode]
     watch: NodeWatch
     op: OperatorProcess
+    rules: RuleWatch | None = None  # the dra path: the taints are DeviceTaintRules
+
+    @property
+    def kind(self) -> str:
+        return "xid" if self.rules is not None else "ecc"
+
+    @property
+    def taints(self) -> NodeWatch:
+        """What the taint shows up in: the node, or our DeviceTaintRules."""
+        return self.rules if self.rules is not None else self.watch
 
 
 def gpu_nodes(cluster: Cluster) -> list[SimNode]:
@@ -603,9 +685,9 @@ def wait_ready(rig: Rig, args: argparse.Namespace) -> None:
     )
 
 
-def request_recovery(core: client.CoreV1Api, node: str) -> float:
+def request_recovery(core: client.CoreV1Api, node: str, kind: str = "ecc") -> float:
     """The admin's manual recovery (``kubectl annotate node N gpuefficiency.io/fault-recovered=ecc``)."""
-    body = {"metadata": {"annotations": {FAULT_RECOVERED: "ecc"}}}
+    body = {"metadata": {"annotations": {FAULT_RECOVERED: kind}}}
     core.patch_node(node, body, _content_type="application/merge-patch+json", _preload_content=False)
     return time.time()
 
@@ -616,25 +698,31 @@ class RunError(Exception):
 
 def one_run(rig: Rig, run: Run, not_before: float, timeout: float) -> int:
     """Inject, wait for the taint, find the sample, request the recovery; the watch mark after it."""
-    if not rig.watch.wait_clean(run.node, timeout):
+    if not rig.watch.wait_clean(run.node, timeout) or not rig.taints.wait_clean(run.node, timeout):
         raise RunError(f"node {run.node} still tainted or awaiting recovery {timeout:.0f}s later")
     time.sleep(max(0.0, not_before - time.time()))
     if not rig.op.alive():
         raise RunError(f"the operator exited ({rig.op.proc.returncode}); see {rig.op.log_path}")
     run.load_avg_1m = os.getloadavg()[0]
-    run.value = int((rig.sim.gpu_values(run.node, run.gpu) or {}).get(DBE, 0)) + 1
-    mark = rig.watch.mark()
-    rig.sim.add_faults([Fault(FaultKind.ECC, at=rig.sim.elapsed(), node=run.node, gpu=run.gpu, value=1)])
+    mark = rig.taints.mark()
+    if rig.rules is not None:
+        run.value = run.code
+        fault = Fault(FaultKind.XID, at=rig.sim.elapsed(), node=run.node, gpu=run.gpu, value=run.code)
+    else:
+        run.value = int((rig.sim.gpu_values(run.node, run.gpu) or {}).get(DBE, 0)) + 1
+        fault = Fault(FaultKind.ECC, at=rig.sim.elapsed(), node=run.node, gpu=run.gpu, value=1)
+    rig.sim.add_faults([fault])
     run.t_inject = time.time()  # every render from now on serves the new value
-    hit = rig.watch.wait_kind(run.node, "ecc", present=True, since=mark, timeout=timeout)
+    hit = rig.taints.wait_kind(run.node, rig.kind, present=True, since=mark, timeout=timeout)
     if hit is None:
         raise RunError(
-            f"run {run.label}: node {run.node} was never tainted within {timeout:.0f}s of the ECC error "
+            f"run {run.label}: node {run.node} was never tainted within {timeout:.0f}s of the {rig.kind} fault "
             f"injected on its GPU {run.gpu} (operator log: {rig.op.log_path})"
         )
     run.t_taint, run.time_added = hit[1].t, hit[1].after.time_added
-    run.t_recover_requested = request_recovery(rig.cluster.core, run.node)
-    found = first_sample(rig.cluster, run.node, run.gpu, run.value, run.t_inject)
+    run.t_recover_requested = request_recovery(rig.cluster.core, run.node, rig.kind)
+    metric = XID if rig.rules is not None else DBE
+    found = first_sample(rig.cluster, run.node, run.gpu, run.value, run.t_inject, metric)
     if found is not None:
         run.t_sample, run.t_sample_before = found
     return hit[0] + 1
@@ -655,6 +743,7 @@ def measure(rig: Rig, args: argparse.Namespace, timeout: float) -> tuple[list[Ru
             warmup=warmup,
             node=node.name,
             gpu=(i // len(rig.nodes)) % node.gpus,
+            code=RESET_XIDS[(i // (len(rig.nodes) * node.gpus)) % len(RESET_XIDS)],
             # A uniform random phase of the operator's cycle: the taint came at a fixed phase (just
             # after a cycle start), so wait a uniform share of one measured period after it.
             delay_s=round(0.5 + rng.uniform(0.0, rig.op.period(parse_duration(args.interval))), 3),
@@ -676,7 +765,7 @@ def measure(rig: Rig, args: argparse.Namespace, timeout: float) -> tuple[list[Ru
     for run in runs:  # untaint times of the recoveries (the last ones may still be pending)
         if id(run) in since:
             left = max(0.0, deadline - time.monotonic())
-            hit = rig.watch.wait_kind(run.node, "ecc", present=False, since=since[id(run)], timeout=left)
+            hit = rig.taints.wait_kind(run.node, rig.kind, present=False, since=since[id(run)], timeout=left)
             run.t_untaint = hit[1].t if hit is not None else None
     return runs, failure
 
@@ -722,6 +811,10 @@ def report(
             "runs": args.runs,
             "warmup": args.warmup,
             "seed": args.seed,
+            "path": args.path,
+            "fault": "reset-class XID -> DeviceTaintRule (DRA)"
+            if args.path == "dra"
+            else "ECC double-bit error -> node taint",
             "circuit_breaker": "default maxTaintedFraction 0.2 (2 of 10 nodes); at most 2 taints overlap here",
         },
         "measured_runs": len(measured),
@@ -747,8 +840,8 @@ def print_report(doc: dict[str, Any], runs: list[Run], path: Path) -> None:
     print(per_run_table(runs))
     print()
     print(
-        f"fault -> taint latency: {doc['measured_runs']} runs (+{settings['warmup']} warm-up), ECC double-bit "
-        f"error, Enforce; scrape {settings['scrape_interval_s']:g}s, interval {settings['interval_s']:g}s, floor "
+        f"fault -> taint latency: {doc['measured_runs']} runs (+{settings['warmup']} warm-up), {settings['fault']}, "
+        f"Enforce; scrape {settings['scrape_interval_s']:g}s, interval {settings['interval_s']:g}s, floor "
         f"(scrape + interval) {settings['floor_s']:g}s; operator cycle period median "
         f"{cycles['median_period_s']:.2f}s, cycle median {cycles['median_seconds']:.3f}s, max {cycles['max_seconds']:.2f}s"
     )
@@ -802,6 +895,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="of the random injection delays")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster up afterwards")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--path",
+        choices=("node", "dra"),
+        default="node",
+        help="node: ECC error -> node taint; dra: reset-class XID -> DeviceTaintRule for the one GPU",
+    )
     args = parser.parse_args(argv)
     # Stop cleanly (operator, cluster) on SIGTERM, and on SIGINT even when started in the background.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -826,7 +925,13 @@ def main(argv: list[str] | None = None) -> int:
         kubeconfig = install_crd_and_rbac(cluster, workdir)
         policy = apply_policy(cluster, args)
         watch = NodeWatch(cluster.core).start()
-        rig = Rig(cluster, sim, nodes, watch, OperatorProcess(cluster, kubeconfig, workdir / "operator.log"))
+        rules = None
+        if args.path == "dra":
+            publish_slices(cluster, sim, nodes)
+            rules = RuleWatch(client.CustomObjectsApi(cluster.core.api_client)).start()
+        rig = Rig(
+            cluster, sim, nodes, watch, OperatorProcess(cluster, kubeconfig, workdir / "operator.log"), rules
+        )
         log(f"simulator on {server.url} ({len(nodes)} nodes); waiting for a full lookback of samples")
         wait_ready(rig, args)
         log(f"ready after {len(rig.op.cycles)} operator cycles: {args.warmup} warm-up + {args.runs} runs")
@@ -844,6 +949,8 @@ def main(argv: list[str] | None = None) -> int:
         if rig is not None:
             rig.op.stop()
             rig.watch.stop()
+            if rig.rules is not None:
+                rig.rules.stop()
         if registered is not None:
             unregister(registered)
         if server is not None:
@@ -869,7 +976,7 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
     doc["total_seconds"] = round(time.monotonic() - started, 1)
-    path = args.out / f"fault-latency-{stamp}.json"
+    path = args.out / f"fault-latency-{args.path}-{stamp}.json"
     path.write_text(json.dumps(doc, indent=2))
     print_report(doc, runs, path)
     if failure:

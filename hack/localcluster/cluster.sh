@@ -31,6 +31,13 @@ SERVICE_CIDR="${GPUEFF_SERVICE_CIDR:-10.96.0.0/16}"
 WAIT_TIMEOUT="${GPUEFF_WAIT_TIMEOUT:-120}"
 NODE_STATUS_PERIOD_S="${GPUEFF_KWOK_NODE_STATUS_PERIOD_S:-}"  # fake nodes' status heartbeat (kwok.yaml)
 NODE_LEASE_S="${GPUEFF_KWOK_NODE_LEASE_DURATION_S:-40}"  # fake nodes' lease, renewed every quarter of it
+# DRA device taints (single-GPU quarantine): in Kubernetes 1.36 DeviceTaintRule is served only as
+# resource.k8s.io/v1beta2, a beta API off by default, and needs the DRADeviceTaintRules gate (beta,
+# off by default; DRADeviceTaints is on) in the API server, scheduler and controller-manager.
+# Set either to '' to start a cluster without them.
+FEATURE_GATES="${GPUEFF_FEATURE_GATES-DRADeviceTaintRules=true}"
+RUNTIME_CONFIG="${GPUEFF_RUNTIME_CONFIG-resource.k8s.io/v1beta2=true}"
+gates() { [[ -n "$FEATURE_GATES" ]] && echo "--feature-gates=$FEATURE_GATES"; return 0; }
 
 DEFAULT_NODES=2
 DEFAULT_GPUS=8
@@ -280,8 +287,10 @@ start_apiserver() {
   running_pid kube-apiserver > /dev/null && return 0
   free_port kube-apiserver "$APISERVER_PORT"
   mkdir -p "$STATE/apiserver"
-  local adv=()
+  local adv=() extra=()
   [[ -n "${GPUEFF_ADVERTISE_ADDRESS:-}" ]] && adv=(--advertise-address "$GPUEFF_ADVERTISE_ADDRESS")
+  [[ -n "$FEATURE_GATES" ]] && extra+=("--feature-gates=$FEATURE_GATES")
+  [[ -n "$RUNTIME_CONFIG" ]] && extra+=("--runtime-config=$RUNTIME_CONFIG")
   start_proc kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers "http://$HOST:$ETCD_PORT" \
     --bind-address "$HOST" --secure-port "$APISERVER_PORT" "${adv[@]}" \
@@ -303,7 +312,7 @@ start_apiserver() {
     --authorization-mode Node,RBAC \
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --allow-privileged=true \
-    --profiling=false \
+    --profiling=false "${extra[@]}" \
     --v=1
   wait_until kube-apiserver "kube-apiserver /readyz" curl_k "https://$HOST:$APISERVER_PORT/readyz"
   log "kube-apiserver ready on https://$HOST:$APISERVER_PORT"
@@ -333,7 +342,7 @@ start_kcm() {
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --controllers '*' \
     --node-monitor-grace-period "$(node_grace_s)s" \
-    --profiling=false \
+    --profiling=false $(gates) \
     --v=1
   wait_until kube-controller-manager "kube-controller-manager /healthz" \
     curl -skf --max-time 2 "https://$HOST:$KCM_PORT/healthz"
@@ -350,7 +359,7 @@ start_scheduler() {
     --bind-address "$HOST" --secure-port "$SCHEDULER_PORT" \
     --cert-dir "$STATE/kube-scheduler" \
     --leader-elect=false \
-    --profiling=false \
+    --profiling=false $(gates) \
     --v=1
   wait_until kube-scheduler "kube-scheduler /healthz" \
     curl -skf --max-time 2 "https://$HOST:$SCHEDULER_PORT/healthz"

@@ -44,6 +44,8 @@ EXPECTED_OPERATOR_RULES = {
     ("", "nodes/status"): {"patch"},
     ("", "namespaces"): {"list", "watch"},
     ("", "events"): {"create"},
+    ("resource.k8s.io", "resourceslices"): {"list"},
+    ("resource.k8s.io", "devicetaintrules"): {"list", "create", "patch", "delete"},
     ("gpuefficiency.io", "gpuefficiencypolicies"): {"get", "list", "watch"},  # get: report --policy
     ("gpuefficiency.io", "gpuefficiencypolicies/status"): {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
@@ -258,7 +260,14 @@ def test_operator_cluster_role_is_exactly_least_privilege(helm_bin: str) -> None
     flat = json.dumps(role["rules"])
     assert "*" not in flat
     assert "secrets" not in flat
-    assert "delete" not in flat
+    deleters = {
+        (g, r)
+        for rule in role["rules"]
+        if "delete" in rule["verbs"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert deleters == {("resource.k8s.io", "devicetaintrules")}, "delete: only our own DeviceTaintRules"
     lease_role = one(docs, "Role")
     assert lease_role["metadata"]["namespace"] == "gpu-eff"
     assert {r["resources"][0] for r in lease_role["rules"]} == {"leases"}
@@ -507,6 +516,9 @@ def test_helm_install_and_least_privilege(
         ("get", "gpuefficiencypolicies.gpuefficiency.io"),
         ("patch", "gpuefficiencypolicies.gpuefficiency.io", "--subresource=status"),
         ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+        ("list", "resourceslices.resource.k8s.io"),
+        ("create", "devicetaintrules.resource.k8s.io"),
+        ("delete", "devicetaintrules.resource.k8s.io"),
         ("create", "leases.coordination.k8s.io", "-n", namespace),
         ("update", "leases.coordination.k8s.io/gpu-efficiency-operator", "-n", namespace),
     ]
@@ -662,8 +674,22 @@ def test_admission_policies_narrow_each_service_account(helm_bin: str) -> None:
     assert names == {
         ("ValidatingAdmissionPolicy", "gpueff-gpu-efficiency-operator-operator"),
         ("ValidatingAdmissionPolicyBinding", "gpueff-gpu-efficiency-operator-operator"),
+        ("ValidatingAdmissionPolicy", "gpueff-gpu-efficiency-operator-device-taints"),
+        ("ValidatingAdmissionPolicyBinding", "gpueff-gpu-efficiency-operator-device-taints"),
     }  # the agent writes nothing without writeNodeCondition: no policy for it
-    policy = one(docs, "ValidatingAdmissionPolicy")
+    devices = one(docs, "ValidatingAdmissionPolicy", "-device-taints")["spec"]
+    assert devices["matchConstraints"]["resourceRules"][0]["resources"] == ["devicetaintrules"]
+    assert devices["matchConditions"][0]["expression"].endswith(
+        "'system:serviceaccount:gpu-eff:gpueff-gpu-efficiency-operator'"
+    )
+    device_text = " ".join(v["expression"] for v in devices["validations"])
+    for needle in (
+        "'gpu-efficiency-operator'",
+        "object.spec.deviceSelector.device",
+        "'gpuefficiency.io/gpu-fault'",
+    ):
+        assert needle in device_text, needle
+    policy = one(docs, "ValidatingAdmissionPolicy", "-operator-operator")
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
     assert spec["matchConditions"] == [
@@ -683,7 +709,7 @@ def test_admission_policies_narrow_each_service_account(helm_bin: str) -> None:
         "object.spec == oldObject.spec",
     ):
         assert needle in text, needle
-    binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "-operator-operator")
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
 
     agent = render(helm_bin, "agent.enabled=true", "agent.writeNodeCondition=true", apis=(VAP_API,))

@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency import metrics
-from gpu_efficiency.actuators import nodes, owners
+from gpu_efficiency.actuators import devices, nodes, owners
 from gpu_efficiency.actuators.events import EventRecorder, ObjectRef, node_ref, pod_ref, policy_ref
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.pods import annotate_pod, evict_pod
@@ -36,7 +36,9 @@ from gpu_efficiency.engine.model import (
     PolicyEvent,
     ReclaimOwner,
     SetNodeCondition,
+    TaintDevices,
     TaintNode,
+    UntaintDevices,
     UntaintNode,
 )
 from gpu_efficiency.engine.timefmt import format_rfc3339
@@ -105,7 +107,7 @@ class Applier:
                 self.writes += 1
             if outcome.result is Result.FAILED:
                 log.warning("%s failed: %s", action, outcome.message)
-                if isinstance(action, TaintNode):
+                if isinstance(action, (TaintNode, TaintDevices)):
                     taint_failed.add(action.node)
             if self.on_written is not None:
                 self.on_written(outcome)
@@ -198,6 +200,12 @@ class Applier:
     def _untaint(self, action: UntaintNode, policy: ObjectRef) -> Outcome:
         return nodes.remove_taint(self.core, action)
 
+    def _taint_devices(self, action: TaintDevices, policy: ObjectRef) -> Outcome:
+        return devices.taint_devices(self.custom, action)
+
+    def _untaint_devices(self, action: UntaintDevices, policy: ObjectRef) -> Outcome:
+        return devices.untaint_devices(self.custom, action)
+
     def _condition(self, action: SetNodeCondition, policy: ObjectRef) -> Outcome:
         return nodes.set_gpu_healthy_condition(self.core, action, time.time())
 
@@ -215,6 +223,8 @@ _HANDLERS: dict[type, Callable[[Applier, object, ObjectRef], Outcome]] = {
     PolicyEvent: Applier._policy_event,  # type: ignore[dict-item]
     TaintNode: Applier._taint,  # type: ignore[dict-item]
     UntaintNode: Applier._untaint,  # type: ignore[dict-item]
+    TaintDevices: Applier._taint_devices,  # type: ignore[dict-item]
+    UntaintDevices: Applier._untaint_devices,  # type: ignore[dict-item]
     SetNodeCondition: Applier._condition,  # type: ignore[dict-item]
     AnnotateNode: Applier._annotate_node,  # type: ignore[dict-item]
 }

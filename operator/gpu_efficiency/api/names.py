@@ -79,6 +79,13 @@ NODE_FAULTS: Final = PREFIX + "faults"  # node annotation: JSON record of faults
 FAULT_RECOVERED: Final = PREFIX + "fault-recovered"  # admin sets "ecc", "xid", "all" for manual recovery
 XID_HISTORY: Final = PREFIX + "xid-history"  # node annotation: JSON of recent XID sightings per GPU and code
 
+# DeviceTaintRules (single-GPU quarantine on DRA nodes): ours carry these labels and annotations.
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGER: Final = "gpu-efficiency-operator"
+DEVICE_RULE_KIND_LABEL: Final = PREFIX + "fault-kind"  # ecc | xid | thermal
+DEVICE_RULE_NODE: Final = PREFIX + "node"  # annotation: the node the device is on
+DEVICE_RULE_GPU: Final = PREFIX + "gpu"  # annotation: the GPU's UUID
+
 # Policy conditions.
 COND_READY: Final = "Ready"
 COND_METRICS: Final = "MetricsAvailable"

@@ -397,6 +397,26 @@ class CircuitBreaker(Model):
     """Optional absolute cap on tainted nodes."""
 
 
+class DeviceTaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class DeviceQuarantine(Model):
+    """Single-GPU quarantine on nodes whose GPUs are DRA devices (a ResourceSlice lists them with a `uuid` attribute).
+
+    A fault that a GPU reset repairs (an XID of the reset-gpu class on every GPU held) gets one
+    DeviceTaintRule (resource.k8s.io/v1beta2) per faulty device instead of a node taint, so the
+    node stays schedulable for its healthy GPUs. Other faults, and nodes whose GPUs come from the
+    device plugin, keep the node taint.
+    """
+
+    enabled: bool = True
+    """Quarantine single DRA devices where possible (off: always the node taint)."""
+    effect: DeviceTaintEffect = DeviceTaintEffect.NO_SCHEDULE
+    """NoSchedule keeps new claims off the device; NoExecute also has the kube-controller-manager evict the pods using it."""
+
+
 class FaultRules(Model):
     """GPU fault quarantine. Conditions and events are written in Observe mode too; taints only in Enforce."""
 
@@ -412,6 +432,8 @@ class FaultRules(Model):
     """Window in which a counter increase or XID change counts as a new fault."""
     circuit_breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
     """Cap on quarantined nodes."""
+    device_quarantine: DeviceQuarantine = Field(default_factory=DeviceQuarantine)
+    """Single-GPU quarantine with DRA device taints (Enforce mode only)."""
 
 
 class StragglerRule(Model):

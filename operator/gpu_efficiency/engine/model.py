@@ -260,6 +260,9 @@ class Snapshot:
     owners_error: str = ""  # why the owners could not be read: nothing with a controller is acted on
     disruption_budgets: tuple[DisruptionBudget, ...] = ()  # read with the owners
     pending: tuple[PendingPod, ...] = ()  # GPU pods not bound to a node (reclaimWhen OnPressure)
+    #: GPUs published by DRA drivers (ResourceSlices) and our DeviceTaintRules: single-GPU quarantine.
+    dra_devices: tuple[DraDevice, ...] = ()
+    device_rules: tuple[DeviceRule, ...] = ()
 
 
 class Verdict(StrEnum):
@@ -385,6 +388,62 @@ class UntaintNode:
 
 
 @dataclass(frozen=True, slots=True)
+class DraDevice:
+    """A GPU a DRA driver publishes in a ResourceSlice: what a DeviceTaintRule selects."""
+
+    driver: str
+    pool: str
+    device: str
+    node: str
+    uuid: str  # the GPU's UUID (the slice's ``uuid`` attribute), as the metrics name it
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+    @property
+    def label(self) -> str:
+        """'gpu.nvidia.com/node-1/gpu-3'."""
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRule:
+    """One of our DeviceTaintRules, as read back (labelled as ours, one device each)."""
+
+    name: str
+    node: str
+    kind: str  # ecc | xid | thermal
+    driver: str
+    pool: str
+    device: str
+    effect: str  # NoSchedule | NoExecute
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(frozen=True, slots=True)
+class TaintDevices:
+    """Hold exactly ``devices`` of the node under our DeviceTaintRules for ``kind`` with ``effect``;
+    our rules for the node and kind on any other device are removed."""
+
+    node: str
+    kind: str
+    effect: str
+    devices: tuple[DraDevice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UntaintDevices:
+    """Remove every DeviceTaintRule of ours for the node and kind."""
+
+    node: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
 class SetNodeCondition:
     """Set a node condition of ours (GPUHealthy, GPUDegraded); the actuator keeps lastTransitionTime
     when status is unchanged."""
@@ -412,6 +471,8 @@ Action = (
     | PolicyEvent
     | TaintNode
     | UntaintNode
+    | TaintDevices
+    | UntaintDevices
     | SetNodeCondition
     | AnnotateNode
 )

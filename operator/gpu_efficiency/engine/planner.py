@@ -40,6 +40,7 @@ from gpu_efficiency.engine.model import (
     Signal,
     Snapshot,
     Stats,
+    TaintDevices,
     TaintNode,
     Verdict,
     Window,
@@ -499,13 +500,13 @@ def _metrics_unavailable(
     """Prometheus down: every pod Unknown, no pod writes, a condition and (on the flip) an event.
 
     The faults engine still runs (it detects nothing without data but applies manual recoveries);
-    any TaintNode it might return is dropped here all the same: no new taints without data.
+    any TaintNode or TaintDevices it might return is dropped here all the same: no new taints without data.
     """
     reason = f"metrics unavailable: {snapshot.metrics_error or 'the metrics source failed'}"
     verdicts = tuple([_unknown(pod, reason) for pod in in_scope])
     warned = sum(1 for pod in in_scope if names.EVICT_AFTER in pod.annotations)
     faults = evaluate_faults(snapshot)
-    fault_actions = [a for a in faults.actions if not isinstance(a, TaintNode)]
+    fault_actions = [a for a in faults.actions if not isinstance(a, (TaintNode, TaintDevices))]
     notes = [reason, *faults.notes]
     if len(fault_actions) < len(faults.actions):
         notes.append("taints dropped: no new taint while metrics are unavailable")

@@ -32,6 +32,7 @@ from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, ReclaimAction
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.conditions import set_condition
+from gpu_efficiency.engine.faults.devices import with_dra_capacity
 from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
@@ -68,6 +69,7 @@ from gpu_efficiency.sources.base import (
     SourceUnavailable,
 )
 from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
+from gpu_efficiency.sources.dra import DraReader, DraState
 from gpu_efficiency.sources.labels import INVALID_ID, NODE_CONFLICT
 from gpu_efficiency.sources.owners import OwnerReader, OwnerState, OwnersUnavailable
 
@@ -156,6 +158,7 @@ class CycleRunner:
     leader: Leader
     clock: Callable[[], float] = time.time
     owners: OwnerReader | None = None  # owner-aware reclamation (None: pods judged one by one)
+    dra: DraReader | None = None  # DRA GPUs and our DeviceTaintRules (None: node taints only)
     read_owners_always: bool = False  # report/explain: owners even before any idle clock runs
     _owner_cache: tuple[float, OwnerState] | None = None  # (when, what) of the last owner read
     notifier: Notifier | None = None  # spec.notify's webhooks (None: one-shot commands post nothing)
@@ -333,6 +336,9 @@ class CycleRunner:
                 log.exception("policy %s: the metric source failed", name)
                 available, error = False, f"metric source failed: {type(exc).__name__}: {exc}"
         owners, owners_error = self._read_owners(cluster, spec)
+        dra = self.dra.read() if self.dra is not None and spec.faults.enabled else DraState()
+        if dra.blind and available:  # a missing rule would read as an admin's removal
+            available, error = False, dra.error
         gpus = result.gpus if result is not None else ()
         if available and not gpus and cluster.pods:
             available, error = (
@@ -347,7 +353,7 @@ class CycleRunner:
             generation=generation,
             gpus=gpus,
             pods=cluster.pods,
-            nodes=cluster.nodes,
+            nodes=with_dra_capacity(cluster.nodes, dra.devices),
             namespaces=cluster.namespaces,
             metrics_available=available,
             metrics_error=error,
@@ -360,6 +366,8 @@ class CycleRunner:
             owners_error=owners_error,
             disruption_budgets=owners.disruption_budgets if owners is not None else (),
             pending=cluster.pending,
+            dra_devices=dra.devices,
+            device_rules=dra.rules,
         )
         if owners is not None:
             cluster = replace(cluster, requests=cluster.requests + owners.requests)

@@ -27,6 +27,7 @@ from gpu_efficiency.sources.cluster import ClusterReader, ClusterSource
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader, ClusterCache
 from gpu_efficiency.sources.combined import CombinedSource
 from gpu_efficiency.sources.credentials import credentials_allowed
+from gpu_efficiency.sources.dra import DraReader
 from gpu_efficiency.sources.owners import OwnerReader, api_fetch
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
 
@@ -180,5 +181,6 @@ def build_runner(
         source_for=SourceCache(config, api_client),
         leader=leader,
         owners=OwnerReader(api_fetch(api_client)),
+        dra=DraReader(client.CustomObjectsApi(api_client)),
         notifier=Notifier(config.notify_secret_dir) if watch else None,
     )

@@ -6,11 +6,14 @@ assignment. Rules that keep it believable and testable:
 - a pod keeps its GPUs while it lives (no reshuffling when neighbours come and go);
 - new pods get the lowest free indexes, in order of (creationTimestamp, uid), so a restarted
   simulator reproduces the assignment of pods that were admitted in that order;
-- pods that finished (Succeeded/Failed) or disappeared release their GPUs.
+- pods that finished (Succeeded/Failed) or disappeared release their GPUs;
+- a pod whose GPUs are DRA devices holds exactly the devices its ResourceClaims were allocated
+  (``claim_devices``: the scheduler chose them), not invented ones.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +21,10 @@ from typing import Any
 from gpu_efficiency.api.names import GPU_RESOURCE
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+#: The simulated DRA driver (NVIDIA's name) and its device names: gpu-<index>.
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_DEVICE_PREFIX = "gpu-"
+_DRA_DEVICE = re.compile(rf"^{DRA_DEVICE_PREFIX}(\d+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +41,12 @@ class PodInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
     phase: str = "Running"
     deleting: bool = False
+    dra: bool = False  # its GPUs come from ResourceClaims (containers then count 0 GPUs)
+    devices: tuple[int, ...] = ()  # DRA: the GPU indexes its claims were allocated
 
     @property
     def gpus(self) -> int:
-        return sum(n for _, n in self.containers)
+        return len(self.devices) if self.dra else sum(n for _, n in self.containers)
 
     @property
     def active(self) -> bool:
@@ -71,6 +80,13 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo | None:
     containers = tuple(
         (str(c.get("name", "")), n) for c in spec.get("containers") or () if (n := _gpu_count(c)) > 0
     )
+    dra = not containers and bool(spec.get("resourceClaims"))
+    if dra:
+        containers = tuple(
+            (str(c.get("name", "")), 0)
+            for c in spec.get("containers") or ()
+            if (c.get("resources") or {}).get("claims")
+        )
     if not containers:
         return None
     return PodInfo(
@@ -84,7 +100,25 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo | None:
         annotations=dict(meta.get("annotations") or {}),
         phase=str((obj.get("status") or {}).get("phase") or "Pending"),
         deleting=meta.get("deletionTimestamp") is not None,
+        dra=dra,
     )
+
+
+def claim_devices(claims: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, ...]]:
+    """Pod UID -> the simulated driver's GPU indexes allocated to the claims it has reserved."""
+    out: dict[str, set[int]] = {}
+    for claim in claims:
+        status = claim.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or ()
+        indexes = {
+            int(m.group(1))
+            for r in results
+            if r.get("driver") == DRA_DRIVER and (m := _DRA_DEVICE.match(str(r.get("device", ""))))
+        }
+        for ref in status.get("reservedFor") or ():
+            if ref.get("resource") == "pods" and ref.get("uid"):
+                out.setdefault(str(ref["uid"]), set()).update(indexes)
+    return {uid: tuple(sorted(i)) for uid, i in out.items()}
 
 
 class GPUAllocator:
@@ -112,6 +146,9 @@ class GPUAllocator:
             for uid in list(held):  # capacity shrank (node replaced with fewer GPUs)
                 if any(index >= capacity for index, _ in held[uid]):
                     del held[uid]
+            for pod in node_pods:  # DRA pods hold what the scheduler allocated them
+                if pod.dra:
+                    held[pod.uid] = [(i, pod.containers[0][0]) for i in pod.devices if i < capacity]
             used = {index for slots in held.values() for index, _ in slots}
             for pod in sorted(node_pods, key=lambda p: (p.created, p.uid)):
                 if pod.uid in held:

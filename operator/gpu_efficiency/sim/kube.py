@@ -20,7 +20,7 @@ from kubernetes import config as _config
 from kubernetes.watch import watch as _watch
 
 from gpu_efficiency.api.names import GPU_PRODUCT_LABEL, GPU_RESOURCE
-from gpu_efficiency.sim.allocation import PodInfo, pod_from_json
+from gpu_efficiency.sim.allocation import PodInfo, claim_devices, pod_from_json
 from gpu_efficiency.sim.gpu_models import DEFAULT_MODEL, find_model
 from gpu_efficiency.sim.simulator import SLICES_LABEL, SimNode
 from gpu_efficiency.sources.watch import abort_stream
@@ -255,3 +255,38 @@ class NodePoller:
                 self.poll()
             except Exception:  # keep serving the last known nodes
                 log.warning("listing nodes failed", exc_info=True)
+
+
+class ClaimPoller:
+    """Which DRA GPUs each pod was allocated: ResourceClaims listed every second (the scheduler's
+    choice, which the simulator attributes metrics by)."""
+
+    def __init__(
+        self, api: Any, on_change: Callable[[dict[str, tuple[int, ...]]], None], *, interval_s: float = 1.0
+    ) -> None:
+        self._api: Any = client.CustomObjectsApi(api)
+        self._on_change = on_change
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sim-claim-poll", daemon=True)
+
+    def poll(self) -> dict[str, tuple[int, ...]]:
+        body = self._api.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")
+        devices = claim_devices(body.get("items") or ())
+        self._on_change(devices)
+        return devices
+
+    def start(self) -> ClaimPoller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.poll()
+            except Exception:  # keep the last allocation
+                log.warning("listing resource claims failed", exc_info=True)

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from gpu_efficiency.api.names import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from gpu_efficiency.api.policy import GROUP, KIND, VERSION
+from gpu_efficiency.sim.allocation import DRA_DEVICE_PREFIX, DRA_DRIVER
 from gpu_efficiency.sim.scenario import NodeSpec, PDBSpec, WorkloadKind, WorkloadSpec
 from gpu_efficiency.sim.simulator import SLICES_LABEL, WORKLOAD_LABEL
 
@@ -42,8 +43,9 @@ def node(name: str, spec: NodeSpec, scenario: str, run_id: str, *, isolate: bool
         "memory": "512Gi",
         "pods": "110",
         "ephemeral-storage": "1Ti",
-        GPU_RESOURCE: str(spec.gpus * spec.time_slicing),
     }
+    if not spec.dra:  # a DRA driver publishes ResourceSlices, not an extended resource
+        resources[GPU_RESOURCE] = str(spec.gpus * spec.time_slicing)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -70,6 +72,79 @@ def node(name: str, spec: NodeSpec, scenario: str, run_id: str, *, isolate: bool
     }
 
 
+def device_class() -> dict[str, Any]:
+    """The DeviceClass of the simulated DRA driver's GPUs (shared by every run, never deleted)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DRA_DRIVER, "labels": {MANAGED_BY_KEY: MANAGED_BY}},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]},
+    }
+
+
+def resource_slice(
+    node_name: str, node_uid: str, uuids: list[str], model: str, scenario: str, run_id: str
+) -> dict[str, Any]:
+    """The node's GPUs as NVIDIA's DRA driver publishes them: pool = node, device gpu-<index>.
+
+    Owned by the node, so the garbage collector removes it with the node.
+    """
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {
+            "name": f"{node_name}-{DRA_DRIVER}-{run_id}".lower()[:253],
+            "labels": ownership(scenario, run_id),
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}],
+        },
+        "spec": {
+            "driver": DRA_DRIVER,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"{DRA_DEVICE_PREFIX}{i}",
+                    "attributes": {
+                        "uuid": {"string": uuid},
+                        "index": {"int": i},
+                        "productName": {"string": model},
+                    },
+                }
+                for i, uuid in enumerate(uuids)
+            ],
+        },
+    }
+
+
+def claim_template(w: WorkloadSpec, namespace_name: str, scenario: str, run_id: str) -> dict[str, Any]:
+    """A ResourceClaimTemplate asking for the workload's GPUs, one claim per pod."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": f"{w.name}-gpus",
+            "namespace": namespace_name,
+            "labels": ownership(scenario, run_id),
+        },
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpus",
+                            "exactly": {
+                                "deviceClassName": DRA_DRIVER,
+                                "allocationMode": "ExactCount",
+                                "count": w.gpus,
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
 def namespace(
     name: str, scenario: str, run_id: str, labels: Mapping[str, str], annotations: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -89,7 +164,9 @@ def _pod_template(w: WorkloadSpec, scenario: str, run_id: str, restart_policy: s
     if w.node is not None:
         selector["kubernetes.io/hostname"] = w.node
     resources: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {}}
-    if w.gpus:
+    if w.gpus and w.dra:
+        resources["claims"] = [{"name": "gpus"}]
+    elif w.gpus:
         resources["requests"][GPU_RESOURCE] = str(w.gpus)
         resources["limits"][GPU_RESOURCE] = str(w.gpus)
     spec: dict[str, Any] = {
@@ -98,6 +175,8 @@ def _pod_template(w: WorkloadSpec, scenario: str, run_id: str, restart_policy: s
         "restartPolicy": restart_policy,
         "automountServiceAccountToken": False,
     }
+    if w.gpus and w.dra:
+        spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": f"{w.name}-gpus"}]
     isolation = {**isolation_taint(scenario), "operator": "Equal"}
     spec["tolerations"] = [isolation, *copy.deepcopy(w.tolerations)]
     if w.priority_class_name:

@@ -32,7 +32,7 @@ from kubernetes.config.config_exception import ConfigException
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.sim import manifests
 from gpu_efficiency.sim.expectations import Names, Outcome, Tracker
-from gpu_efficiency.sim.kube import PodWatcher, api_client
+from gpu_efficiency.sim.kube import ClaimPoller, PodWatcher, api_client
 from gpu_efficiency.sim.observation import Observation, WorkloadHistory, update_histories
 from gpu_efficiency.sim.operator_process import DEFAULT_OPERATOR_CMD, OperatorProcess
 from gpu_efficiency.sim.playbook import sim_faults, sim_nodes, sim_options, workload_plays
@@ -179,6 +179,8 @@ class ScenarioRun:
         self.target_name = f"sim-{self.name}-{self.run_id}"
         self._servers: list[MetricsServer] = []
         self._watcher: PodWatcher | None = None
+        self._claims: ClaimPoller | None = None
+        self._node_uids: dict[str, str] = {}
         self._targets_file: Path | None = None
         self._operator: OperatorProcess | None = None
         self._api: Any = None
@@ -246,12 +248,14 @@ class ScenarioRun:
                 body = manifests.node(name, spec, self.name, self.run_id, isolate=self.scenario.isolate_nodes)
                 created = self._create(partial(core.create_node, body), f"node {name}")
                 self._created_nodes.append(name)
+                self._node_uids[name] = str(getattr(getattr(created, "metadata", None), "uid", "") or "")
                 stamp = getattr(getattr(created, "metadata", None), "creation_timestamp", None)
                 if stamp is not None and self._since is None:
                     self._since = stamp.timestamp()
                 core.patch_node_status(name, {"status": body["status"]})
         self._wait_nodes_ready(core)
         self._start_simulator()
+        self._publish_dra_devices()
         if needs_operator:
             self._start_operator()
         custom: Any = client.CustomObjectsApi(self._api)
@@ -441,6 +445,33 @@ class ScenarioRun:
         self._operator.restart()
         self.say(f"  t={self.sim.elapsed() if self.sim else 0:.0f}s operator killed and restarted")
 
+    def _publish_dra_devices(self) -> None:
+        """ResourceSlices for nodes with dra (as the DRA driver's kubelet plugin would), and the DeviceClass."""
+        dra_nodes = [(name, spec) for spec in self.scenario.nodes if spec.dra for name in spec.names]
+        if not dra_nodes:
+            return
+        assert self.sim is not None
+        custom: Any = client.CustomObjectsApi(self._api)
+        try:
+            custom.create_cluster_custom_object(
+                "resource.k8s.io", "v1", "deviceclasses", manifests.device_class()
+            )
+        except ApiException as e:
+            if e.status != 409:
+                raise SetupError(
+                    f"creating the DeviceClass failed: {e.status} {e.reason}: {_api_message(e)}"
+                ) from None
+        for name, spec in dra_nodes:
+            uuids = [self.sim.uuid_of(name, i) for i in range(spec.gpus)]
+            body = manifests.resource_slice(
+                name, self._node_uids.get(name, ""), uuids, spec.gpu_model.product, self.name, self.run_id
+            )
+            self._create(
+                partial(custom.create_cluster_custom_object, "resource.k8s.io", "v1", "resourceslices", body),
+                f"ResourceSlice of {name}",
+            )
+        self._claims = ClaimPoller(self._api, self.sim.set_claims).start()
+
     def _create_workloads(self) -> None:
         for w in self.scenario.workloads:
             if w.start_at is None:
@@ -465,6 +496,19 @@ class ScenarioRun:
         apps: Any = client.AppsV1Api(self._api)
         batch: Any = client.BatchV1Api(self._api)
         core: Any = client.CoreV1Api(self._api)
+        if w.dra and w.gpus:
+            template = manifests.claim_template(w, ns, self.name, self.run_id)
+            self._create(
+                partial(
+                    client.CustomObjectsApi(self._api).create_namespaced_custom_object,
+                    "resource.k8s.io",
+                    "v1",
+                    ns,
+                    "resourceclaimtemplates",
+                    template,
+                ),
+                f"ResourceClaimTemplate {ns}/{w.name}-gpus",
+            )
         create: dict[WorkloadKind, Any] = {
             WorkloadKind.POD: core.create_namespaced_pod,
             WorkloadKind.DEPLOYMENT: apps.create_namespaced_deployment,
@@ -611,6 +655,8 @@ class ScenarioRun:
                 unregister(self._targets_file)
             if self._watcher is not None:
                 self._watcher.stop()
+            if self._claims is not None:
+                self._claims.stop()
             for server in self._servers:
                 server.stop()
 

@@ -92,6 +92,9 @@ class NodeSpec(Model):
     """Extra node labels."""
     taints: list[Taint] = Field(default_factory=list)
     """Node taints (workloads then need tolerations)."""
+    dra: bool = False
+    """Publish the GPUs as DRA devices (a ResourceSlice of driver gpu.nvidia.com, one device per GPU
+    with its uuid) instead of nvidia.com/gpu capacity, as NVIDIA's DRA driver would."""
 
     @model_validator(mode="after")
     def _name_or_prefix(self) -> NodeSpec:
@@ -99,6 +102,8 @@ class NodeSpec(Model):
             raise ValueError("give exactly one of name or prefix (with count)")
         if self.name is not None and self.count != 1:
             raise ValueError("count needs prefix, not name")
+        if self.dra and self.time_slicing != 1:
+            raise ValueError("timeSlicing is the device plugin's (nvidia.com/gpu); a dra node has none")
         return self
 
     @field_validator("model")
@@ -188,7 +193,9 @@ class WorkloadSpec(Model):
     replicas: int = Field(default=1, ge=0, le=1000)
     """Pods (Job: parallelism and completions)."""
     gpus: int = Field(default=1, ge=0, le=16)
-    """nvidia.com/gpu per pod."""
+    """nvidia.com/gpu per pod (with dra: GPUs per pod's ResourceClaim)."""
+    dra: bool = False
+    """Request the GPUs through a ResourceClaim (DeviceClass gpu.nvidia.com) for nodes with dra."""
     node: str | None = None
     """A scenario node to pin the pods to (through the scheduler, by kubernetes.io/hostname)."""
     node_selector: dict[str, str] = Field(default_factory=dict)

@@ -12,7 +12,7 @@ import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from gpu_efficiency.engine.model import Signal
@@ -154,6 +154,7 @@ class Simulator:
         self._index_faults(faults)
         self._allocator = GPUAllocator()
         self._pods: tuple[PodInfo, ...] = ()
+        self._claims: dict[str, tuple[int, ...]] = {}  # pod UID -> DRA GPU indexes allocated
         self._nodes: dict[str, SimNode] = {}
         self._gpus: dict[tuple[str, int], _GPU] = {}
         self._order: list[_GPU] = []
@@ -219,9 +220,18 @@ class Simulator:
             self._pods = tuple(pods)
             self._attribute()
 
+    def set_claims(self, devices: Mapping[str, tuple[int, ...]]) -> None:
+        """The DRA GPU indexes allocated to each pod's ResourceClaims (``allocation.claim_devices``)."""
+        with self._lock:
+            if dict(devices) == self._claims:
+                return
+            self._claims = dict(devices)
+            self._attribute()
+
     def _attribute(self) -> None:
         slices = {n.name: n.slices for n in self._nodes.values()}
-        held = self._allocator.update({n.name: n.devices for n in self._nodes.values()}, self._pods)
+        pods = [replace(p, devices=self._claims.get(p.uid, ())) if p.dra else p for p in self._pods]
+        held = self._allocator.update({n.name: n.devices for n in self._nodes.values()}, pods)
         by_gpu: dict[tuple[str, int], list[Holder]] = {}
         for (node, device), holder in sorted(held.items(), key=lambda kv: kv[0]):
             tenants = by_gpu.setdefault((node, device // slices[node]), [])

@@ -64,6 +64,18 @@ def _gpu_request(spec: Mapping[str, Any]) -> int:
     return max(regular, init)
 
 
+def _dra_claims(spec: Mapping[str, Any]) -> int:
+    """A pod's ResourceClaims its containers use (DRA): it is then a GPU pod, one GPU per claim at
+    least (how many devices a claim holds is in the claim, not read). A claim for something other
+    than a GPU brings no GPU samples, so such a pod is judged Unknown, never acted on."""
+    used = {
+        str(c.get("name"))
+        for container in spec.get("containers") or ()
+        for c in (container.get("resources") or {}).get("claims") or ()
+    }
+    return sum(1 for claim in spec.get("resourceClaims") or () if str(claim.get("name")) in used)
+
+
 def own_annotations(annotations: Mapping[str, str]) -> dict[str, str]:
     """The ``gpuefficiency.io/`` annotations only: all the engine reads (see the module docstring)."""
     return {k: v for k, v in annotations.items() if k.startswith(PREFIX)}
@@ -84,7 +96,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         controller_kind=controller.get("kind") if controller else None,
         priority=int(spec.get("priority") or 0),
         start_time=parse_rfc3339(status.get("startTime")),
-        gpu_request=_gpu_request(spec),
+        gpu_request=_gpu_request(spec) or _dra_claims(spec),
         is_static=MIRROR_ANNOTATION in annotations,
         deleting=bool(meta.get("deletionTimestamp")),
         controller=OwnerRef(

@@ -215,8 +215,10 @@ def test_an_invalid_policy_exports_no_stale_gauges() -> None:
 
 ANNOTATION = re.compile(r"(?<![\w.])(?:gpuefficiency\.io|…)/([a-z][a-z-]*[a-z])")
 BACKTICKED = re.compile(r"`([A-Z][A-Za-z]+)`")
-#: Kubernetes' own words the README quotes (an image pull policy), not names of ours.
-KUBERNETES_WORDS = frozenset({"IfNotPresent"})
+#: Kubernetes' own words the README quotes (an image pull policy, DRA device taints), not names of ours.
+KUBERNETES_WORDS = frozenset(
+    {"IfNotPresent", "DeviceTaintRule", "DRADeviceTaintRules", "NoSchedule", "NoExecute"}
+)
 
 
 def _values(prefix: str) -> set[str]:

@@ -225,3 +225,8 @@ def test_a_workload_can_start_later_and_a_bad_start_is_located() -> None:
     (problem,) = problems(MINIMAL + "    startAt: later\n")
     assert "workloads[0].startAt" in problem
     assert "invalid duration 'later'" in problem
+
+
+def test_a_dra_node_cannot_be_time_sliced() -> None:
+    (problem,) = problems("nodes: [{name: n0, dra: true, timeSlicing: 2}]\n")
+    assert "timeSlicing is the device plugin's" in problem

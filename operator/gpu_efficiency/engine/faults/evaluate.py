@@ -32,6 +32,13 @@ from gpu_efficiency.api.policy import EccFault, FaultRules, Mode, Recovery, Ther
 from gpu_efficiency.engine.conditions import find_condition
 from gpu_efficiency.engine.faults.breaker import BreakerDecision, breaker_message, decide_taints, taint_budget
 from gpu_efficiency.engine.faults.data import DataRules, data_rules
+from gpu_efficiency.engine.faults.devices import (
+    NO_SCOPE,
+    DeviceScope,
+    describe_devices,
+    device_scopes,
+    with_dra_capacity,
+)
 from gpu_efficiency.engine.faults.ecc import judge_ecc
 from gpu_efficiency.engine.faults.kinds import (
     DEGRADED_REASON_PREFIX,
@@ -58,7 +65,9 @@ from gpu_efficiency.engine.model import (
     PolicyEvent,
     QuarantinedNodeRecord,
     Snapshot,
+    TaintDevices,
     TaintNode,
+    UntaintDevices,
     UntaintNode,
     Window,
 )
@@ -111,7 +120,7 @@ def in_scope_nodes(snapshot: Snapshot) -> list[NodeView]:
     return sorted(
         (
             n
-            for n in snapshot.nodes
+            for n in with_dra_capacity(snapshot.nodes, snapshot.dra_devices)
             if n.gpu_capacity > 0 and matches(n.labels) and not any(senior(n.labels) for senior in seniors)
         ),
         key=lambda n: n.name,
@@ -172,16 +181,40 @@ def judge_gpus(
 
 
 def _taint_actions(decision: NodeDecision, granted: bool) -> list[Action]:
-    actions: list[Action] = [
-        UntaintNode(decision.node, kind) for kind in sorted(decision.untaint, key=kind_order)
-    ]
+    """Untaints first, then the granted wishes: on the node, or on its devices (``devices``).
+
+    A fault moving between the node and its devices gets its new quarantine before the old one
+    goes, so it is never without one.
+    """
+    node = decision.node
+    actions: list[Action] = []
+    for kind in sorted(decision.untaint, key=kind_order):
+        if kind in decision.on_node:
+            actions.append(UntaintNode(node, kind))
+        if kind in decision.on_devices:
+            actions.append(UntaintDevices(node, kind))
     if not granted:
         return actions
     for kind in sorted(decision.wants, key=kind_order):
         effect = decision.wants[kind]
-        actions.append(TaintNode(decision.node, kind, effect))
         entry = decision.held[kind]
-        message = f"tainted {FAULT_TAINT_KEY}={kind}:{effect} for the {kind} fault on {describe(entry.gpus)}"
+        devices = decision.devices.get(kind)
+        if devices is not None:
+            actions.append(TaintDevices(node, kind, effect, devices))
+            if kind in decision.on_node:
+                actions.append(UntaintNode(node, kind))
+            message = (
+                f"tainted device(s) {describe_devices(devices)} with {FAULT_TAINT_KEY}={kind}:{effect} "
+                f"(DeviceTaintRule) for the {kind} fault on {describe(entry.gpus)}; "
+                "the node stays schedulable for its healthy GPUs"
+            )
+        else:
+            actions.append(TaintNode(node, kind, effect))
+            if kind in decision.on_devices:
+                actions.append(UntaintDevices(node, kind))
+            message = (
+                f"tainted {FAULT_TAINT_KEY}={kind}:{effect} for the {kind} fault on {describe(entry.gpus)}"
+            )
         actions.append(NodeEvent(decision.node, EV_TAINTED, message, "Warning"))
         actions.append(PolicyEvent(EV_TAINTED, f"node {decision.node}: {message}", "Warning"))
     return actions
@@ -253,7 +286,12 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
     rules = data_rules(spec, snapshot.now)
     ctx = fault_context(snapshot, rules)
     nodes = in_scope_nodes(snapshot)
-    quiet = {n.name for n in nodes if _quiet(n)}
+    scopes = device_scopes(nodes, snapshot.dra_devices, snapshot.device_rules, spec.faults.device_quarantine)
+
+    def scope_of(node: str) -> DeviceScope:
+        return scopes.get(node, NO_SCOPE)
+
+    quiet = {n.name for n in nodes if _quiet(n) and not scope_of(n.name).rules}  # our rules: not quiet
     judged: Judgements = (
         judge_gpus(_worth_judging(snapshot.gpus, quiet), {n.name for n in nodes}, rules, spec.faults)
         if ctx.data_ok
@@ -283,7 +321,7 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
     decisions = [
         NodeDecision(node=node.name, present={}, held={})
         if node.name in quiet and node.name not in judged
-        else decide_node(node, judged.get(node.name, {}), ctx)
+        else decide_node(node, judged.get(node.name, {}), ctx, scope=scope_of(node.name))
         for node in nodes
     ]
     by_node = {d.node: d for d in decisions}
@@ -301,7 +339,7 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
     # write fails, so a failed taint is retried rather than taken for the admin's).
     views = {n.name: n for n in nodes}
     decisions = [
-        decide_node(views[d.node], judged.get(d.node, {}), ctx, granted=True)
+        decide_node(views[d.node], judged.get(d.node, {}), ctx, granted=True, scope=scope_of(d.node))
         if d.wants and d.node in breaker.granted
         else d
         for d in decisions

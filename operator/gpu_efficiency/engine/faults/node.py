@@ -22,6 +22,7 @@ from gpu_efficiency.api.names import (
     GPU_HEALTHY,
     NODE_FAULTS,
 )
+from gpu_efficiency.engine.faults.devices import NO_SCOPE, DeviceScope
 from gpu_efficiency.engine.faults.kinds import (
     DEGRADED_REASON_PREFIX,
     FAULT_REASON_PREFIX,
@@ -52,6 +53,7 @@ from gpu_efficiency.engine.faults.xid_catalogue import xid_advice
 from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
+    DraDevice,
     NodeEvent,
     NodeView,
     PolicyEvent,
@@ -89,8 +91,13 @@ class NodeDecision:
     """A node's outcome before the circuit breaker: ``wants`` still needs its approval."""
 
     node: str
-    present: dict[str, str]  # our taints at the start of the cycle: kind -> effect
+    present: dict[
+        str, str
+    ]  # our taints (node taints and device rules) at the start of the cycle: kind -> effect
     held: dict[str, FaultEntry]  # faults held after this cycle
+    on_node: dict[str, str] = field(default_factory=dict)  # kinds of ``present`` held by a node taint
+    on_devices: set[str] = field(default_factory=set)  # kinds of ``present`` held by device rules
+    devices: dict[str, tuple[DraDevice, ...]] = field(default_factory=dict)  # wants held on devices
     untaint: dict[str, str] = field(default_factory=dict)  # kind -> why
     wants: dict[str, str] = field(default_factory=dict)  # kind -> effect, pending the breaker
     new_kinds: list[str] = field(default_factory=list)  # kinds detected or renewed this cycle
@@ -153,10 +160,12 @@ class _NodeCycle:
         judgements: Mapping[FaultKind, Sequence[GpuJudgement]],
         ctx: FaultContext,
         granted: bool = False,
+        scope: DeviceScope = NO_SCOPE,
     ):
         self.node = node
         self.ctx = ctx
         self.granted = granted
+        self.scope = scope
         self.now_text = format_rfc3339(ctx.now)
         self.judgements = judgements
         self.by_uuid = {kind: {j.uuid: j for j in js} for kind, js in judgements.items()}
@@ -164,7 +173,18 @@ class _NodeCycle:
         record, problem = parse_record(self.raw)
         self.faults: dict[str, FaultEntry] = dict(record.faults)
         self.baselines: dict[str, Baseline] = dict(record.baselines)
-        self.out = NodeDecision(node=node.name, present=our_taints(node.taints), held={})
+        on_node = our_taints(node.taints)
+        present = dict(on_node)
+        for kind, rules in scope.rules.items():
+            if rules:
+                present.setdefault(kind, next(iter(rules.values())))
+        self.out = NodeDecision(
+            node=node.name,
+            present=present,
+            held={},
+            on_node=on_node,
+            on_devices={k for k, r in scope.rules.items() if r},
+        )
         self.announce: set[str] = set()  # untaints decided this cycle (retries are not announced)
         if problem:
             self.out.notes.append(f"node {node.name}: {problem}")
@@ -361,10 +381,22 @@ class _NodeCycle:
             if fault_kind is None or not entry.held or entry.manual_untaint:
                 continue
             rules = self.ctx.kinds[fault_kind]
-            if rules.enabled and self.out.present.get(kind) != rules.effect:
-                self.out.wants[kind] = rules.effect
-                if self.granted:  # recorded now: a removal before the next cycle is the admin's
-                    self.faults[kind] = replace(entry, tainted=True)
+            if not rules.enabled:
+                continue
+            devices = self.scope.devices_for(kind, entry)
+            if devices is not None:  # one DeviceTaintRule per faulty GPU, no node taint
+                effect = self.scope.effect
+                wanted = self.scope.wanted(devices)
+                if self.scope.rules.get(kind, {}) == wanted and kind not in self.out.on_node:
+                    continue
+                self.out.devices[kind] = devices
+            else:
+                effect = rules.effect
+                if self.out.on_node.get(kind) == effect and kind not in self.out.on_devices:
+                    continue
+            self.out.wants[kind] = effect
+            if self.granted:  # recorded now: a removal before the next cycle is the admin's
+                self.faults[kind] = replace(entry, tainted=True)
 
     def condition(self) -> None:
         """GPUHealthy for the faults held, GPUDegraded for the degraded kinds (a straggler)."""
@@ -449,10 +481,12 @@ def decide_node(
     ctx: FaultContext,
     *,
     granted: bool = False,
+    scope: DeviceScope = NO_SCOPE,
 ) -> NodeDecision:
     """The node's fault state after this cycle, and the writes and events it needs (taints excepted).
 
     ``granted``: the circuit breaker lets this node's taint wishes through, so the record marks
-    those faults tainted in the same write (see ``evaluate_faults``).
+    those faults tainted in the same write (see ``evaluate_faults``). ``scope``: the node's DRA
+    GPUs and our device rules (``devices``): a single-GPU fault is wished on its devices.
     """
-    return _NodeCycle(node, judgements, ctx, granted).run()
+    return _NodeCycle(node, judgements, ctx, granted, scope).run()

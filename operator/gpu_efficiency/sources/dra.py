@@ -1,0 +1,93 @@
+"""DRA reads for single-GPU quarantine: the GPUs ResourceSlices publish, and our DeviceTaintRules.
+
+One LIST per cycle and one a minute, whatever the cluster size (what counts as a GPU and as our rule:
+``engine/faults/device_objects``). When the API server does not serve ``resource.k8s.io/v1beta2``
+DeviceTaintRules (Kubernetes 1.36 needs ``--runtime-config=resource.k8s.io/v1beta2=true`` and the
+``DRADeviceTaintRules`` feature gate) or RBAC forbids the reads, no device is reported: faults keep
+the node taint, which quarantines more, never less.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubernetes.client.exceptions import ApiException
+
+from gpu_efficiency.engine.faults.device_objects import (
+    GROUP,
+    OURS,
+    RULE_VERSION,
+    SLICE_VERSION,
+    parse_rules,
+    parse_slices,
+)
+from gpu_efficiency.engine.model import DeviceRule, DraDevice
+
+log = logging.getLogger(__name__)
+
+
+class CustomApi(Protocol):
+    """The CustomObjectsApi method used here (a fake implements it in unit tests)."""
+
+    def list_cluster_custom_object(
+        self, group: str, version: str, plural: str, *, label_selector: str | None = None
+    ) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DraState:
+    devices: tuple[DraDevice, ...] = ()
+    rules: tuple[DeviceRule, ...] = ()
+    error: str = ""  # why single-GPU quarantine is off or stale this cycle ('' when it is not)
+    blind: bool = False  # unread, no earlier read to stand in: no fault may be decided this cycle
+
+
+@dataclass
+class DraReader:
+    """Our rules are read every cycle (a label-selected LIST, usually empty); the slices at most
+    every ``slices_ttl_s`` (drivers publish them when they start, so a new one is seen within a
+    minute, and a GPU not yet seen keeps the node taint meanwhile). A failed read (other than "not
+    served") gives the last good read, or with none yet, a state marked ``blind``: a missing rule
+    would otherwise look like an admin's removal and end a quarantine."""
+
+    api: CustomApi
+    slices_ttl_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    _last: DraState | None = None
+    _slices_at: float | None = None  # when the slices in _last were listed
+    _said: str = ""  # the last error logged (once per change, not every cycle)
+
+    def read(self) -> DraState:
+        now = self.clock()
+        try:
+            rules = self.api.list_cluster_custom_object(
+                GROUP, RULE_VERSION, "devicetaintrules", label_selector=OURS
+            )
+            devices = self._last.devices if self._last is not None else ()
+            if self._slices_at is None or now - self._slices_at >= self.slices_ttl_s:
+                slices = self.api.list_cluster_custom_object(GROUP, SLICE_VERSION, "resourceslices")
+                devices, self._slices_at = parse_slices(slices.get("items") or []), now
+        except ApiException as exc:
+            if exc.status in (403, 404):  # not served or not allowed: no rule of ours can exist
+                what = "not served" if exc.status == 404 else "not allowed (RBAC)"
+                self._last, self._slices_at = (
+                    DraState(error=f"ResourceSlices or DeviceTaintRules {what}: faults taint nodes"),
+                    None,
+                )
+                return self._say(self._last)
+            error = f"DRA read failed (HTTP {exc.status}: {exc.reason})"
+            if self._last is not None:
+                return self._say(DraState(self._last.devices, self._last.rules, error=error))
+            return self._say(DraState(error=error, blind=True))
+        self._last = DraState(devices=devices, rules=parse_rules(rules.get("items") or []))
+        return self._say(self._last)
+
+    def _say(self, state: DraState) -> DraState:
+        if state.error and state.error != self._said:
+            log.info("single-GPU quarantine: %s", state.error)
+        self._said = state.error
+        return state
