@@ -336,7 +336,9 @@ class CycleRunner:
                 log.exception("policy %s: the metric source failed", name)
                 available, error = False, f"metric source failed: {type(exc).__name__}: {exc}"
         owners, owners_error = self._read_owners(cluster, spec)
+        dra_reads = self.dra.requests if self.dra is not None else 0
         dra = self.dra.read() if self.dra is not None and spec.faults.enabled else DraState()
+        dra_reads = (self.dra.requests if self.dra is not None else 0) - dra_reads
         if dra.blind and available:  # a missing rule would read as an admin's removal
             available, error = False, dra.error
         gpus = result.gpus if result is not None else ()
@@ -371,6 +373,8 @@ class CycleRunner:
         )
         if owners is not None:
             cluster = replace(cluster, requests=cluster.requests + owners.requests)
+        if dra_reads:  # the DRA LISTs count as the cycle's API reads too
+            cluster = replace(cluster, requests=cluster.requests + dra_reads)
         return snapshot, cluster, result
 
     def _read_owners(

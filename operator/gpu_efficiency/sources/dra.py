@@ -1,6 +1,7 @@
 """DRA reads for single-GPU quarantine: the GPUs ResourceSlices publish, and our DeviceTaintRules.
 
-One LIST per cycle and one a minute, whatever the cluster size (what counts as a GPU and as our rule:
+At most one LIST per cycle (none where no DRA GPU and no rule of ours exists) and two a minute,
+whatever the cluster size (what counts as a GPU and as our rule:
 ``engine/faults/device_objects``). When the API server does not serve ``resource.k8s.io/v1beta2``
 DeviceTaintRules (Kubernetes 1.36 needs ``--runtime-config=resource.k8s.io/v1beta2=true`` and the
 ``DRADeviceTaintRules`` feature gate) or RBAC forbids the reads, no device is reported: faults keep
@@ -48,27 +49,36 @@ class DraState:
 
 @dataclass
 class DraReader:
-    """Our rules are read every cycle (a label-selected LIST, usually empty); the slices at most
-    every ``slices_ttl_s`` (drivers publish them when they start, so a new one is seen within a
-    minute, and a GPU not yet seen keeps the node taint meanwhile). A failed read (other than "not
-    served") gives the last good read, or with none yet, a state marked ``blind``: a missing rule
-    would otherwise look like an admin's removal and end a quarantine."""
+    """The slices are read at most every ``slices_ttl_s`` (drivers publish them when they start, so a
+    new one is seen within a minute, and a GPU not yet seen keeps the node taint meanwhile), with our
+    rules. Between those reads, our rules (a label-selected LIST) are read every cycle only while
+    DRA GPUs or rules of ours exist: a cluster without them costs no request in a steady cycle. A
+    failed read (other than "not served") gives the last good read, or with none yet, a state
+    marked ``blind``: a missing rule would otherwise look like an admin's removal and end a
+    quarantine. "Not served" or "not allowed" is asked again when the slices are due."""
 
     api: CustomApi
     slices_ttl_s: float = 60.0
     clock: Callable[[], float] = time.monotonic
+    requests: int = 0  # LISTs made, for the cycle's API-read count
     _last: DraState | None = None
     _slices_at: float | None = None  # when the slices in _last were listed
     _said: str = ""  # the last error logged (once per change, not every cycle)
 
     def read(self) -> DraState:
         now = self.clock()
+        due = self._slices_at is None or now - self._slices_at >= self.slices_ttl_s
+        last = self._last
+        if not due and last is not None and not last.devices and not last.rules and not last.blind:
+            return last  # no DRA GPU and no rule of ours (or not served): nothing to read yet
         try:
+            self.requests += 1
             rules = self.api.list_cluster_custom_object(
                 GROUP, RULE_VERSION, "devicetaintrules", label_selector=OURS
             )
-            devices = self._last.devices if self._last is not None else ()
-            if self._slices_at is None or now - self._slices_at >= self.slices_ttl_s:
+            devices = last.devices if last is not None else ()
+            if due:
+                self.requests += 1
                 slices = self.api.list_cluster_custom_object(GROUP, SLICE_VERSION, "resourceslices")
                 devices, self._slices_at = parse_slices(slices.get("items") or []), now
         except ApiException as exc:
@@ -76,12 +86,12 @@ class DraReader:
                 what = "not served" if exc.status == 404 else "not allowed (RBAC)"
                 self._last, self._slices_at = (
                     DraState(error=f"ResourceSlices or DeviceTaintRules {what}: faults taint nodes"),
-                    None,
+                    now,
                 )
                 return self._say(self._last)
             error = f"DRA read failed (HTTP {exc.status}: {exc.reason})"
-            if self._last is not None:
-                return self._say(DraState(self._last.devices, self._last.rules, error=error))
+            if last is not None and not last.blind:
+                return self._say(DraState(last.devices, last.rules, error=error))
             return self._say(DraState(error=error, blind=True))
         self._last = DraState(devices=devices, rules=parse_rules(rules.get("items") or []))
         return self._say(self._last)

@@ -187,8 +187,8 @@ def test_a_failed_read_keeps_the_last_good_one_or_is_blind() -> None:
     assert "500" in stale.error
 
 
-def test_slices_are_listed_once_a_minute_our_rules_every_cycle() -> None:
-    api = FakeRules(slices=[slice_("n1", 1, ("gpu-0", {"uuid": {"string": "GPU-a"}}))])
+def counted(api: FakeRules) -> list[str]:
+    """The plurals ``api`` is asked to LIST, in order."""
     calls: list[str] = []
     listed = api.list_cluster_custom_object
 
@@ -197,6 +197,12 @@ def test_slices_are_listed_once_a_minute_our_rules_every_cycle() -> None:
         return listed(group, version, plural, label_selector=label_selector)
 
     api.list_cluster_custom_object = counting  # type: ignore[method-assign]
+    return calls
+
+
+def test_slices_are_listed_once_a_minute_our_rules_every_cycle_where_dra_gpus_exist() -> None:
+    api = FakeRules(slices=[slice_("n1", 1, ("gpu-0", {"uuid": {"string": "GPU-a"}}))])
+    calls = counted(api)
     now = [0.0]
     reader = DraReader(api, clock=lambda: now[0])
     for t in (0.0, 5.0, 59.0, 60.0):
@@ -204,3 +210,30 @@ def test_slices_are_listed_once_a_minute_our_rules_every_cycle() -> None:
         assert [d.uuid for d in reader.read().devices] == ["GPU-a"]
     assert calls.count("resourceslices") == 2
     assert calls.count("devicetaintrules") == 4
+    assert reader.requests == 6
+
+
+def test_a_cluster_without_dra_gpus_costs_no_read_in_a_steady_cycle() -> None:
+    """No GPU in any slice and no rule of ours: both are asked again only when the slices are due,
+    so the steady cycle of a device-plugin cluster makes no API request for DRA."""
+    api = FakeRules(slices=[])
+    calls = counted(api)
+    now = [0.0]
+    reader = DraReader(api, clock=lambda: now[0])
+    for t in (0.0, 5.0, 30.0, 59.0, 60.0, 65.0):
+        now[0] = t
+        assert reader.read().devices == ()
+    assert calls == ["devicetaintrules", "resourceslices"] * 2
+    assert reader.requests == 4
+
+
+@pytest.mark.parametrize("status", [403, 404])
+def test_not_served_is_asked_again_once_a_minute_not_every_cycle(status: int) -> None:
+    api = FakeRules(fail=status)
+    calls = counted(api)
+    now = [0.0]
+    reader = DraReader(api, clock=lambda: now[0])
+    for t in (0.0, 5.0, 59.0, 60.0):
+        now[0] = t
+        assert reader.read().error
+    assert len(calls) == 2
