@@ -26,6 +26,7 @@ $(VENV)/.installed: pyproject.toml | $(VPY)
 
 deps: venv
 	@command -v openssl >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl)
+	@command -v faketime >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime)
 
 crds: venv
 	$(VPY) -m gpu_efficiency.cli crd > $(CRD_FILE)
