@@ -16,13 +16,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -31,6 +34,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.sim.faults import Fault as SimFault
 from gpu_efficiency.sim.faults import FaultKind
+from gpu_efficiency.sim.targets import DEFAULT_JOB, register, unregister
 from tests.e2e.faultproxy import Fault, FaultProxy, Rule, apiserver_upstream, proxied_kubeconfig
 from tests.e2e.harness import CLUSTER_SH, Cluster, OperatorIdentity, OperatorProcess, wait_for
 from tests.e2e.sim_fixtures import GPUNodes, RunningSimulator, gpu_nodes, simulator  # noqa: F401
@@ -501,4 +505,112 @@ def test_leader_stopped_past_its_lease_and_a_skewed_standby(
         reference,
         got,
         f"standby's first cycle {recovery:.1f}s after the stop",
+    )
+
+
+class ForgedExporter:
+    """A tenant's scrape target under the exporter's job (honorLabels lets a target set it), serving
+    whatever series the test sets (text exposition, one line each)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = ("\n".join(owner.lines) + "\n").encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, name="forged-exporter", daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def series_labels(prometheus_url: str, promql: str) -> dict[str, str]:
+    """The labels of the first series ``promql`` answers (once scraped), less those Prometheus sets."""
+
+    def first() -> dict[str, str] | None:
+        response = httpx.get(f"{prometheus_url}/api/v1/query", params={"query": promql}, timeout=5)
+        response.raise_for_status()
+        result = response.json()["data"]["result"]
+        return dict(result[0]["metric"]) if result else None
+
+    labels = wait_for(first, 30, what=f"a series for {promql}")
+    return {k: v for k, v in labels.items() if k not in ("__name__", "job", "instance", "simulator")}
+
+
+def exposition(metric: str, labels: dict[str, str], value: float) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{metric}{{{inner}}} {value:g}"
+
+
+def test_forged_series_from_a_tenant_target_change_no_action(
+    cluster: Cluster,
+    reference: Reference,
+    launch: Callable[..., OperatorProcess],
+    table: list[Row],
+) -> None:
+    """Finding 1's tenant attack: a second target exporting SM activity 0 for a busy pod's GPU, and
+    a critical XID on a GPU UUID it invented with the Hostname of the node with the idle pods."""
+    sim, (first, _) = reference.sim, reference.nodes.names
+    busy = series_labels(
+        cluster.prometheus_url, f'DCGM_FI_PROF_SM_ACTIVE{{simulator="{sim.target}", pod="busy-1"}}'
+    )
+    node = series_labels(
+        cluster.prometheus_url, f'DCGM_FI_DEV_XID_ERRORS{{simulator="{sim.target}", Hostname="{first}"}}'
+    )
+    invented = {**node, "UUID": f"GPU-{uuid.uuid4()}", "gpu": "7", "device": "nvidia7"}
+    for key in ("pod", "namespace", "container"):
+        invented.pop(key, None)
+    forger = ForgedExporter()
+    forger.lines = [
+        exposition("DCGM_FI_PROF_SM_ACTIVE", busy, 0),
+        exposition("DCGM_FI_DEV_XID_ERRORS", invented, 0),
+        exposition("DCGM_FI_DEV_GPU_UTIL", invented, 0),  # so that it is a GPU the operator sees
+    ]
+    assert cluster.prometheus_targets_dir() is not None
+    target = register(
+        f"forger-{uuid.uuid4().hex[:6]}",
+        [forger.address],
+        directory=cluster.prometheus_targets_dir(),
+        labels={"job": DEFAULT_JOB, "tenant": "forger"},
+    )
+    try:
+        launch(reference)
+        create_policy(reference)
+        time.sleep(4)  # the XID rises from 0, as a real one does
+        forger.lines[1] = exposition("DCGM_FI_DEV_XID_ERRORS", invented, 79)
+        got = reference.settle()
+        assert "busy-1" not in got.evicted
+        # Reported with the next status write (a change, or the 30 s refresh).
+        dropped = wait_for(
+            lambda: (reference.status().get("droppedSamples") or {}),
+            40,
+            what="the dropped samples in the status",
+        )
+        assert dropped.get("gpus-exceed-capacity"), f"the invented GPU was not reported: {dropped}"
+    finally:
+        unregister(target)
+        forger.stop()
+    record(
+        table,
+        "forged tenant series",
+        "SM_ACTIVE 0 for busy-1's GPU; XID 79 on an invented UUID of node 0",
+        reference,
+        got,
+        f"droppedSamples {dropped}",
     )
