@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -415,9 +416,10 @@ def test_hangs_and_broken_watches_change_no_action(
     ended with 410 Gone, a trickled list (finding 7)."""
     api_proxy.arm(
         [
-            Rule("POST", EVICTION, Fault.HANG, seconds=7, first=1),
-            Rule("PATCH", STATUS, Fault.HANG, seconds=7, first=1),
-            Rule("PUT", r"/leases/", Fault.HANG, seconds=7, every=6),
+            # held far longer than the run: only the operator's own API timeout (5 s) ends them
+            Rule("POST", EVICTION, Fault.HANG, seconds=600, first=1),
+            Rule("PATCH", STATUS, Fault.HANG, seconds=600, first=1),
+            Rule("PUT", r"/leases/", Fault.HANG, seconds=600, every=10),
             Rule("GET", r"^/api/v1/pods\?.*watch=", Fault.DROP, seconds=2, first=3),
             Rule("GET", r"^/api/v1/nodes\?.*watch=", Fault.GONE, first=2),
             Rule("GET", r"/gpuefficiencypolicies\?.*watch=", Fault.DROP, seconds=3, first=1),
@@ -475,6 +477,8 @@ def test_leader_stopped_past_its_lease_and_a_skewed_standby(
     would let it take the 6 s lease from a live leader (finding 3's split brain). The leader is SIGSTOPped after the first eviction, past its 6 s lease; the
     standby takes over and spends the one eviction left in the hour's budget (finding 2c); the old
     leader, resumed, does nothing."""
+    if not Path(LIBFAKETIME).exists():
+        pytest.fail(f"{LIBFAKETIME} missing: install Debian's faketime (`make deps`)")
     leader = launch(reference)
     wait_for(lambda: lease_holder(reference.k8s) == leader.name, 30, what="the first replica to lead")
     standby = launch(
@@ -489,6 +493,11 @@ def test_leader_stopped_past_its_lease_and_a_skewed_standby(
     os.killpg(leader.proc.pid, signal.SIGSTOP)
     stopped = time.monotonic()
     wait_for(lambda: lease_holder(reference.k8s) == standby.name, 30, what="the standby to take the lease")
+    lease = client.CoordinationV1Api(reference.k8s).read_namespaced_lease(
+        "gpu-efficiency-operator", "gpu-efficiency-system"
+    )
+    ahead = (lease.spec.acquire_time - datetime.now(UTC)).total_seconds()
+    assert ahead > SKEW_S - 2, f"the standby's clock is not skewed (acquireTime {ahead:+.1f}s from now)"
     cycle_after(reference, standby)
     recovery = time.monotonic() - stopped
     time.sleep(max(0.0, 10 - (time.monotonic() - stopped)))  # well past the 6 s lease
@@ -598,7 +607,7 @@ def test_forged_series_from_a_tenant_target_change_no_action(
         assert "busy-1" not in got.evicted
         # Reported with the next status write (a change, or the 30 s refresh).
         dropped = wait_for(
-            lambda: (reference.status().get("droppedSamples") or {}),
+            lambda: reference.status().get("droppedSamples") or {},
             40,
             what="the dropped samples in the status",
         )
