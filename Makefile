@@ -8,11 +8,12 @@ export GPUEFF_STATE_DIR ?= /tmp/gpueff-localcluster
 KUBECONFIG_LOCAL := $(GPUEFF_STATE_DIR)/kubeconfig
 CRD_FILE := crds/gpuefficiency.io_gpuefficiencypolicies.yaml
 
-.PHONY: help venv deps proto docs crds lint typecheck importlint unit e2e test demo cluster-up cluster-down build-cluster bench bench-faults clean
+.PHONY: help venv deps proto docs crds lint typecheck importlint unit e2e chaos test demo cluster-up cluster-down build-cluster bench bench-faults clean
 
 help:
 	@echo "make demo          run the demo on the local cluster (builds it the first time)"
 	@echo "make test          lint, type-check, unit tests, then e2e tests on the local cluster"
+	@echo "make chaos         the fault-injection e2e tests alone (issue 19), printing their table"
 	@echo "make unit | e2e | lint | crds | cluster-up | cluster-down | bench | bench-faults"
 
 $(VPY):
@@ -64,6 +65,10 @@ cluster-down:
 
 e2e: deps build-cluster
 	$(VPY) -m pytest tests/e2e -q -m e2e
+
+# The fault-injection tests alone (they are part of e2e too), with their table printed (-s).
+chaos: deps build-cluster
+	$(VPY) -m pytest tests/e2e/test_chaos_e2e.py -q -m e2e -s
 
 test: lint typecheck importlint unit e2e
 
