@@ -1,7 +1,8 @@
 """A fault-injecting HTTP reverse proxy for e2e tests (issue 19's chaos suite).
 
 It sits between the operator and the real kube-apiserver (TLS upstream, plain http to the
-operator, the operator's own ServiceAccount token passed through) or Prometheus, forwards every
+operator, the operator's own ServiceAccount token passed through) or any plain-http server
+(``Upstream("http", host, port)``: Prometheus), forwards every
 request, streams chunked answers (watches) as they come, and injects faults by rule: a rule
 matches a method and a path regex on a schedule (the first N matches, every Kth, or a time
 window) and answers an error status, holds the request, trickles the body, drops a watch stream
@@ -309,13 +310,6 @@ def apiserver_upstream(kubeconfig: str) -> Upstream:
     assert parts.hostname, cluster["server"]
     assert parts.port, cluster["server"]
     return Upstream("https", parts.hostname, parts.port, context)
-
-
-def http_upstream(url: str) -> Upstream:
-    parts = urlsplit(url)
-    assert parts.hostname, url
-    assert parts.port, url
-    return Upstream(parts.scheme, parts.hostname, parts.port)
 
 
 def proxied_kubeconfig(kubeconfig: str, proxy_url: str, directory: Path | None = None) -> str:
