@@ -2,12 +2,11 @@
 
 It sits between the operator and the real kube-apiserver (TLS upstream, plain http to the
 operator, the operator's own ServiceAccount token passed through) or any plain-http server
-(``Upstream("http", host, port)``: Prometheus), forwards every
-request, streams chunked answers (watches) as they come, and injects faults by rule: a rule
-matches a method and a path regex on a schedule (the first N matches, every Kth, or a time
-window) and answers an error status, holds the request, trickles the body, drops a watch stream
-mid-way or ends it with a 410 Gone. Every injection is counted, so a test can say which faults
-really happened.
+(``Upstream("http", host, port)``: Prometheus), forwards every request, streams chunked answers
+(watches) as they come, and injects faults by rule: a rule matches a method and a path regex on a
+schedule (the first N matches, every Kth, or a time window) and answers an error status, holds the
+request, trickles the body, drops a watch stream mid-way or ends it with a 410 Gone. Every
+injection is counted, so a test can say which faults really happened.
 """
 
 from __future__ import annotations
