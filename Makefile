@@ -11,11 +11,12 @@ CRD_FILE := crds/gpuefficiency.io_gpuefficiencypolicies.yaml
 # e2e test is waiting for cycles, so two side by side fit on 2 cores); 0 runs them one by one.
 E2E_WORKERS ?= 2
 
-.PHONY: help venv deps proto docs crds lint typecheck importlint unit e2e test demo cluster-up cluster-down build-cluster bench bench-faults clean
+.PHONY: help venv deps proto docs crds lint typecheck importlint unit e2e chaos test demo cluster-up cluster-down build-cluster bench bench-faults clean
 
 help:
 	@echo "make demo          run the demo on the local cluster (builds it the first time)"
 	@echo "make test          lint, type-check, unit tests, then e2e tests on the local cluster"
+	@echo "make chaos         the fault-injection e2e tests alone (issue 19), printing their table"
 	@echo "make unit | e2e | lint | crds | cluster-up | cluster-down | bench | bench-faults"
 
 $(VPY):
@@ -29,6 +30,7 @@ $(VENV)/.installed: pyproject.toml | $(VPY)
 
 deps: venv
 	@command -v openssl >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl)
+	@command -v faketime >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime)
 
 crds: venv
 	$(VPY) -m gpu_efficiency.cli crd > $(CRD_FILE)
@@ -66,6 +68,10 @@ cluster-down:
 
 e2e: deps build-cluster
 	$(VPY) -m pytest tests/e2e -q -m e2e -n $(E2E_WORKERS) --dist worksteal --durations=25
+
+# The fault-injection tests alone (they are part of e2e too), with their table printed (-s).
+chaos: deps build-cluster
+	$(VPY) -m pytest tests/e2e/test_chaos_e2e.py -q -m e2e -s
 
 test: lint typecheck importlint unit e2e
 

@@ -206,6 +206,7 @@ class OperatorProcess:
     log_dir: Path
     extra_args: tuple[str, ...] = ()
     name: str = field(default_factory=lambda: f"op-{uuid.uuid4().hex[:6]}")
+    env: dict[str, str] = field(default_factory=dict)  # added to the environment (e.g. libfaketime's)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -217,7 +218,7 @@ class OperatorProcess:
         self.starts += 1
         log = self.log_path.open("ab")
         log.write(f"\n===== start {self.starts} =====\n".encode())
-        env = {**os.environ, "KUBECONFIG": self.identity.kubeconfig, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "KUBECONFIG": self.identity.kubeconfig, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             [
                 sys.executable,
