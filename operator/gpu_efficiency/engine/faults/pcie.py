@@ -114,6 +114,8 @@ def downtrained(window: Mapping[Signal, Stats]) -> str:
 
 def judge_pcie(gpu: GPUSample, rules: DataRules) -> GpuJudgement:
     """PCIe link state of one GPU over the fault window."""
+    if Signal.PCIE_LINK_WIDTH not in gpu.stats.get(Window.FAULT, {}):  # most GPUs: not fetched, cheap out
+        return _judgement(gpu, GpuState.UNKNOWN, reason="PCIE_LINK_WIDTH missing")
     window: dict[Signal, Stats] = {}
     problems = []
     for signal in LINK_SIGNALS:
