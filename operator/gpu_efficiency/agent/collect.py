@@ -76,6 +76,16 @@ def _memory(b: NvmlBackend, u: str) -> dict[str, float | None]:
     }
 
 
+def _pcie_link(b: NvmlBackend, u: str) -> dict[str, float | None]:
+    link = b.pcie_link(u)
+    return {
+        "pcie_link_gen": link.generation,
+        "pcie_link_width": link.width,
+        "pcie_max_link_gen": link.max_generation,
+        "pcie_max_link_width": link.max_width,
+    }
+
+
 def _ecc_mode(b: NvmlBackend, u: str) -> dict[str, float | None]:
     m = b.ecc_mode(u)
     return {"ecc_enabled": float(m.current), "ecc_pending_enabled": float(m.pending)}
@@ -106,6 +116,7 @@ _PROBES: Mapping[Probe, Callable[[NvmlBackend, str], dict[str, float | None]]] =
     },
     Probe.CLOCK_EVENT_REASONS: lambda b, u: {"clock_event_reasons": b.clock_event_reasons(u)},
     Probe.SM_CLOCK: lambda b, u: {"sm_clock_mhz": b.sm_clock_mhz(u)},
+    Probe.PCIE_LINK: _pcie_link,
     Probe.ECC_MODE: _ecc_mode,
     Probe.ECC_DBE_VOLATILE: lambda b, u: {"ecc_dbe_volatile": b.ecc_uncorrected(u, EccCounter.VOLATILE)},
     Probe.ECC_DBE_AGGREGATE: lambda b, u: {"ecc_dbe_aggregate": b.ecc_uncorrected(u, EccCounter.AGGREGATE)},

@@ -44,6 +44,10 @@ FIELDS: Final = (
         "Current clock event reasons (bitmask of NVML clocksEventReason*).",
     ),
     Field("sm_clock_mhz", Probe.SM_CLOCK, "DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),
+    Field("pcie_link_gen", Probe.PCIE_LINK, "DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe current link generation."),
+    Field("pcie_link_width", Probe.PCIE_LINK, "DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe current link width."),
+    Field("pcie_max_link_gen", Probe.PCIE_LINK, "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", "PCIe max link generation."),
+    Field("pcie_max_link_width", Probe.PCIE_LINK, "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", "PCIe max link width."),
     Field("ecc_enabled", Probe.ECC_MODE, "DCGM_FI_DEV_ECC_CURRENT", "ECC mode, current (1 enabled)."),
     Field(
         "ecc_pending_enabled", Probe.ECC_MODE, "DCGM_FI_DEV_ECC_PENDING", "ECC mode after reboot (1 enabled)."
@@ -152,4 +156,8 @@ HISTORY_SIGNALS: Final = (
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_PCIE_LINK_GEN",
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH",
 )

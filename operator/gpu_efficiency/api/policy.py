@@ -388,6 +388,20 @@ class ThermalFault(FaultKindBase):
     """How long every reading must be healthy before the taint is removed."""
 
 
+class PcieFault(Model):
+    """A PCIe link trained below the GPU's maximum: fewer lanes (x8 of x16) at any load, or a lower generation while the GPU is busy.
+
+    Judged over `lookback` on dcgm-exporter's DCGM_FI_DEV_PCIE_LINK_WIDTH/_GEN against _MAX_LINK_WIDTH/_GEN
+    (the node agent reads the same from NVML). The GPU works, only its host transfers are slower: the node
+    gets GPUDegraded=True and events, and is released automatically once the link is back at full width.
+    """
+
+    enabled: bool = True
+    """Report down-trained links at all."""
+    taint: bool = False
+    """In Enforce mode, also taint the node gpuefficiency.io/gpu-fault=pcie:PreferNoSchedule under the faults circuit breaker (off: reported only)."""
+
+
 class CircuitBreaker(Model):
     """Never quarantine more than this share of GPU nodes at once: mass faults are more likely bad data."""
 
@@ -428,6 +442,8 @@ class FaultRules(Model):
     """Critical driver XID errors."""
     thermal: ThermalFault = Field(default_factory=ThermalFault)
     """Temperature and thermal slowdown."""
+    pcie: PcieFault = Field(default_factory=PcieFault)
+    """PCIe links trained below the GPU's maximum width or generation (degraded, never tainted by default)."""
     lookback: Duration = "2m"
     """Window in which a counter increase or XID change counts as a new fault."""
     circuit_breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
@@ -459,7 +475,7 @@ class StragglerRule(Model):
     for_duration: Duration = "5m"
     """How long a GPU must stay a straggler before it is reported."""
     quarantine_hardware: bool = False
-    """Hold the node of a hardware straggler (thermal, power or clock cause) as the straggler fault: GPUDegraded=True and its events (in Observe mode too), and in Enforce mode the taint gpuefficiency.io/gpu-fault=straggler:PreferNoSchedule under the faults circuit breaker; released once its group shows the GPU back at speed, at least forDuration after detection."""
+    """Hold the node of a hardware straggler (thermal, power, clock or PCIe link cause) as the straggler fault: GPUDegraded=True and its events (in Observe mode too), and in Enforce mode the taint gpuefficiency.io/gpu-fault=straggler:PreferNoSchedule under the faults circuit breaker; released once its group shows the GPU back at speed, at least forDuration after detection."""
 
 
 class SinkType(StrEnum):

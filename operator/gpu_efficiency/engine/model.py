@@ -39,6 +39,10 @@ class Signal(StrEnum):
     REMAPPED_ROWS_UNCORRECTABLE = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
     ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
     RETIRED_PAGES_PENDING = "DCGM_FI_DEV_RETIRED_PENDING"
+    PCIE_LINK_GEN = "DCGM_FI_DEV_PCIE_LINK_GEN"  # current PCIe generation (drops at idle to save power)
+    PCIE_LINK_WIDTH = "DCGM_FI_DEV_PCIE_LINK_WIDTH"  # current lanes
+    PCIE_MAX_LINK_GEN = "DCGM_FI_DEV_PCIE_MAX_LINK_GEN"  # the GPU's and its slot's best generation
+    PCIE_MAX_LINK_WIDTH = "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"  # the GPU's and its slot's lanes
 
 
 class Window(StrEnum):

@@ -28,6 +28,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration, parse_duration
 from gpu_efficiency.api.policy import StragglerRule
 from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
+from gpu_efficiency.engine.faults.pcie import downtrained
 from gpu_efficiency.engine.faults.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL
 from gpu_efficiency.engine.model import (
     Action,
@@ -196,7 +197,8 @@ def name_cause(
     """(cause, evidence, hardware) of one straggler, from its own signals against its peers'.
 
     A clock-event bit counts only when fewer than half the group shows it: every GPU of a job at
-    full load may sit at its power cap, and that slows none of them relative to the others.
+    full load may sit at its power cap, and that slows none of them relative to the others. A PCIe
+    link below its maximum shows in the fault window (the sources fetch it for such GPUs only).
     """
     window = sample.stats.get(Window.ACTIVITY, {})
     mask = _mask(window.get(Signal.CLOCK_EVENTS))
@@ -213,6 +215,9 @@ def name_cause(
                 return words, f"clock-event bits {mask:#x}{temp_text}", True
     if hottest is not None and hottest > temperature_limit:
         return "thermal slowdown", f"temperature max {hottest:.0f} C over {temperature_limit:.0f} C", True
+    link = downtrained(sample.stats.get(Window.FAULT, {}))
+    if link:  # a starved GPU: its host transfers, not its clocks, hold it back
+        return f"{link} (down-trained)", f"{link} over the fault lookback{temp_text}", True
     clock = next((s for s in shortfalls if s.signal is Signal.SM_CLOCK), None)
     if clock is not None:
         return (

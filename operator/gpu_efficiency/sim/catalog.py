@@ -33,6 +33,12 @@ PCIE_REPLAY: Final = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
 NVLINK_BANDWIDTH_TOTAL: Final = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
 ECC_SBE_VOLATILE: Final = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
 REMAPPED_ROWS_CORRECTABLE: Final = "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"
+PCIE_LINK: Final = (
+    Signal.PCIE_LINK_GEN.value,
+    Signal.PCIE_LINK_WIDTH.value,
+    Signal.PCIE_MAX_LINK_GEN.value,
+    Signal.PCIE_MAX_LINK_WIDTH.value,
+)
 CLOCK_EVENTS_NEW: Final = Signal.CLOCK_EVENTS.value
 CLOCK_EVENTS_OLD: Final = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 
@@ -69,6 +75,10 @@ METRICS: Final[tuple[MetricDef, ...]] = (
     _gauge(Signal.ROW_REMAP_FAILURE, "Whether remapping of rows has failed."),
     _counter(NVLINK_BANDWIDTH_TOTAL, "Total number of NVLink bandwidth counters for all lanes."),
     _gauge(CLOCK_EVENTS_NEW, "Current clock event reasons (bitmask)."),
+    _gauge(Signal.PCIE_MAX_LINK_GEN, "PCIe max link generation."),
+    _gauge(Signal.PCIE_MAX_LINK_WIDTH, "PCIe max link width."),
+    _gauge(Signal.PCIE_LINK_GEN, "PCIe current link generation."),
+    _gauge(Signal.PCIE_LINK_WIDTH, "PCIe current link width."),
     _gauge(Signal.GR_ENGINE_ACTIVE, "Ratio of time the graphics engine is active.", integer=False, prof=True),
     _gauge(Signal.SM_ACTIVE, "Ratio of cycles an SM has at least 1 warp assigned.", integer=False, prof=True),
     _gauge(Signal.SM_OCCUPANCY, "Ratio of number of warps resident on an SM.", integer=False, prof=True),

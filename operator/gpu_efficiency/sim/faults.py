@@ -8,6 +8,7 @@ backwards unless a ``garbage: counter-reset`` fault says so.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -28,6 +29,7 @@ class FaultKind(StrEnum):
     REMAPPED_ROWS = "remapped-rows"  # uncorrectable remapped rows += value
     ROW_REMAP_FAILURE = "row-remap-failure"  # row-remap failure gauge = 1
     SLOWDOWN = "slowdown"  # SM clock and power x value (0-1): a throttled GPU, a straggler of its job
+    PCIE_LINK = "pcie-link"  # the link trains to at most value: "x8", "gen3" or "gen3x8" (down-trained)
 
 
 class Garbage(StrEnum):
@@ -77,6 +79,22 @@ class Fault:
         if self.kind is FaultKind.GARBAGE:
             return GARBAGE_DEFAULT_METRICS[Garbage(str(self.value))]
         return ()
+
+
+_LINK = re.compile(r"(?:gen([1-7]))?(?:x(1|2|4|8|12|16|32))?")
+
+
+def parse_link(value: float | str | None) -> tuple[int | None, int | None]:
+    """(generation, width) a pcie-link fault caps the link at: "x8", "gen3", "gen3x8" or a width."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = f"x{int(value)}" if float(value).is_integer() else str(value)
+    match = _LINK.fullmatch(str(value).strip().lower()) if value is not None else None
+    if match is None or not any(match.groups()):
+        raise ValueError(
+            f"pcie-link value must be x<lanes>, gen<N> or gen<N>x<lanes> (e.g. x8), not {value!r}"
+        )
+    gen, width = match.groups()
+    return (int(gen) if gen else None, int(width) if width else None)
 
 
 def _number(value: float | str | None, default: float) -> float:
@@ -138,6 +156,11 @@ def apply(
             for metric in (catalog.SM_CLOCK, str(Signal.POWER)):
                 if metric in values:
                     values[metric] = round(values[metric] * speed, 3)
+        elif f.kind is FaultKind.PCIE_LINK:
+            gen, width = parse_link(f.value)
+            for metric, cap in ((str(Signal.PCIE_LINK_GEN), gen), (str(Signal.PCIE_LINK_WIDTH), width)):
+                if cap is not None and metric in values:
+                    values[metric] = min(values[metric], cap)
         elif f.kind is FaultKind.ROW_REMAP_FAILURE:
             values[Signal.ROW_REMAP_FAILURE] = 1
         elif f.kind is FaultKind.GAP:

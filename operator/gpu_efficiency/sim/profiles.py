@@ -379,6 +379,11 @@ def readings(activity: Activity, model: GPUModel, seed: int, t: float) -> dict[s
         Signal.FB_FREE: usable - fb_used,
         catalog.FB_RESERVED: model.fb_reserved_mib,
         catalog.CLOCK_EVENTS_NEW: int(events),
+        # An idle GPU lowers its link speed to save power (Gen1); the lanes stay.
+        Signal.PCIE_MAX_LINK_GEN: model.pcie_gen,
+        Signal.PCIE_MAX_LINK_WIDTH: model.pcie_width,
+        Signal.PCIE_LINK_GEN: model.pcie_gen if busy else 1,
+        Signal.PCIE_LINK_WIDTH: model.pcie_width,
         Signal.GR_ENGINE_ACTIVE: round(_clip(a.gr_engine_active), 6),
         Signal.SM_ACTIVE: round(_clip(a.sm_active), 6),
         Signal.SM_OCCUPANCY: round(_clip(a.sm_occupancy), 6),

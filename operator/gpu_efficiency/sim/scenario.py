@@ -21,7 +21,7 @@ from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import Duration, GPUEfficiencyPolicySpec
 from gpu_efficiency.sim import catalog
 from gpu_efficiency.sim.exposition import PodLabels
-from gpu_efficiency.sim.faults import ExporterDown, FaultKind, Garbage
+from gpu_efficiency.sim.faults import ExporterDown, FaultKind, Garbage, parse_link
 from gpu_efficiency.sim.gpu_models import GPUModel, find_model
 from gpu_efficiency.sim.profiles import PROFILES
 
@@ -246,7 +246,7 @@ class FaultSpec(Model):
     """When (from scenario start) the fault starts."""
     kind: FaultKind
     """ecc, xid, temperature, clock-events, gap, exporter-down, garbage, remapped-rows, row-remap-failure,
-    slowdown."""
+    slowdown, pcie-link."""
     node: str | None = None
     """The scenario node hit (required but for exporter-down; for gap and garbage, empty means all nodes)."""
     gpu: int | None = Field(default=None, ge=0)
@@ -254,7 +254,8 @@ class FaultSpec(Model):
     value: int | float | str | list[str] | None = None
     """ecc/remapped-rows: errors added (1); xid: the code (79); temperature: degrees C (95); clock-events:
     a bitmask or bit names (sw-thermal, hw-thermal, hw-slowdown, ...); exporter-down: 503, refused or hang;
-    garbage: nan, inf, negative or counter-reset; slowdown: the speed left, 0-1 (0.6: SM clock and power x 0.6)."""
+    garbage: nan, inf, negative or counter-reset; slowdown: the speed left, 0-1 (0.6: SM clock and power x 0.6);
+    pcie-link: the link the GPU trains to at most, x8, gen3 or gen3x8 (a down-trained link)."""
     duration: Duration | None = None
     """How long it lasts; empty means to the end (counters stay raised regardless)."""
     metric: str | None = None
@@ -278,6 +279,8 @@ class FaultSpec(Model):
             self.value is None or (isinstance(self.value, int | float) and 0 < self.value <= 1)
         ):
             raise ValueError("slowdown value is the GPU's speed, a fraction in (0, 1] (0.6: 40 % slower)")
+        if kind is FaultKind.PCIE_LINK:
+            parse_link(None if isinstance(self.value, list) else self.value)
         if kind is FaultKind.GARBAGE and str(self.value) not in {g.value for g in Garbage}:
             raise ValueError(f"garbage value must be one of {', '.join(g.value for g in Garbage)}")
         counted = kind in (FaultKind.ECC, FaultKind.REMAPPED_ROWS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpu_efficiency.engine.faults.pcie import BUSY_UTIL_PERCENT
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN
 from gpu_efficiency.sources.base import FaultHints
@@ -36,6 +37,7 @@ AGGREGATIONS = (*_RANGE_FUNCS, "ts")
 
 _ACTIVITY = ("max", "avg", "count", "ts")
 _FAULT_COUNTER = ("min", "max", "last", "resets", "count", "ts")
+_LINK = ("min", "max", "last", "count", "ts")
 
 #: What each window aggregates. Fields a window does not list stay NaN in Stats ("not measured").
 #: A signal the diagnosis reads needs avg, max, count and ts: the engine trusts no signal without
@@ -67,6 +69,12 @@ QUERY_PLAN: Mapping[Window, Mapping[Signal, tuple[str, ...]]] = {
         Signal.REMAPPED_ROWS_UNCORRECTABLE: _FAULT_COUNTER,
         Signal.ROW_REMAP_FAILURE: ("max", "last", "count", "ts"),
         Signal.RETIRED_PAGES_PENDING: ("max", "last", "count", "ts"),
+        # PCIe link (engine/faults/pcie.py): fetched for the GPUs the fault filter names only.
+        Signal.PCIE_LINK_WIDTH: _LINK,
+        Signal.PCIE_MAX_LINK_WIDTH: _LINK,
+        Signal.PCIE_LINK_GEN: _LINK,
+        Signal.PCIE_MAX_LINK_GEN: _LINK,
+        Signal.GPU_UTIL: ("min", "count", "ts"),  # busy in every sample: the generation counts
     },
     Window.THERMAL_HOLD: {
         Signal.GPU_TEMP: ("min", "max", "last", "count", "ts"),
@@ -203,10 +211,34 @@ def re_escape(name: str) -> str:
     return _regex_literal(name)
 
 
+def _below_max(current: Signal, maximum: Signal, window: str, matchers: str) -> str:
+    """GPUs whose ``current`` link value never reached ``maximum`` in the window: a superset of the
+    PCIe rule's faults (max current < min maximum), without a flapping link (which is none)."""
+    keys = ", ".join(GPU_KEY_LABELS)
+    best = f"max_over_time({_selector(current, matchers)}[{window}])"
+    limit = f"max by ({keys}) (max_over_time({_selector(maximum, matchers)}[{window}]))"
+    return f"{best} < on ({keys}) group_left {limit}"
+
+
+def pcie_filter(window: str, matchers: str) -> list[str]:
+    """GPUs whose link may be down-trained (``engine/faults/pcie.py``): narrower than its maximum over
+    the whole window, or slower while busy in every sample. Two cheap terms: an idle GPU's low
+    generation (power saving) does not make it a candidate."""
+    util = f"min_over_time({_selector(Signal.GPU_UTIL, matchers)}[{window}]) >= {BUSY_UTIL_PERCENT:g}"
+    keys = ", ".join(GPU_KEY_LABELS)
+    slow = _below_max(Signal.PCIE_LINK_GEN, Signal.PCIE_MAX_LINK_GEN, window, matchers)
+    return [
+        _any_key(_below_max(Signal.PCIE_LINK_WIDTH, Signal.PCIE_MAX_LINK_WIDTH, window, matchers)),
+        _any_key(f"({slow}) and on ({keys}) ({util})"),
+    ]
+
+
 def fault_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
-    """GPUs whose fault window can hold a fault: any non-zero fault signal, or a held node."""
+    """GPUs whose fault window can hold a fault: any non-zero fault signal, a down-trained PCIe link,
+    or a held node."""
     window = _duration(seconds)
     parts = [_any_key(f"max_over_time({_selector(sig, matchers)}[{window}]) > 0") for sig in FAULT_SIGNALS]
+    parts.extend(pcie_filter(window, matchers))
     held = _held_nodes(hints.held_nodes, matchers)
     return union(parts + ([held] if held else []))
 

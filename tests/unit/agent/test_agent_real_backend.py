@@ -130,6 +130,18 @@ class _Driver:
         assert clock == pynvml.NVML_CLOCK_SM
         return 1755
 
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: str) -> int:
+        return 1  # idle: power saving
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: str) -> int:
+        return 8
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: str) -> int:
+        return 5
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: str) -> int:
+        return 16
+
     def nvmlDeviceGetEccMode(self, h: str) -> list[int]:
         return [1, 0]
 
@@ -240,6 +252,8 @@ def test_real_backend_reads_every_field(driver: _Driver) -> None:
     assert reading.failures == {"nvlink_tx_bytes": "NVML_GPM_METRIC_UNAVAILABLE"}
     v = reading.values
     assert v["sm_clock_mhz"] == 1755
+    link = (v["pcie_link_gen"], v["pcie_link_width"], v["pcie_max_link_gen"], v["pcie_max_link_width"])
+    assert link == (1, 8, 5, 16)
     assert (v["gpu_util"], v["fb_used_mib"], v["power_w"], v["power_limit_w"]) == (
         88.0,
         250.0,

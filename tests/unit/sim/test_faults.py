@@ -152,3 +152,16 @@ def test_slowdown_scales_one_gpus_sm_clock_and_power_for_its_duration() -> None:
         assert during == round(before * 0.5, 3)  # type: ignore[operator]
         assert value(faults, 6.0, metric, gpu=1) == value((), 6.0, metric, gpu=1)
         assert value(faults, 15.0, metric) == value((), 15.0, metric)
+
+
+def test_pcie_link_caps_one_gpus_link_for_its_duration_and_an_idle_gpu_sits_at_gen1() -> None:
+    gen, width = str(Signal.PCIE_LINK_GEN), str(Signal.PCIE_LINK_WIDTH)
+    max_gen, max_width = str(Signal.PCIE_MAX_LINK_GEN), str(Signal.PCIE_MAX_LINK_WIDTH)
+    assert [value((), 6.0, m) for m in (gen, width, max_gen, max_width)] == [1, 16, 5, 16]  # idle H100
+    narrow = (Fault(FaultKind.PCIE_LINK, at=5.0, node="node-0", gpu=0, value="x8", duration=10.0),)
+    assert value(narrow, 6.0, width) == 8
+    assert value(narrow, 6.0, max_width) == 16
+    assert value(narrow, 6.0, width, gpu=1) == 16
+    assert value(narrow, 15.0, width) == 16
+    both = (Fault(FaultKind.PCIE_LINK, at=0.0, node="node-0", gpu=0, value="gen3x4"),)
+    assert (value(both, 6.0, gen), value(both, 6.0, width)) == (1, 4)  # idle: Gen1 is below Gen3 already

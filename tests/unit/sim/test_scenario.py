@@ -139,6 +139,7 @@ def test_a_document_that_is_not_a_mapping() -> None:
             MINIMAL + "expectations: [{within: 9s, podAnnotation: {workload: w, key: k}}]",
             "give exactly one of equals",
         ),
+        (MINIMAL + "faults: [{at: 0s, kind: pcie-link, node: n0, value: x3}]", "pcie-link value must be"),
         (MINIMAL + "policies: {p: {mode: Sometimes}}", "policies.p.mode"),
         (MINIMAL + "policies: {p: {interval: 60s, window: 10s}}", "window must be at least interval"),
     ],

@@ -23,6 +23,7 @@ from gpu_efficiency.agent.nvml.types import (
     NvmlCode,
     NvmlError,
     NvmlEvent,
+    PcieLink,
     Probe,
     RemappedRows,
     Threshold,
@@ -59,6 +60,10 @@ class FakeGpu:
     shutdown_c: int = 92
     clock_event_reasons: int = 0
     sm_clock_mhz: int = 1980
+    pcie_gen: int = 5  # an H100 SXM: Gen5 x16
+    pcie_width: int = 16
+    pcie_max_gen: int = 5
+    pcie_max_width: int = 16
     ecc_enabled: bool = True
     ecc_pending: bool = True
     ecc_dbe_volatile: int = 0
@@ -228,6 +233,10 @@ class FakeBackend:
 
     def sm_clock_mhz(self, uuid: str) -> int:
         return self._device(uuid, Probe.SM_CLOCK).sm_clock_mhz
+
+    def pcie_link(self, uuid: str) -> PcieLink:
+        g = self._device(uuid, Probe.PCIE_LINK)
+        return PcieLink(g.pcie_gen, g.pcie_width, g.pcie_max_gen, g.pcie_max_width)
 
     def ecc_mode(self, uuid: str) -> EccMode:
         g = self._device(uuid, Probe.ECC_MODE)

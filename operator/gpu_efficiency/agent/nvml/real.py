@@ -23,6 +23,7 @@ from gpu_efficiency.agent.nvml.types import (
     NvmlCode,
     NvmlError,
     NvmlEvent,
+    PcieLink,
     RemappedRows,
     Threshold,
     Utilization,
@@ -172,6 +173,15 @@ class PynvmlBackend:
     def sm_clock_mhz(self, uuid: str) -> int:
         n = self._nvml
         return int(self._call(n.nvmlDeviceGetClockInfo, self._handle(uuid), n.NVML_CLOCK_SM))
+
+    def pcie_link(self, uuid: str) -> PcieLink:
+        n, handle = self._nvml, self._handle(uuid)
+        return PcieLink(
+            generation=int(self._call(n.nvmlDeviceGetCurrPcieLinkGeneration, handle)),
+            width=int(self._call(n.nvmlDeviceGetCurrPcieLinkWidth, handle)),
+            max_generation=int(self._call(n.nvmlDeviceGetMaxPcieLinkGeneration, handle)),  # GPU and slot
+            max_width=int(self._call(n.nvmlDeviceGetMaxPcieLinkWidth, handle)),
+        )
 
     def ecc_mode(self, uuid: str) -> EccMode:
         current, pending = self._call(self._nvml.nvmlDeviceGetEccMode, self._handle(uuid))

@@ -106,6 +106,16 @@ class RemappedRows:
 
 
 @dataclass(frozen=True, slots=True)
+class PcieLink:
+    """The PCIe link now and the best the GPU and its slot can train to."""
+
+    generation: int
+    width: int
+    max_generation: int
+    max_width: int
+
+
+@dataclass(frozen=True, slots=True)
 class GpmMetrics:
     """GPM metrics over the interval since the previous call, in NVML units (None: metric failed)."""
 
@@ -133,6 +143,7 @@ class Probe(StrEnum):
     SHUTDOWN_TEMPERATURE = "shutdown_temperature"
     CLOCK_EVENT_REASONS = "clock_event_reasons"
     SM_CLOCK = "sm_clock"
+    PCIE_LINK = "pcie_link"
     ECC_MODE = "ecc_mode"
     ECC_DBE_VOLATILE = "ecc_dbe_volatile"
     ECC_DBE_AGGREGATE = "ecc_dbe_aggregate"
@@ -183,6 +194,7 @@ class NvmlBackend(Protocol):
     def temperature_threshold_c(self, uuid: str, threshold: Threshold) -> int: ...
     def clock_event_reasons(self, uuid: str) -> int: ...
     def sm_clock_mhz(self, uuid: str) -> int: ...
+    def pcie_link(self, uuid: str) -> PcieLink: ...
     def ecc_mode(self, uuid: str) -> EccMode: ...
     def ecc_uncorrected(self, uuid: str, counter: EccCounter) -> int: ...
     def remapped_rows(self, uuid: str) -> RemappedRows: ...

@@ -1,7 +1,7 @@
 """GPU fault quarantine: judge every GPU, decide every node, let the circuit breaker bound the taints.
 
 Pure: a ``Snapshot`` in, a ``FaultOutcome`` out. A fault is judged per GPU (``ecc``,
-``xid``, ``thermal``) and held per node in the node's own annotation
+``xid``, ``thermal``, ``pcie``) and held per node in the node's own annotation
 (``node``, ``record``), so restarts and replicas agree. Only in-scope GPU nodes
 (``selection.nodeSelector``, ``nvidia.com/gpu`` capacity > 0) are read or written.
 
@@ -47,9 +47,11 @@ from gpu_efficiency.engine.faults.kinds import (
     FaultKind,
     GpuJudgement,
     GpuState,
+    kind_of,
     merge_judgements,
 )
 from gpu_efficiency.engine.faults.node import FaultContext, KindRules, NodeDecision, decide_node, describe
+from gpu_efficiency.engine.faults.pcie import judge_pcie
 from gpu_efficiency.engine.faults.record import kind_order
 from gpu_efficiency.engine.faults.thermal import judge_thermal
 from gpu_efficiency.engine.faults.workloads import workload_actions
@@ -74,7 +76,8 @@ from gpu_efficiency.engine.model import (
 from gpu_efficiency.engine.selection import compile_selector
 
 Judgements = Mapping[str, Mapping[FaultKind, Sequence[GpuJudgement]]]  # node -> kind -> GPUs
-#: A straggler only makes the scheduler prefer other nodes: the GPU works, and its job may stay.
+#: A straggler (or a narrow PCIe link) only makes the scheduler prefer other nodes: the GPU works,
+#: and its job may stay.
 STRAGGLER_EFFECT = "PreferNoSchedule"
 
 
@@ -101,6 +104,14 @@ def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
         effect=STRAGGLER_EFFECT,
         automatic=True,
         recovery_after_s=parse_duration(stragglers.for_duration),
+    )
+    # Recovery needs a whole lookback of full-width readings (``pcie``): no extra wait on top.
+    kinds[FaultKind.PCIE] = KindRules(
+        enabled=faults.enabled and faults.pcie.enabled,
+        effect=STRAGGLER_EFFECT,
+        automatic=True,
+        recovery_after_s=0.0,
+        taints=faults.pcie.taint,
     )
     return FaultContext(
         now=snapshot.now,
@@ -174,6 +185,7 @@ def judge_gpus(
         per_kind[FaultKind.ECC][gpu.uuid].append(judge_ecc(gpu, rules))
         per_kind[FaultKind.XID][gpu.uuid].append(judge_xid(gpu, rules, taints=taints))
         per_kind[FaultKind.THERMAL][gpu.uuid].append(judge_thermal(gpu, rules, faults.thermal))
+        per_kind[FaultKind.PCIE][gpu.uuid].append(judge_pcie(gpu, rules))
     return {
         node: {kind: [merge_judgements(js) for js in by_uuid.values()] for kind, by_uuid in per_kind.items()}
         for node, per_kind in raw.items()
@@ -273,6 +285,11 @@ def _with_stragglers(
             continue
         out.setdefault(node, {})[FaultKind.STRAGGLER] = found
     return out
+
+
+def _degraded(kind: str) -> bool:
+    known = kind_of(kind)
+    return known is not None and known.degraded
 
 
 def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ()) -> FaultOutcome:
@@ -379,8 +396,9 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
             notes.append(f"node {decision.node}: faulty but not tainted, the circuit breaker is open")
     actions.extend(policy_events)
     actions.extend(xid_actions)
-    # A straggler's pods already carry the straggler annotation: gpu-fault names broken GPUs only.
-    held = {d.node: {k: e for k, e in d.held.items() if k != FaultKind.STRAGGLER} for d in decisions}
+    # gpu-fault names broken GPUs only: a straggler's pods carry the straggler annotation already,
+    # and a narrow PCIe link slows host transfers, not the results.
+    held = {d.node: {k: e for k, e in d.held.items() if not _degraded(k)} for d in decisions}
     actions.extend(workload_actions(held, snapshot.gpus, snapshot.pods, data_ok=ctx.data_ok))
     return FaultOutcome(
         actions=tuple(actions),

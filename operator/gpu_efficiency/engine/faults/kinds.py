@@ -18,11 +18,12 @@ class FaultKind(StrEnum):
     XID = "xid"
     THERMAL = "thermal"
     STRAGGLER = "straggler"  # a hardware straggler of its job (engine/stragglers.py): degraded, not broken
+    PCIE = "pcie"  # a PCIe link trained below the GPU's maximum (engine/faults/pcie.py): degraded
 
     @property
     def severity(self) -> int:
         """Lower is worse: ECC corrupts results, an XID usually kills jobs, heat slows them, and a
-        straggler slows the one job it is in."""
+        straggler slows the one job it is in, a narrower PCIe link only its host transfers."""
         return _SEVERITY[self]
 
     @property
@@ -32,8 +33,8 @@ class FaultKind(StrEnum):
 
     @property
     def degraded(self) -> bool:
-        """Reported on the GPUDegraded condition, not GPUHealthy: the GPU works, only slower than its peers."""
-        return self is FaultKind.STRAGGLER
+        """Reported on the GPUDegraded condition, not GPUHealthy: the GPU works, only slower than it should."""
+        return self in (FaultKind.STRAGGLER, FaultKind.PCIE)
 
 
 _SEVERITY: Mapping[FaultKind, int] = {
@@ -41,12 +42,14 @@ _SEVERITY: Mapping[FaultKind, int] = {
     FaultKind.XID: 1,
     FaultKind.THERMAL: 2,
     FaultKind.STRAGGLER: 3,
+    FaultKind.PCIE: 4,
 }
 _REASONS: Mapping[FaultKind, str] = {
     FaultKind.ECC: "GPUFaultECC",
     FaultKind.XID: "GPUFaultXID",
     FaultKind.THERMAL: "GPUFaultThermal",
     FaultKind.STRAGGLER: "GPUDegradedStraggler",
+    FaultKind.PCIE: "GPUDegradedPCIe",
 }
 
 #: Kinds in severity order.
@@ -54,6 +57,8 @@ KINDS: tuple[FaultKind, ...] = tuple(sorted(FaultKind, key=lambda k: k.severity)
 
 #: GPUHealthy=False reason when several kinds are held at once.
 REASON_MULTIPLE = "GPUFaultMultiple"
+#: GPUDegraded=True reason when several degraded kinds are held at once.
+REASON_DEGRADED_MULTIPLE = "GPUDegradedMultiple"
 #: GPUHealthy=True reason once the operator's last fault on the node is gone.
 REASON_CLEARED = "GPUFaultCleared"
 #: Every reason the operator writes on GPUHealthy=False: only these are ours to flip back to True.

@@ -29,6 +29,7 @@ from gpu_efficiency.engine.faults.kinds import (
     KINDS,
     REASON_CLEARED,
     REASON_DEGRADED_CLEARED,
+    REASON_DEGRADED_MULTIPLE,
     REASON_MULTIPLE,
     FaultKind,
     GpuJudgement,
@@ -73,6 +74,7 @@ class KindRules:
     effect: str
     automatic: bool  # recover without an admin
     recovery_after_s: float
+    taints: bool = True  # False: held and reported only, never tainted (a PCIe link by default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +272,7 @@ class _NodeCycle:
             elif fault_kind is FaultKind.ECC:
                 gpus = {u: lowered(fp, judged[u]) if u in judged else fp for u, fp in gpus.items()}
                 gpus = {u: fp for u, fp in gpus.items() if fp}
-            elif fault_kind in (FaultKind.THERMAL, FaultKind.STRAGGLER):
+            elif fault_kind in (FaultKind.THERMAL, FaultKind.STRAGGLER, FaultKind.PCIE):
                 gpus = {u: fp for u, fp in gpus.items() if not baseline_expired(fault_kind, judged.get(u))}
             if not gpus:
                 del self.baselines[kind]
@@ -381,7 +383,7 @@ class _NodeCycle:
             if fault_kind is None or not entry.held or entry.manual_untaint:
                 continue
             rules = self.ctx.kinds[fault_kind]
-            if not rules.enabled:
+            if not (rules.enabled and rules.taints):
                 continue
             devices = self.scope.devices_for(kind, entry)
             if devices is not None:  # one DeviceTaintRule per faulty GPU, no node taint
@@ -399,7 +401,7 @@ class _NodeCycle:
                 self.faults[kind] = replace(entry, tainted=True)
 
     def condition(self) -> None:
-        """GPUHealthy for the faults held, GPUDegraded for the degraded kinds (a straggler)."""
+        """GPUHealthy for the faults held, GPUDegraded for the degraded kinds (a straggler, a PCIe link)."""
         held = {k: e for k, e in self.faults.items() if e.held}
         degraded = {k: e for k, e in held.items() if (fk := kind_of(k)) is not None and fk.degraded}
         broken = {k: e for k, e in held.items() if k not in degraded}
@@ -460,8 +462,8 @@ def _fault_condition(held: Mapping[str, FaultEntry], ctx: FaultContext, status: 
     if len(kinds) == 1:
         known = kind_of(kinds[0])
         reason = known.condition_reason if known is not None else FAULT_REASON_PREFIX + kinds[0].capitalize()
-    else:
-        reason = REASON_MULTIPLE
+    else:  # GPUDegraded keeps its own prefix: only reasons starting with it are ours to clear
+        reason = REASON_DEGRADED_MULTIPLE if status == "True" else REASON_MULTIPLE
     parts = [
         f"{kind} fault on {describe(held[kind].gpus)} since {held[kind].since}{xid_advice(kind, held[kind].gpus)}"
         for kind in kinds

@@ -7,7 +7,7 @@ fault was detected, or the baseline left by a manual recovery. It is *new* when:
   a remap failure or pending page that was not there);
 - xid: the XID differs from the reference, or the reference is older than the lookback plus one
   scrape, so the change seen in the window must be a later one;
-- thermal, straggler: never within one episode (the reference lives until the GPU is healthy again).
+- thermal, straggler, pcie: never within one episode (the reference lives until the GPU is healthy again).
 
 A GPU without a reference is always new. Counter resets (a GPU reset, a reboot) lower ECC references
 so the next real error counts again.
@@ -56,9 +56,9 @@ def lowered(reference: Mapping[str, float], judgement: GpuJudgement) -> dict[str
 
 
 def baseline_expired(kind: FaultKind, judgement: GpuJudgement | None) -> bool:
-    """Whether a thermal or straggler baseline's GPU is healthy again (its episode is over)."""
+    """Whether a thermal, straggler or PCIe baseline's GPU is healthy again (its episode is over)."""
     return (
-        kind in (FaultKind.THERMAL, FaultKind.STRAGGLER)
+        kind in (FaultKind.THERMAL, FaultKind.STRAGGLER, FaultKind.PCIE)
         and judgement is not None
         and judgement.state is GpuState.HEALTHY
     )
