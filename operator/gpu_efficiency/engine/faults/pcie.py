@@ -48,7 +48,6 @@ class Link:
     width_min: int
     width_max: int
     max_width: int
-    gen_min: int
     gen_max: int
     max_gen: int
 
@@ -98,7 +97,7 @@ def link_of(window: Mapping[Signal, Stats]) -> Link | str:
         return f"PCIe link width x{w_lo}-x{w_hi} of x{mw_hi} not a PCIe width"
     if not (g_lo >= 1 and g_hi <= mg_hi <= MAX_GENERATION):
         return f"PCIe link generation {g_lo}-{g_hi} of {mg_hi} not a PCIe generation"
-    return Link(w_lo, w_hi, mw_hi, g_lo, g_hi, mg_hi)
+    return Link(w_lo, w_hi, mw_hi, g_hi, mg_hi)
 
 
 def downtrained(window: Mapping[Signal, Stats]) -> str:
