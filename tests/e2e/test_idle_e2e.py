@@ -10,6 +10,7 @@ scenario files run by test_scenarios.py.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from collections import Counter
@@ -23,6 +24,7 @@ from kubernetes import client
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from tests.e2e.harness import Cluster, OperatorIdentity, wait_for
 from tests.e2e.scenario_driver import BackgroundScenario
+from tests.e2e.test_report import cli
 
 pytestmark = pytest.mark.e2e
 
@@ -71,6 +73,7 @@ def test_budgets_cap_reclaims_per_cycle_namespace_and_hour_counting_owners(
     pods: list[client.V1Pod] = []
     status: dict[str, Any] = {}
     end: list[float] = []
+    dry_run: dict[str, Any] = {}  # `gpu-efficiency report --policy eviction-budgets -o json`
     bg_ref: list[BackgroundScenario] = []
     stop = threading.Event()
 
@@ -92,6 +95,11 @@ def test_budgets_cap_reclaims_per_cycle_namespace_and_hour_counting_owners(
                 events.extend(core.list_namespaced_event(ns, field_selector=f"reason={reason}").items)
             pods.extend(core.list_namespaced_pod(ns).items)
         status.update(custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, policy).get("status") or {})
+        # what an admin asks: why are these due owners still here?
+        found = cli(
+            cluster, "report", "--policy", policy, "--prometheus-url", cluster.prometheus_url, "-o", "json"
+        )
+        dry_run.update(json.loads(found.stdout) if found.returncode == 0 else {"error": found.stderr})
 
     bg = BackgroundScenario(policy, cluster, operator_identity, tmp_path, before_teardown)
     bg_ref.append(bg)
@@ -163,6 +171,15 @@ def test_budgets_cap_reclaims_per_cycle_namespace_and_hour_counting_owners(
         assert waited >= 2 * INTERVAL_S, f"{meta.name} was due only {waited:.0f}s before the end"
     assert left == {owner: BUDGET_OWNERS[owner] for owner in held}, (left, held)
     assert status.get("warnedPods") == sum(left.values()), status.get("warnedPods")
+    # ... and `gpu-efficiency report --policy` says that the hour's budget holds them, not what it
+    # would do to them: it counts the budget from the policy's status, as the operator does.
+    assert "error" not in dry_run, dry_run["error"]
+    real_ns = {v: k for k, v in scenario_ns.items()}
+    for ns, who in held:
+        note = f"{real_ns[ns]}/{who}: reclaim postponed: maxPerHour {MAX_PER_HOUR} reached"
+        assert any(n.startswith(note) for n in dry_run["notes"]), (note, dry_run["notes"])
+    ours = [a for a in dry_run["actions"] if a["pod"].split("/")[0] in scenario_ns]
+    assert ours == [], ours
 
 
 def idle_gpu_daemonset(name: str, scenario: str) -> dict[str, Any]:
