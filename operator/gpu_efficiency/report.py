@@ -1,7 +1,9 @@
 """``gpu-efficiency report`` and ``explain``: the operator's judgement, read-only, for people and tools.
 
 Both observe exactly as a cycle does (same source, same engine) and never write. The report judges
-as if the policy were in Enforce mode, so it shows what *would* be warned or evicted.
+as if the policy were in Enforce mode, so it shows what *would* be warned or evicted. A policy named
+with ``--policy`` brings its status: the budgets it has spent this hour hold back what they hold back
+in the cluster, and the notes say so.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from gpu_efficiency.actuators.status import parse_status
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolicySpec, Mode
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
@@ -46,15 +49,20 @@ def _progress(message: str) -> None:
 
 def load_policy(
     args: argparse.Namespace, api_client: client.ApiClient
-) -> tuple[str, GPUEfficiencyPolicySpec]:
-    """The policy to judge by: a file, a policy in the cluster, or the defaults."""
+) -> tuple[str, GPUEfficiencyPolicySpec, GPUEfficiencyPolicyStatus]:
+    """The policy to judge by: a file, a policy in the cluster (with its status, whose record of the
+    hour's reclaims the budgets count), or the defaults (and an empty status)."""
     from pydantic import ValidationError
 
     try:
         if args.policy_file:
             doc = yaml.safe_load(Path(args.policy_file).read_text())
             name = (doc.get("metadata") or {}).get("name", Path(args.policy_file).stem)
-            return name, GPUEfficiencyPolicySpec.model_validate(doc.get("spec") or {})
+            return (
+                name,
+                GPUEfficiencyPolicySpec.model_validate(doc.get("spec") or {}),
+                GPUEfficiencyPolicyStatus(),
+            )
         if args.policy:
             obj = cast(
                 dict[str, Any],
@@ -62,7 +70,8 @@ def load_policy(
                     GROUP, VERSION, PLURAL, args.policy
                 ),
             )
-            return args.policy, GPUEfficiencyPolicySpec.model_validate(obj.get("spec") or {})
+            spec = GPUEfficiencyPolicySpec.model_validate(obj.get("spec") or {})
+            return args.policy, spec, parse_status(obj.get("status") or {})
     except ValidationError as exc:
         raise ReportError(f"invalid policy: {format_validation_error(exc)}", EXIT_USAGE) from exc
     except ApiException as exc:
@@ -71,7 +80,7 @@ def load_policy(
         raise
     except OSError as exc:
         raise ReportError(f"cannot read {args.policy_file}: {exc}", EXIT_USAGE) from exc
-    return "defaults", GPUEfficiencyPolicySpec()
+    return "defaults", GPUEfficiencyPolicySpec(), GPUEfficiencyPolicyStatus()
 
 
 def observe(args: argparse.Namespace) -> tuple[Snapshot, Plan]:
@@ -82,7 +91,7 @@ def observe(args: argparse.Namespace) -> tuple[Snapshot, Plan]:
         raise ReportError(f"cannot load Kubernetes credentials: {exc}", EXIT_CLUSTER) from exc
     _progress("reading the policy")
     try:
-        name, spec = load_policy(args, api_client)
+        name, spec, status = load_policy(args, api_client)
         runner: CycleRunner = build_runner(
             replace(config, dry_run=True, leader_election=False, prometheus_refresh_budget=0), api_client
         )
@@ -91,7 +100,7 @@ def observe(args: argparse.Namespace) -> tuple[Snapshot, Plan]:
             f"querying Prometheus at {spec.metrics.prometheus.url or config.prometheus_url} and the cluster"
         )
         runner.read_owners_always = True  # show every idle pod's owner, not only once clocks run
-        snapshot, _, _ = runner.observe(name, 0, spec, GPUEfficiencyPolicyStatus())
+        snapshot, _, _ = runner.observe(name, 0, spec, status)
     except (ApiException, HTTPError, OSError) as exc:
         raise ReportError(f"cannot reach the Kubernetes API: {exc}", EXIT_CLUSTER) from exc
     return snapshot, plan_cycle(snapshot)

@@ -4,9 +4,11 @@ report says what its per-day figures are: a projection, in a named currency."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
+from gpu_efficiency import report
 from gpu_efficiency.cli import build_parser
 from gpu_efficiency.config import OperatorConfig, config_from_args
 from gpu_efficiency.engine.planner import plan_cycle
@@ -118,3 +120,30 @@ def test_report_names_the_currency_and_calls_per_day_figures_a_projection(
     assert "IDLE GPU-H/DAY*" in header
     assert "WASTE/DAY* (EUR)" in header
     assert "* projected: the GPUs idle now, held idle for 24 h" in table
+
+
+class _Policies:
+    """CustomObjectsApi as far as load_policy reads it: one policy with a spec and a status."""
+
+    def __init__(self, _api_client: object) -> None:
+        pass
+
+    def get_cluster_custom_object(self, *_: str) -> dict[str, object]:
+        return {
+            "spec": {"mode": "Enforce"},
+            "status": {"recentEvictions": ["2026-01-01T00:00:00Z"] * 3, "unknownField": 1},
+        }
+
+
+def test_a_policy_from_the_cluster_brings_its_status_and_the_hours_budget_spent(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(report.client, "CustomObjectsApi", _Policies)
+    name, spec, status = report.load_policy(build_parser().parse_args(["report", "--policy", "p"]), None)
+    assert (name, spec.mode.value, status.recent_evictions) == ("p", "Enforce", ["2026-01-01T00:00:00Z"] * 3)
+    # a file or the defaults: no history, nothing spent
+    path = tmp_path / "policy.yaml"
+    path.write_text("metadata: {name: f}\nspec: {mode: Enforce}\n")
+    for argv in (["report", "--policy-file", str(path)], ["report"]):
+        *_, status = report.load_policy(build_parser().parse_args(argv), None)
+        assert status.recent_evictions == []

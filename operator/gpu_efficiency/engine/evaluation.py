@@ -28,6 +28,7 @@ class PodRecord:
     patch: Mapping[str, str | None] = field(default_factory=dict)
     events: tuple[PodEvent, ...] = ()
     owner: str = ""  # its owner, the action and why not (owner-aware reclamation only)
+    owner_label: str = ""  # its top owner as KIND/NAME: the notes about the owner (budgets) name it so
 
 
 @dataclass(slots=True)

@@ -157,7 +157,8 @@ def explain_lines(snapshot: Snapshot, evaluation: Evaluation, namespace: str, na
         lines.append(
             f"  {reclaimed[0].action.upper()} {owner.kind.lower()}/{owner.name}: {reclaimed[0].reason}"
         )
-    lines.extend(f"  note: {note}" for note in evaluation.plan.notes if note.startswith(f"{who}:"))
+    about = (f"{who}:", f"{namespace}/{record.owner_label}:") if record.owner_label else (f"{who}:",)
+    lines.extend(f"  note: {note}" for note in evaluation.plan.notes if note.startswith(about))
     lines.extend(_straggler_lines(evaluation, namespace, name))
     return lines
 

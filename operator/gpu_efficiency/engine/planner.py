@@ -714,6 +714,7 @@ def evaluate(
         if group is not None and record.verdict.verdict is Verdict.IDLE:
             record.verdict = replace(record.verdict, recommendation=group.recommendation)
             record.owner = group.describe()
+            record.owner_label = group.owner.label
             notes.append(f"{pod.namespace}/{pod.name}: {record.owner}")
         verdicts.append(record.verdict)
         _act(

@@ -183,6 +183,8 @@ def check(
         value: Any = policy.get("status") or {}
         for part in c.field.split("."):
             value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, list):  # a list counts its entries (recentEvictions: the hour's actions)
+            return Verdict(_passes(c, len(value)), f"len(status.{c.field}) = {len(value)}")
         return Verdict(_passes(c, value), f"status.{c.field} = {value!r}")
     if isinstance(c, WorkloadObject):
         return _workload_object(c, obs, names)

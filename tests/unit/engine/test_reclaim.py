@@ -152,6 +152,20 @@ def test_the_hour_budget_counts_earlier_reclaims() -> None:
     assert reclaims(plan_cycle(snap).actions) == []
 
 
+def test_explain_says_the_hour_budget_holds_the_pods_owner() -> None:
+    from gpu_efficiency.engine.planner import explain_pod
+
+    pods, objects = deployment("nb", 2)
+    spec = enforce(eviction={"max_per_hour": 1})
+    status = b.GPUEfficiencyPolicyStatus(recent_evictions=[b.format_rfc3339(b.NOW - 60)])
+    gpus = [gpu(f"GPU-{p.name}", b.idle(), (p.namespace, p.name)) for p in pods]
+    snap = with_owners(snapshot(gpus, pods, spec, status=status), objects)
+    text = "\n".join(explain_pod(snap, "team-a", "nb-1"))
+    assert (
+        "note: team-a/deployment/nb: reclaim postponed: maxPerHour 1 reached (1 in the last hour)" in text
+    ), text
+
+
 def test_observe_mode_shows_the_owner_and_action_and_acts_on_nothing() -> None:
     pods, objects = deployment("nb", 1)
     plan = plan_cycle(cluster(pods, objects, spec=policy()))

@@ -284,6 +284,24 @@ def test_policy_conditions_and_status_fields() -> None:
     ).ok
 
 
+def test_a_status_list_is_compared_by_its_length() -> None:
+    obs = Observation(t=1.0, policies={"p": {"status": {"recentEvictions": ["a", "a", "b"]}}})
+
+    def verdict(**value: Any) -> tuple[bool, str]:
+        found = check(
+            expectation(within="9s", policyStatus={"policy": "p", "field": "recentEvictions", **value}),
+            obs,
+            NAMES,
+            histories(),
+        )
+        return found.ok, found.observed
+
+    assert verdict(equals=3) == (True, "len(status.recentEvictions) = 3")
+    assert [verdict(atMost=3)[0], verdict(atMost=2)[0]] == [True, False]
+    assert [verdict(atLeast=3)[0], verdict(atLeast=4)[0]] == [True, False]
+    assert not verdict(equals=2)[0]
+
+
 def test_promql_checks() -> None:
     series = [({"__name__": "up", "gpu": "0"}, 79.0), ({"__name__": "up", "gpu": "1"}, 0.0)]
     obs = Observation(t=1.0, queries={"q": series, "empty": [], "broken": "bad_data: parse error"})
