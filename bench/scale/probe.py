@@ -87,7 +87,7 @@ def install(trace_path: str) -> None:
 
     from gpu_efficiency.actuators.apply import Applier
     from gpu_efficiency.actuators.status import StatusWriter
-    from gpu_efficiency.handlers import cycle
+    from gpu_efficiency.runtime import cycle
     from gpu_efficiency.sources import prometheus
     from gpu_efficiency.sources.cluster import ClusterReader
     from gpu_efficiency.sources.cluster_cache import CachedClusterReader

@@ -10,16 +10,16 @@ from collections.abc import Sequence
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the operator (Kopf, cluster-wide, standalone: our Lease decides who acts)."""
-    from gpu_efficiency import allocator
+    from gpu_efficiency import malloc_tuning
 
-    allocator.tune()  # before any thread starts: see allocator.py
+    malloc_tuning.tune()  # before any thread starts: see malloc_tuning.py
     import kopf
 
     from gpu_efficiency.config import config_from_args
-    from gpu_efficiency.handlers import policy
+    from gpu_efficiency.runtime import kopf_wiring
 
     config = config_from_args(args)
-    policy.CONFIG = config
+    kopf_wiring.CONFIG = config
     liveness = f"http://0.0.0.0:{config.health_port}/healthz" if config.health_port else None
     # Kopf owns the logging set-up (one handler, JSON when asked for): no basicConfig of ours.
     level = config.log_level.upper()

@@ -31,8 +31,8 @@ from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, ReclaimOwne
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
 from gpu_efficiency.engine.pods.waste import price_for
-from gpu_efficiency.handlers.cycle import CycleRunner, format_validation_error
-from gpu_efficiency.handlers.deps import build_runner
+from gpu_efficiency.runtime.cycle import CycleRunner, format_validation_error
+from gpu_efficiency.runtime.deps import build_runner
 
 EXIT_OK, EXIT_USAGE, EXIT_CLUSTER, EXIT_METRICS = 0, 2, 3, 4
 

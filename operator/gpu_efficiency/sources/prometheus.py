@@ -22,8 +22,8 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
-from gpu_efficiency.gcpause import gc_paused
 from gpu_efficiency.sources.activity_cache import (
     CHAIN_SIGNALS,
     ActivityCache,

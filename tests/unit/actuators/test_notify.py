@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from tests.unit.engine import builders as b
-from tests.unit.handlers.cycle_harness import ENFORCE_SPEC, runner, warned_idle_pod
+from tests.unit.runtime.cycle_harness import ENFORCE_SPEC, runner, warned_idle_pod
 
 from gpu_efficiency import metrics
 from gpu_efficiency.actuators.notify import Notifier, Timing

@@ -13,7 +13,7 @@ from gpu_efficiency.actuators.owners import reclaim_owner
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.engine.model import OwnerRef, ReclaimOwner
-from gpu_efficiency.handlers.cycle import fold_outcomes
+from gpu_efficiency.runtime.cycle import fold_outcomes
 
 from .fake_custom import FakeCustom
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_efficiency.handlers.leader import AlwaysLeader
-from gpu_efficiency.handlers.scheduler import PolicyRegistry, Scheduler
+from gpu_efficiency.runtime.leader import AlwaysLeader
+from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
 
 
 @dataclass
@@ -132,7 +132,7 @@ def test_an_overrunning_cycle_skips_the_slots_it_missed() -> None:
 
 
 def test_next_start_stays_on_the_grid() -> None:
-    from gpu_efficiency.handlers.scheduler import next_start
+    from gpu_efficiency.runtime.scheduler import next_start
 
     assert next_start(100.0, 101.0, 10.0) == 110.0
     assert next_start(100.0, 110.0, 10.0) == 120.0  # ended exactly on a slot: that slot is gone

@@ -7,12 +7,12 @@ from typing import Any
 
 import kopf
 import pytest
-from tests.unit.handlers.test_scheduler import Clock, body
+from tests.unit.runtime.test_scheduler import Clock, body
 
 from gpu_efficiency import metrics
-from gpu_efficiency.handlers.leader import AlwaysLeader
-from gpu_efficiency.handlers.policy import scheduler_alive
-from gpu_efficiency.handlers.scheduler import PolicyRegistry, Scheduler
+from gpu_efficiency.runtime.kopf_wiring import scheduler_alive
+from gpu_efficiency.runtime.leader import AlwaysLeader
+from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
 
 
 class HangingRunner:

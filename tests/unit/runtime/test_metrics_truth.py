@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.unit.engine import builders as b
-from tests.unit.handlers.test_scheduler import body
+from tests.unit.runtime.test_scheduler import body
 
 from gpu_efficiency import metrics
 from gpu_efficiency.actuators.notify import Notifier
@@ -21,7 +21,7 @@ from gpu_efficiency.engine.faults.kinds import REASON_CLEARED, REASON_DEGRADED_C
 from gpu_efficiency.engine.model import Verdict
 from gpu_efficiency.engine.pods.annotations import STATE_WARNED
 from gpu_efficiency.engine.timefmt import format_rfc3339
-from gpu_efficiency.handlers.scheduler import PolicyRegistry, Scheduler
+from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
 
 from .cycle_harness import ENFORCE_SPEC, SwitchLeader, run_cycle, runner, warned_idle_pod
 

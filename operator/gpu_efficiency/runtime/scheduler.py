@@ -22,9 +22,9 @@ from pydantic import ValidationError
 from gpu_efficiency import metrics
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.model import SeniorPolicy
-from gpu_efficiency.gcpause import gc_paused
-from gpu_efficiency.handlers.cycle import CycleRunner
+from gpu_efficiency.runtime.cycle import CycleRunner
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 60.0

@@ -11,11 +11,11 @@ from typing import Any
 
 import kopf
 
-from gpu_efficiency import allocator, metrics
+from gpu_efficiency import malloc_tuning, metrics
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.handlers.deps import build_runner
-from gpu_efficiency.handlers.scheduler import PolicyRegistry, Scheduler
+from gpu_efficiency.runtime.deps import build_runner
+from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         config.leader_election,
         config.identity,
         config.watch_cache,
-        allocator.APPLIED or "unchanged",
+        malloc_tuning.APPLIED or "unchanged",
     )
 
 

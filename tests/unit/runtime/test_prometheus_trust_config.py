@@ -10,7 +10,7 @@ from kubernetes import client
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.config import DEFAULT_MATCHERS, DEFAULT_MAX_SERIES, add_run_arguments, config_from_args
-from gpu_efficiency.handlers.deps import SourceCache
+from gpu_efficiency.runtime.deps import SourceCache
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
 
 

@@ -6,7 +6,7 @@ from kubernetes import client
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.handlers.deps import build_runner
+from gpu_efficiency.runtime.deps import build_runner
 
 CONFIG = OperatorConfig(
     prometheus_url="http://default:9090", leader_election=False, agent_urls=("http://agent:9400",)

@@ -19,8 +19,8 @@ from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.apiclient import load_api_client
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.handlers.cycle import CycleRunner, feed_write
-from gpu_efficiency.handlers.leader import AlwaysLeader, LeaderElector
+from gpu_efficiency.runtime.cycle import CycleRunner, feed_write
+from gpu_efficiency.runtime.leader import AlwaysLeader, LeaderElector
 from gpu_efficiency.sources.agent import AgentSource, pod_endpoints, static_endpoints
 from gpu_efficiency.sources.base import FetchRequest, FetchResult, SampleSource, SourceUnavailable
 from gpu_efficiency.sources.cluster import ClusterReader, ClusterSource

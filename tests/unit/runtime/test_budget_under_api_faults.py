@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from tests.unit.engine import builders as b
 from tests.unit.engine.builders import NOW, no_faults  # noqa: F401 (fixture)
-from tests.unit.handlers.cycle_harness import OneSource
+from tests.unit.runtime.cycle_harness import OneSource
 
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.status import StatusWriter
@@ -28,7 +28,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.model import PodView
 from gpu_efficiency.engine.timefmt import format_rfc3339
-from gpu_efficiency.handlers.cycle import CycleRunner
+from gpu_efficiency.runtime.cycle import CycleRunner
 from gpu_efficiency.sources.base import FetchRequest, FetchResult
 from gpu_efficiency.sources.cluster import ClusterState
 

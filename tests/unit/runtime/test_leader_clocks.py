@@ -20,7 +20,7 @@ from tests.unit.actuators.test_nodes import FakeCore, make_node
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.outcomes import Result
 from gpu_efficiency.engine.model import EvictPod, TaintNode
-from gpu_efficiency.handlers.leader import LeaderElector
+from gpu_efficiency.runtime.leader import LeaderElector
 
 LEASE_S = 15.0
 PERIOD_S = LEASE_S / 3  # the elector's retry and renew period

@@ -16,8 +16,8 @@ from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.pods import annotate_pod
 from gpu_efficiency.config import OperatorConfig, add_run_arguments, config_from_args
 from gpu_efficiency.engine.model import AnnotateNode, AnnotatePod, EvictPod, PodEvent, TaintNode
-from gpu_efficiency.handlers.cycle import feed_write
-from gpu_efficiency.handlers.deps import build_reader
+from gpu_efficiency.runtime.cycle import feed_write
+from gpu_efficiency.runtime.deps import build_reader
 from gpu_efficiency.sources.cluster import ClusterReader, node_view
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader
 

@@ -16,7 +16,7 @@ from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.model import Action, EvictPod, GPUSample, NodeView, PodView
 from gpu_efficiency.engine.timefmt import format_rfc3339
-from gpu_efficiency.handlers.cycle import CycleRunner
+from gpu_efficiency.runtime.cycle import CycleRunner
 from gpu_efficiency.sources.base import StaticSource
 from gpu_efficiency.sources.cluster import ClusterState
 

@@ -9,7 +9,7 @@ from kubernetes import client
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.config import add_run_arguments, config_from_args
-from gpu_efficiency.handlers.deps import SourceCache
+from gpu_efficiency.runtime.deps import SourceCache
 from gpu_efficiency.sources.prometheus import PrometheusSource
 
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.config import add_run_arguments, config_from_args
 from gpu_efficiency.engine.model import Window
-from gpu_efficiency.handlers.deps import SourceCache, WithoutCredentials
+from gpu_efficiency.runtime.deps import SourceCache, WithoutCredentials
 from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable, StaticSource
 from gpu_efficiency.sources.credentials import credentials_allowed
 from gpu_efficiency.sources.prometheus import PrometheusSource

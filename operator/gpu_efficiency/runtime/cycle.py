@@ -31,6 +31,7 @@ from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, ReclaimAction
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.config import OperatorConfig
+from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.conditions import set_condition
 from gpu_efficiency.engine.faults.devices import with_dra_capacity
 from gpu_efficiency.engine.model import (
@@ -58,7 +59,6 @@ from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.selection import build_scope
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
-from gpu_efficiency.gcpause import gc_paused
 from gpu_efficiency.sources.agent import CONTRADICTS_AGENT
 from gpu_efficiency.sources.base import (
     ActivityHints,

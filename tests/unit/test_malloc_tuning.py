@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpu_efficiency import allocator
+from gpu_efficiency import malloc_tuning
 
 
 class Recorder:
@@ -24,20 +24,20 @@ class Recorder:
 
 def test_both_settings_are_applied_when_the_environment_gives_none() -> None:
     mallopt = Recorder()
-    applied = allocator.tune(environ={}, mallopt=mallopt)
-    assert mallopt.calls == [(allocator.M_ARENA_MAX, 2), (allocator.M_MMAP_THRESHOLD, 128 * 1024)]
+    applied = malloc_tuning.tune(environ={}, mallopt=mallopt)
+    assert mallopt.calls == [(malloc_tuning.M_ARENA_MAX, 2), (malloc_tuning.M_MMAP_THRESHOLD, 128 * 1024)]
     assert applied == {"MALLOC_ARENA_MAX": 2, "MALLOC_MMAP_THRESHOLD_": 131072}
 
 
 def test_a_setting_the_environment_gives_is_left_to_glibc() -> None:
     mallopt = Recorder()
-    applied = allocator.tune(environ={"MALLOC_ARENA_MAX": "8"}, mallopt=mallopt)
-    assert mallopt.calls == [(allocator.M_MMAP_THRESHOLD, 128 * 1024)]
+    applied = malloc_tuning.tune(environ={"MALLOC_ARENA_MAX": "8"}, mallopt=mallopt)
+    assert mallopt.calls == [(malloc_tuning.M_MMAP_THRESHOLD, 128 * 1024)]
     assert applied == {"MALLOC_MMAP_THRESHOLD_": 131072}
 
 
 def test_a_refused_setting_is_not_reported_as_applied() -> None:
-    assert allocator.tune(environ={}, mallopt=Recorder(result=0)) == {}
+    assert malloc_tuning.tune(environ={}, mallopt=Recorder(result=0)) == {}
 
 
 @pytest.mark.skipif(
@@ -45,6 +45,6 @@ def test_a_refused_setting_is_not_reported_as_applied() -> None:
     reason="mallopt is glibc's; this libc has none",
 )
 def test_glibc_accepts_them_in_a_fresh_process() -> None:
-    code = "from gpu_efficiency import allocator; print(sorted(allocator.tune(environ={})))"
+    code = "from gpu_efficiency import malloc_tuning; print(sorted(malloc_tuning.tune(environ={})))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['MALLOC_ARENA_MAX', 'MALLOC_MMAP_THRESHOLD_']"

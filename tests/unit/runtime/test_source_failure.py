@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.handlers.cycle_harness import OneSource
+from tests.unit.runtime.cycle_harness import OneSource
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.handlers.cycle import CycleRunner
+from gpu_efficiency.runtime.cycle import CycleRunner
 from gpu_efficiency.sources.base import FetchRequest, FetchResult
 from gpu_efficiency.sources.cluster import ClusterState
 
