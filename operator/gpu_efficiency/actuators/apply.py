@@ -150,10 +150,10 @@ class Applier:
             first = annotate_pod(
                 self.core,
                 AnnotatePod(
-                    action.namespace,
-                    action.name,
-                    action.uid,
-                    {names.EVICTION_BLOCKED: format_rfc3339(time.time())},
+                    namespace=action.namespace,
+                    name=action.name,
+                    uid=action.uid,
+                    annotations={names.EVICTION_BLOCKED: format_rfc3339(time.time())},
                 ),
             )
             message = f"eviction refused, will retry next cycle: {outcome.message}"

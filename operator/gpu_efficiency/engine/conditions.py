@@ -18,6 +18,7 @@ def find_condition(conditions: Sequence[Condition], type: str) -> Condition | No
 
 def set_condition(
     conditions: Sequence[Condition],
+    *,
     type: str,
     status: str,
     reason: str,

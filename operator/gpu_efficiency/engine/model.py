@@ -291,7 +291,7 @@ class Diagnosis(StrEnum):
     INSUFFICIENT_DATA = "insufficient-data"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodVerdict:
     """The engine's judgement of one pod, with the evidence a user needs to trust it."""
 
@@ -312,7 +312,7 @@ class PodVerdict:
 # ---- actions -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AnnotatePod:
     """Merge-patch these annotations; a None value removes the key. Only emitted when values change."""
 
@@ -322,7 +322,7 @@ class AnnotatePod:
     annotations: Mapping[str, str | None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EvictPod:
     namespace: str
     name: str
@@ -330,7 +330,7 @@ class EvictPod:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReclaimOwner:
     """Scale an owner to zero, stop or suspend it, recording the way back on it (actuators/owners.py)."""
 
@@ -342,7 +342,7 @@ class ReclaimOwner:
     policy: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodEvent:
     namespace: str
     name: str
@@ -352,7 +352,7 @@ class PodEvent:
     type: str = "Normal"  # or "Warning"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OwnerEvent:
     """An event on a pod's owner object (a Job, JobSet, PyTorchJob...), where its user looks."""
 
@@ -363,7 +363,7 @@ class OwnerEvent:
     type: str = "Warning"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeEvent:
     node: str
     reason: str
@@ -371,21 +371,21 @@ class NodeEvent:
     type: str = "Warning"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PolicyEvent:
     reason: str
     message: str
     type: str = "Normal"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaintNode:
     node: str
     kind: str  # ecc | xid | thermal | straggler
     effect: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UntaintNode:
     node: str
     kind: str
@@ -428,7 +428,7 @@ class DeviceRule:
         return (self.driver, self.pool, self.device)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaintDevices:
     """Hold exactly ``devices`` of the node under our DeviceTaintRules for ``kind`` with ``effect``;
     our rules for the node and kind on any other device are removed."""
@@ -439,7 +439,7 @@ class TaintDevices:
     devices: tuple[DraDevice, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UntaintDevices:
     """Remove every DeviceTaintRule of ours for the node and kind."""
 
@@ -447,7 +447,7 @@ class UntaintDevices:
     kind: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SetNodeCondition:
     """Set a node condition of ours (GPUHealthy, GPUDegraded); the actuator keeps lastTransitionTime
     when status is unchanged."""
@@ -459,7 +459,7 @@ class SetNodeCondition:
     type: str = "GPUHealthy"  # api.names.GPU_HEALTHY or GPU_DEGRADED
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AnnotateNode:
     node: str
     annotations: Mapping[str, str | None]

@@ -260,18 +260,18 @@ def _judge_gpus(
                 return PodRecord(pod, _unknown(pod, sharing, uuids), activities, (), sharing)
         if state == GPUState.IDLE:
             verdict = PodVerdict(
-                pod.namespace, pod.name, Verdict.IDLE, Diagnosis.IDLE, RECOMMENDATIONS[Diagnosis.IDLE],
-                signal, peak, avg, util, efficiency, uuids, idle_evidence,
+                namespace=pod.namespace, name=pod.name, verdict=Verdict.IDLE, diagnosis=Diagnosis.IDLE, recommendation=RECOMMENDATIONS[Diagnosis.IDLE],
+                activity_signal=signal, activity_peak=peak, activity_avg=avg, gpu_util_avg=util, efficiency=efficiency, gpus=uuids, reason=idle_evidence,
             )  # fmt: skip
             return PodRecord(pod, verdict, activities, (), sharing)
 
     if not params.under_enabled:
         good = avg >= params.under.efficient_sm_active_above
         verdict = PodVerdict(
-            pod.namespace, pod.name, Verdict.EFFICIENT if good else Verdict.UNDERUTILIZED,
-            Diagnosis.COMPUTE_BOUND if good else Diagnosis.LOW_COMPUTE, "",
-            signal, peak, avg, util, efficiency, uuids,
-            f"average activity {avg:.3f} (underutilization diagnosis disabled)",
+            namespace=pod.namespace, name=pod.name, verdict=Verdict.EFFICIENT if good else Verdict.UNDERUTILIZED,
+            diagnosis=Diagnosis.COMPUTE_BOUND if good else Diagnosis.LOW_COMPUTE, recommendation="",
+            activity_signal=signal, activity_peak=peak, activity_avg=avg, gpu_util_avg=util, efficiency=efficiency, gpus=uuids,
+            reason=f"average activity {avg:.3f} (underutilization diagnosis disabled)",
         )  # fmt: skip
         return PodRecord(pod, verdict, activities, (), sharing)
 
@@ -284,8 +284,8 @@ def _judge_gpus(
     where = f" on GPU {uuids[best_index]}" if len(findings) > 1 else ""
     reason = f"{_VALUE[best.diagnosis]}{where}: {best.evidence}" + (f" ({sharing})" if sharing else "")
     verdict = PodVerdict(
-        pod.namespace, pod.name, verdict_of(best.diagnosis, avg, params), best.diagnosis, best.recommendation,
-        signal, peak, avg, util, efficiency, uuids, reason,
+        namespace=pod.namespace, name=pod.name, verdict=verdict_of(best.diagnosis, avg, params), diagnosis=best.diagnosis, recommendation=best.recommendation,
+        activity_signal=signal, activity_peak=peak, activity_avg=avg, gpu_util_avg=util, efficiency=efficiency, gpus=uuids, reason=reason,
     )  # fmt: skip
     return PodRecord(pod, verdict, activities, findings, sharing)
 
@@ -340,7 +340,15 @@ def _act(
         patch.update(lifecycle.updates)
     record.patch = patch
     events = [
-        PodEvent(pod.namespace, pod.name, pod.uid, e.reason, e.message, e.type) for e in lifecycle.events
+        PodEvent(
+            namespace=pod.namespace,
+            name=pod.name,
+            uid=pod.uid,
+            reason=e.reason,
+            message=e.message,
+            type=e.type,
+        )
+        for e in lifecycle.events
     ]
     if (
         verdict.verdict is Verdict.UNDERUTILIZED
@@ -349,8 +357,8 @@ def _act(
     ):
         events.append(
             PodEvent(
-                pod.namespace, pod.name, pod.uid, names.EV_UNDERUTILIZED,
-                f"this GPU is underused ({_VALUE[verdict.diagnosis].replace('-', ' ')}): "
+                namespace=pod.namespace, name=pod.name, uid=pod.uid, reason=names.EV_UNDERUTILIZED,
+                message=f"this GPU is underused ({_VALUE[verdict.diagnosis].replace('-', ' ')}): "
                 f"{verdict.recommendation}. Evidence: {verdict.reason}",
             )
         )  # fmt: skip
@@ -361,7 +369,13 @@ def _act(
         and patch.get(names.RECOMMENDATION) is not None
     ):
         events.append(
-            PodEvent(pod.namespace, pod.name, pod.uid, names.EV_RECLAIM_SKIPPED, f"{group.describe()}")
+            PodEvent(
+                namespace=pod.namespace,
+                name=pod.name,
+                uid=pod.uid,
+                reason=names.EV_RECLAIM_SKIPPED,
+                message=f"{group.describe()}",
+            )
         )
     record.events = tuple(events)
 
@@ -402,46 +416,66 @@ def _status(
         if condition_flipped(conditions, names.COND_METRICS, "False"):
             events.append(
                 PolicyEvent(
-                    names.EV_METRICS_UNAVAILABLE,
-                    f"{unattributed}: the pods stay Unknown and are never evicted",
-                    "Warning",
+                    reason=names.EV_METRICS_UNAVAILABLE,
+                    message=f"{unattributed}: the pods stay Unknown and are never evicted",
+                    type="Warning",
                 )
             )
         conditions = set_condition(
-            conditions, names.COND_METRICS, "False", "NoPodSamples", unattributed, now, generation
+            conditions,
+            type=names.COND_METRICS,
+            status="False",
+            reason="NoPodSamples",
+            message=unattributed,
+            now=now,
+            generation=generation,
         )
         conditions = set_condition(
-            conditions, names.COND_READY, "True", "Evaluated",
-            f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated", now, generation,
+            conditions, type=names.COND_READY, status="True", reason="Evaluated",
+            message=f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated", now=now, generation=generation,
         )  # fmt: skip
     elif snapshot.metrics_available:
         untrusted = ", ".join(f"{reason} {count}" for reason, count in (dropped or {}).items())
         conditions = set_condition(
-            conditions, names.COND_METRICS, "True", "MetricsRead",
-            f"samples for {len(snapshot.gpus)} GPUs"
-            + (f"; dropped as untrustworthy: {untrusted}" if untrusted else ""), now, generation,
+            conditions, type=names.COND_METRICS, status="True", reason="MetricsRead",
+            message=f"samples for {len(snapshot.gpus)} GPUs"
+            + (f"; dropped as untrustworthy: {untrusted}" if untrusted else ""), now=now, generation=generation,
         )  # fmt: skip
         conditions = set_condition(
-            conditions, names.COND_READY, "True", "Evaluated",
-            f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated", now, generation,
+            conditions, type=names.COND_READY, status="True", reason="Evaluated",
+            message=f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated", now=now, generation=generation,
         )  # fmt: skip
     else:
         message = snapshot.metrics_error or "the metrics source failed"
         if condition_flipped(conditions, names.COND_METRICS, "False"):
             events.append(
                 PolicyEvent(
-                    names.EV_METRICS_UNAVAILABLE, f"{message}: no pod is judged or evicted", "Warning"
+                    reason=names.EV_METRICS_UNAVAILABLE,
+                    message=f"{message}: no pod is judged or evicted",
+                    type="Warning",
                 )
             )
         conditions = set_condition(
-            conditions, names.COND_METRICS, "False", "SourceUnavailable", message, now, generation
+            conditions,
+            type=names.COND_METRICS,
+            status="False",
+            reason="SourceUnavailable",
+            message=message,
+            now=now,
+            generation=generation,
         )
         conditions = set_condition(
-            conditions, names.COND_READY, "False", "MetricsUnavailable",
-            "metrics unavailable: verdicts Unknown, nothing evicted", now, generation,
+            conditions, type=names.COND_READY, status="False", reason="MetricsUnavailable",
+            message="metrics unavailable: verdicts Unknown, nothing evicted", now=now, generation=generation,
         )  # fmt: skip
     conditions = set_condition(
-        conditions, names.COND_VALID, "True", "Valid", "the spec is valid", now, generation
+        conditions,
+        type=names.COND_VALID,
+        status="True",
+        reason="Valid",
+        message="the spec is valid",
+        now=now,
+        generation=generation,
     )
     conditions, shadow_events = _shadowed_condition(conditions, shadowed, now, generation)
     events.extend(shadow_events)
@@ -454,11 +488,15 @@ def _status(
             and not any(isinstance(a, PolicyEvent) and a.reason == names.EV_BREAKER for a in faults.actions)
         ):
             events.append(
-                PolicyEvent(names.EV_BREAKER, faults.breaker_message or "circuit breaker open", "Warning")
+                PolicyEvent(
+                    reason=names.EV_BREAKER,
+                    message=faults.breaker_message or "circuit breaker open",
+                    type="Warning",
+                )
             )
         conditions = set_condition(
-            conditions, names.COND_BREAKER, state, "TooManyFaultyNodes" if faults.breaker_open else "Closed",
-            faults.breaker_message, now, generation,
+            conditions, type=names.COND_BREAKER, status=state, reason="TooManyFaultyNodes" if faults.breaker_open else "Closed",
+            message=faults.breaker_message, now=now, generation=generation,
         )  # fmt: skip
         quarantined = [
             QuarantinedNode(node=q.node, kind=q.kind, gpus=list(q.gpus), tainted=q.tainted, since=q.since)
@@ -575,8 +613,8 @@ def _shadowed_condition(
     """
     if not shadowed:
         return set_condition(
-            conditions, names.COND_SHADOWED, "False", "NoOverlap",
-            "no older policy selects this policy's pods", now, generation,
+            conditions, type=names.COND_SHADOWED, status="False", reason="NoOverlap",
+            message="no older policy selects this policy's pods", now=now, generation=generation,
         ), []  # fmt: skip
     winners = ", ".join(
         f"{name} ({count} pod{'' if count == 1 else 's'})" for name, count in sorted(shadowed.items())
@@ -590,9 +628,15 @@ def _shadowed_condition(
     previous_winners = previous.message.split(": ", 1)[-1] if previous and previous.status == "True" else ""
     events: list[PolicyEvent] = []
     if previous is None or previous.status != "True" or _names_in(previous_winners) != sorted(shadowed):
-        events.append(PolicyEvent(names.EV_POLICY_SHADOWED, message, "Warning"))
+        events.append(PolicyEvent(reason=names.EV_POLICY_SHADOWED, message=message, type="Warning"))
     updated = set_condition(
-        conditions, names.COND_SHADOWED, "True", "OlderPolicyOverlaps", message, now, generation
+        conditions,
+        type=names.COND_SHADOWED,
+        status="True",
+        reason="OlderPolicyOverlaps",
+        message=message,
+        now=now,
+        generation=generation,
     )
     return updated, events
 
@@ -654,7 +698,9 @@ def evaluate(
         ):
             patch = cleanup_patch(pod.annotations)
             if patch:
-                cleanups.append(AnnotatePod(pod.namespace, pod.name, pod.uid, patch))
+                cleanups.append(
+                    AnnotatePod(namespace=pod.namespace, name=pod.name, uid=pod.uid, annotations=patch)
+                )
 
     if not snapshot.metrics_available:
         plan = _metrics_unavailable(snapshot, params, in_scope, shadowed)
@@ -732,7 +778,9 @@ def evaluate(
             if lifecycle.candidate is not None:
                 candidates.append(lifecycle.candidate)
         if record.patch:
-            actions.append(AnnotatePod(pod.namespace, pod.name, pod.uid, record.patch))
+            actions.append(
+                AnnotatePod(namespace=pod.namespace, name=pod.name, uid=pod.uid, annotations=record.patch)
+            )
         actions.extend(record.events)
         if key == focus:
             focused = record
@@ -755,7 +803,12 @@ def evaluate(
         selection = select_evictions(candidates, params, now, len(recent))
         notes.extend(selection.notes)
         destructive.extend(
-            EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} (policy {policy_name})")
+            EvictPod(
+                namespace=c.pod.namespace,
+                name=c.pod.name,
+                uid=c.pod.uid,
+                reason=f"{c.message} (policy {policy_name})",
+            )
             for c in selection.selected
         )
     else:

@@ -415,11 +415,22 @@ def _events(
             f"({s.evidence})"
         )
         out.events.append(
-            PodEvent(s.pod.namespace, s.pod.name, s.pod.uid, names.EV_STRAGGLER, message, "Warning")
+            PodEvent(
+                namespace=s.pod.namespace,
+                name=s.pod.name,
+                uid=s.pod.uid,
+                reason=names.EV_STRAGGLER,
+                message=message,
+                type="Warning",
+            )
         )
         if s.hardware:
             out.events.append(
-                NodeEvent(s.sample.node, names.EV_STRAGGLER, f"{message}; pod {s.pod.namespace}/{s.pod.name}")
+                NodeEvent(
+                    node=s.sample.node,
+                    reason=names.EV_STRAGGLER,
+                    message=f"{message}; pod {s.pod.namespace}/{s.pod.name}",
+                )
             )
         out.notes.append(f"straggler in {group.namespace}/{group.name}: {s.entry()}")
     if new and group.owner is not None:
@@ -429,8 +440,8 @@ def _events(
         )
         out.events.append(
             OwnerEvent(
-                group.namespace, group.owner, names.EV_STRAGGLER,
-                f"{len(new)} straggling GPU(s) hold back {group.name}: {listed}",
+                namespace=group.namespace, owner=group.owner, reason=names.EV_STRAGGLER,
+                message=f"{len(new)} straggling GPU(s) hold back {group.name}: {listed}",
             )
         )  # fmt: skip
     still = {_SLOWER.sub("", s.entry()) for s in confirmed}
@@ -444,8 +455,8 @@ def _events(
         if gone:
             out.events.append(
                 PodEvent(
-                    pod.namespace, pod.name, pod.uid, names.EV_STRAGGLER_CLEARED,
-                    f"no longer slower than the median of {group.name}: {'; '.join(gone)}", "Normal",
+                    namespace=pod.namespace, name=pod.name, uid=pod.uid, reason=names.EV_STRAGGLER_CLEARED,
+                    message=f"no longer slower than the median of {group.name}: {'; '.join(gone)}", type="Normal",
                 )
             )  # fmt: skip
 

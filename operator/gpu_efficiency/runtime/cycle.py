@@ -270,21 +270,29 @@ class CycleRunner:
             for c in previous.conditions
         )
         conditions = set_condition(
-            previous.conditions, names.COND_VALID, "False", "InvalidSpec", message, now, generation
+            previous.conditions,
+            type=names.COND_VALID,
+            status="False",
+            reason="InvalidSpec",
+            message=message,
+            now=now,
+            generation=generation,
         )
         conditions = set_condition(
             conditions,
-            names.COND_READY,
-            "False",
-            "InvalidSpec",
-            "the policy spec is invalid",
-            now,
-            generation,
+            type=names.COND_READY,
+            status="False",
+            reason="InvalidSpec",
+            message="the policy spec is invalid",
+            now=now,
+            generation=generation,
         )
         status = previous.model_copy(update={"conditions": conditions, "observed_generation": generation})
         if not was_invalid and self.leader.is_leader():
             self.applier.apply(
-                [PolicyEvent(names.EV_POLICY_INVALID, message, "Warning")], policy_name=name, policy_uid=uid
+                [PolicyEvent(reason=names.EV_POLICY_INVALID, message=message, type="Warning")],
+                policy_name=name,
+                policy_uid=uid,
             )
         if self.leader.still_leader():
             status = self.write_status(name, status)

@@ -39,11 +39,11 @@ def test_a_failed_taint_skips_that_nodes_record_but_not_other_writes() -> None:
     core = FakeCore(make_node("n1"), make_node("n2"))
     core.fail_next = 500  # the taint of n1 fails
     actions = [
-        TaintNode("n1", "ecc", "NoSchedule"),
-        SetNodeCondition("n1", "False", "GPUFaultECC", "ecc fault on GPU 0"),
-        AnnotateNode("n1", {NODE_FAULTS: RECORD}),
-        TaintNode("n2", "ecc", "NoSchedule"),
-        AnnotateNode("n2", {NODE_FAULTS: RECORD}),
+        TaintNode(node="n1", kind="ecc", effect="NoSchedule"),
+        SetNodeCondition(node="n1", status="False", reason="GPUFaultECC", message="ecc fault on GPU 0"),
+        AnnotateNode(node="n1", annotations={NODE_FAULTS: RECORD}),
+        TaintNode(node="n2", kind="ecc", effect="NoSchedule"),
+        AnnotateNode(node="n2", annotations={NODE_FAULTS: RECORD}),
     ]
     outcomes = _applier(core).apply(actions, policy_name="p", policy_uid="u")
     results = [o.result for o in outcomes]
@@ -57,7 +57,10 @@ def test_annotations_without_the_record_are_still_written_after_a_failed_taint()
     core = FakeCore(make_node("n1", annotations={FAULT_RECOVERED: "xid"}))
     core.fail_next = 500
     outcomes = _applier(core).apply(
-        [TaintNode("n1", "ecc", "NoSchedule"), AnnotateNode("n1", {FAULT_RECOVERED: None})],
+        [
+            TaintNode(node="n1", kind="ecc", effect="NoSchedule"),
+            AnnotateNode(node="n1", annotations={FAULT_RECOVERED: None}),
+        ],
         policy_name="p",
         policy_uid="u",
     )

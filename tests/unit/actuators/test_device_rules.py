@@ -63,7 +63,7 @@ class FakeRules:
 
 def test_rules_are_created_once_then_left_alone() -> None:
     api = FakeRules()
-    first = taint_devices(api, TaintDevices("n1", "xid", "NoSchedule", (GPU3,)))
+    first = taint_devices(api, TaintDevices(node="n1", kind="xid", effect="NoSchedule", devices=(GPU3,)))
     assert first.result is Result.DONE
     assert api.writes == [f"create {rule_name('xid', GPU3)}"]
     body = api.rules[rule_name("xid", GPU3)]
@@ -73,20 +73,20 @@ def test_rules_are_created_once_then_left_alone() -> None:
         "value": "xid",
         "effect": "NoSchedule",
     }
-    again = taint_devices(api, TaintDevices("n1", "xid", "NoSchedule", (GPU3,)))
+    again = taint_devices(api, TaintDevices(node="n1", kind="xid", effect="NoSchedule", devices=(GPU3,)))
     assert again.result is Result.NOOP
     assert len(api.writes) == 1
 
 
 def test_the_difference_is_written_effect_and_devices() -> None:
     api = FakeRules()
-    taint_devices(api, TaintDevices("n1", "xid", "NoSchedule", (GPU3,)))
-    changed = taint_devices(api, TaintDevices("n1", "xid", "NoExecute", (GPU5,)))
+    taint_devices(api, TaintDevices(node="n1", kind="xid", effect="NoSchedule", devices=(GPU3,)))
+    changed = taint_devices(api, TaintDevices(node="n1", kind="xid", effect="NoExecute", devices=(GPU5,)))
     assert changed.result is Result.DONE
     assert sorted(api.writes[1:]) == sorted(
         [f"create {rule_name('xid', GPU5)}", f"delete {rule_name('xid', GPU3)}"]
     )
-    taint_devices(api, TaintDevices("n1", "xid", "NoSchedule", (GPU5,)))
+    taint_devices(api, TaintDevices(node="n1", kind="xid", effect="NoSchedule", devices=(GPU5,)))
     assert api.writes[-1] == f"patch {rule_name('xid', GPU5)}"
     assert api.rules[rule_name("xid", GPU5)]["spec"]["taint"]["effect"] == "NoSchedule"
 
@@ -95,27 +95,29 @@ def test_another_replicas_create_counts_as_done() -> None:
     api = FakeRules()
     api.rules[rule_name("xid", GPU3)] = rule_body("xid", "NoSchedule", GPU3)
     api.rules[rule_name("xid", GPU3)]["metadata"]["labels"] = {}  # not seen by our list yet
-    outcome = taint_devices(api, TaintDevices("n1", "xid", "NoSchedule", (GPU3,)))
+    outcome = taint_devices(api, TaintDevices(node="n1", kind="xid", effect="NoSchedule", devices=(GPU3,)))
     assert outcome.result is Result.DONE
     assert api.writes == []
 
 
 def test_untaint_deletes_only_our_rules_of_the_node_and_kind() -> None:
     api = FakeRules()
-    taint_devices(api, TaintDevices("n1", "xid", "NoSchedule", (GPU3,)))
+    taint_devices(api, TaintDevices(node="n1", kind="xid", effect="NoSchedule", devices=(GPU3,)))
     other = DraDevice("gpu.nvidia.com", "n2", "gpu-3", "n2", "GPU-x")
-    taint_devices(api, TaintDevices("n2", "xid", "NoSchedule", (other,)))
+    taint_devices(api, TaintDevices(node="n2", kind="xid", effect="NoSchedule", devices=(other,)))
     foreign = rule_body("xid", "NoExecute", GPU5)
     foreign["metadata"] = {"name": "admins", "labels": {"team": "infra"}}
     api.rules["admins"] = foreign
-    outcome = untaint_devices(api, UntaintDevices("n1", "xid"))
+    outcome = untaint_devices(api, UntaintDevices(node="n1", kind="xid"))
     assert outcome.result is Result.DONE
     assert sorted(api.rules) == sorted(["admins", rule_name("xid", other)])
-    assert untaint_devices(api, UntaintDevices("n1", "xid")).result is Result.NOOP
+    assert untaint_devices(api, UntaintDevices(node="n1", kind="xid")).result is Result.NOOP
 
 
 def test_a_failed_write_is_reported() -> None:
-    outcome = taint_devices(FakeRules(fail=500), TaintDevices("n1", "xid", "NoSchedule", (GPU3,)))
+    outcome = taint_devices(
+        FakeRules(fail=500), TaintDevices(node="n1", kind="xid", effect="NoSchedule", devices=(GPU3,))
+    )
     assert outcome.result is Result.FAILED
 
 
@@ -175,7 +177,7 @@ def test_an_api_not_served_or_not_allowed_means_node_taints(status: int) -> None
 
 def test_a_failed_read_keeps_the_last_good_one_or_is_blind() -> None:
     api = FakeRules(slices=[slice_("n1", 1, ("gpu-0", {"uuid": {"string": "GPU-a"}}))])
-    taint_devices(api, TaintDevices("n1", "xid", "NoSchedule", (GPU3,)))
+    taint_devices(api, TaintDevices(node="n1", kind="xid", effect="NoSchedule", devices=(GPU3,)))
     assert DraReader(FakeRules(fail=500)).read().blind
     reader = DraReader(api)
     good = reader.read()

@@ -150,63 +150,71 @@ def foreign() -> V1Taint:
     ("before", "action", "after", "result"),
     [
         pytest.param(
-            [], TaintNode("n1", "ecc", "NoSchedule"), [(KEY, "ecc", "NoSchedule")], Result.DONE, id="add"
+            [],
+            TaintNode(node="n1", kind="ecc", effect="NoSchedule"),
+            [(KEY, "ecc", "NoSchedule")],
+            Result.DONE,
+            id="add",
         ),
         pytest.param(
             [(KEY, "ecc", "NoSchedule")],
-            TaintNode("n1", "ecc", "NoSchedule"),
+            TaintNode(node="n1", kind="ecc", effect="NoSchedule"),
             [(KEY, "ecc", "NoSchedule")],
             Result.NOOP,
             id="already-there",
         ),
         pytest.param(
             [(KEY, "xid", "NoSchedule")],
-            TaintNode("n1", "ecc", "NoSchedule"),
+            TaintNode(node="n1", kind="ecc", effect="NoSchedule"),
             [(KEY, "ecc.xid", "NoSchedule")],
             Result.DONE,
             id="same-effect-shares-the-taint",
         ),
         pytest.param(
             [(KEY, "xid", "NoSchedule")],
-            TaintNode("n1", "thermal", "PreferNoSchedule"),
+            TaintNode(node="n1", kind="thermal", effect="PreferNoSchedule"),
             [(KEY, "thermal", "PreferNoSchedule"), (KEY, "xid", "NoSchedule")],
             Result.DONE,
             id="other-effect-own-taint",
         ),
         pytest.param(
             [(KEY, "ecc.xid", "NoSchedule")],
-            TaintNode("n1", "ecc", "NoExecute"),
+            TaintNode(node="n1", kind="ecc", effect="NoExecute"),
             [(KEY, "ecc", "NoExecute"), (KEY, "xid", "NoSchedule")],
             Result.DONE,
             id="effect-change-moves-the-kind",
         ),
         pytest.param(
             [(KEY, "ecc.xid", "NoSchedule")],
-            UntaintNode("n1", "ecc"),
+            UntaintNode(node="n1", kind="ecc"),
             [(KEY, "xid", "NoSchedule")],
             Result.DONE,
             id="remove-one-kind",
         ),
         pytest.param(
-            [(KEY, "ecc", "NoSchedule")], UntaintNode("n1", "ecc"), [], Result.DONE, id="remove-last"
+            [(KEY, "ecc", "NoSchedule")],
+            UntaintNode(node="n1", kind="ecc"),
+            [],
+            Result.DONE,
+            id="remove-last",
         ),
         pytest.param(
             [(KEY, "xid", "NoSchedule")],
-            UntaintNode("n1", "ecc"),
+            UntaintNode(node="n1", kind="ecc"),
             [(KEY, "xid", "NoSchedule")],
             Result.NOOP,
             id="absent",
         ),
         pytest.param(
             [(KEY, "manual", "NoSchedule")],
-            UntaintNode("n1", "manual-hold"),
+            UntaintNode(node="n1", kind="manual-hold"),
             [(KEY, "manual", "NoSchedule")],
             Result.NOOP,
             id="another-value-of-our-key-untouched",
         ),
         pytest.param(
             [("other/key", "ecc", "NoSchedule")],
-            UntaintNode("n1", "ecc"),
+            UntaintNode(node="n1", kind="ecc"),
             [("other/key", "ecc", "NoSchedule")],
             Result.NOOP,
             id="other-key-untouched",
@@ -230,7 +238,7 @@ def test_taint_edits(
 
 def test_taint_patch_carries_the_resource_version() -> None:
     core = FakeCore(make_node())
-    apply_taint(core, TaintNode("n1", "ecc", "NoSchedule"))
+    apply_taint(core, TaintNode(node="n1", kind="ecc", effect="NoSchedule"))
     (_, _, body) = core.writes[0]
     assert body["metadata"]["resourceVersion"] == "1"
 
@@ -245,7 +253,7 @@ def test_a_conflict_rereads_and_keeps_the_other_writers_change() -> None:
             fake.bump(name, lambda n: setattr(n.spec, "taints", [foreign()]))
 
     core.before_write = concurrent
-    outcome = apply_taint(core, TaintNode("n1", "xid", "NoSchedule"))
+    outcome = apply_taint(core, TaintNode(node="n1", kind="xid", effect="NoSchedule"))
     assert outcome.result is Result.DONE
     assert core.taints() == [("example.com/maintenance", "true", "NoExecute"), (KEY, "xid", "NoSchedule")]
     assert core.reads == 2
@@ -254,9 +262,9 @@ def test_a_conflict_rereads_and_keeps_the_other_writers_change() -> None:
 def test_endless_conflicts_fail_after_bounded_attempts() -> None:
     core = FakeCore(make_node())
     core.before_write = lambda fake, name: fake.bump(name)
-    outcome = remove_taint(core, UntaintNode("n1", "ecc"), max_attempts=3)
+    outcome = remove_taint(core, UntaintNode(node="n1", kind="ecc"), max_attempts=3)
     assert outcome.result is Result.NOOP  # nothing to remove: no write attempted at all
-    outcome = apply_taint(core, TaintNode("n1", "ecc", "NoSchedule"), max_attempts=3)
+    outcome = apply_taint(core, TaintNode(node="n1", kind="ecc", effect="NoSchedule"), max_attempts=3)
     assert outcome.result is Result.FAILED
     assert "conflict" in outcome.message
     assert core.reads == 4
@@ -265,13 +273,13 @@ def test_endless_conflicts_fail_after_bounded_attempts() -> None:
 
 def test_missing_node_dry_run_and_errors() -> None:
     core = FakeCore(make_node())
-    assert apply_taint(core, TaintNode("gone", "ecc", "NoSchedule")).result is Result.SKIPPED
-    dry = apply_taint(core, TaintNode("n1", "ecc", "NoSchedule"), dry_run=True)
+    assert apply_taint(core, TaintNode(node="gone", kind="ecc", effect="NoSchedule")).result is Result.SKIPPED
+    dry = apply_taint(core, TaintNode(node="n1", kind="ecc", effect="NoSchedule"), dry_run=True)
     assert dry.result is Result.SKIPPED
     assert "dry run" in dry.message
     assert core.writes == []
     core.fail_next = 500
-    failed = apply_taint(core, TaintNode("n1", "ecc", "NoSchedule"))
+    failed = apply_taint(core, TaintNode(node="n1", kind="ecc", effect="NoSchedule"))
     assert failed.result is Result.FAILED
     assert "500" in failed.message
 
@@ -293,7 +301,9 @@ def _condition(status: str, reason: str, message: str = "m") -> V1NodeCondition:
 def test_condition_is_created_with_transition_and_heartbeat_now() -> None:
     ready = V1NodeCondition(type="Ready", status="True", last_transition_time=EARLY)
     core = FakeCore(make_node(conditions=[ready]))
-    outcome = set_gpu_healthy_condition(core, SetNodeCondition("n1", "False", "GPUFaultECC", "dbe"), T0)
+    outcome = set_gpu_healthy_condition(
+        core, SetNodeCondition(node="n1", status="False", reason="GPUFaultECC", message="dbe"), T0
+    )
     assert outcome.result is Result.DONE
     cond = core.condition()
     assert (cond.status, cond.reason, cond.message) == ("False", "GPUFaultECC", "dbe")
@@ -305,7 +315,9 @@ def test_condition_is_created_with_transition_and_heartbeat_now() -> None:
 
 def test_same_status_new_reason_keeps_the_transition_time() -> None:
     core = FakeCore(make_node(conditions=[_condition("False", "GPUFaultECC")]))
-    set_gpu_healthy_condition(core, SetNodeCondition("n1", "False", "GPUFaultMultiple", "ecc; xid"), T0)
+    set_gpu_healthy_condition(
+        core, SetNodeCondition(node="n1", status="False", reason="GPUFaultMultiple", message="ecc; xid"), T0
+    )
     cond = core.condition()
     assert cond.reason == "GPUFaultMultiple"
     assert cond.last_transition_time == EARLY
@@ -314,13 +326,17 @@ def test_same_status_new_reason_keeps_the_transition_time() -> None:
 
 def test_status_flip_moves_the_transition_time() -> None:
     core = FakeCore(make_node(conditions=[_condition("False", "GPUFaultECC")]))
-    set_gpu_healthy_condition(core, SetNodeCondition("n1", "True", "GPUFaultCleared", "ok"), T0)
+    set_gpu_healthy_condition(
+        core, SetNodeCondition(node="n1", status="True", reason="GPUFaultCleared", message="ok"), T0
+    )
     assert core.condition().last_transition_time == datetime.fromtimestamp(T0, UTC)
 
 
 def test_unchanged_condition_is_not_written_not_even_a_heartbeat() -> None:
     core = FakeCore(make_node(conditions=[_condition("False", "GPUFaultECC", "dbe")]))
-    outcome = set_gpu_healthy_condition(core, SetNodeCondition("n1", "False", "GPUFaultECC", "dbe"), T0)
+    outcome = set_gpu_healthy_condition(
+        core, SetNodeCondition(node="n1", status="False", reason="GPUFaultECC", message="dbe"), T0
+    )
     assert outcome.result is Result.NOOP
     assert core.writes == []
     assert core.condition().last_heartbeat_time == EARLY
@@ -328,7 +344,9 @@ def test_unchanged_condition_is_not_written_not_even_a_heartbeat() -> None:
 
 def test_the_degraded_condition_is_its_own_type_beside_gpu_healthy() -> None:
     core = FakeCore(make_node(conditions=[_condition("False", "GPUFaultECC", "dbe")]))
-    action = SetNodeCondition("n1", "True", "GPUDegradedStraggler", "slow", GPU_DEGRADED)
+    action = SetNodeCondition(
+        node="n1", status="True", reason="GPUDegradedStraggler", message="slow", type=GPU_DEGRADED
+    )
     assert set_gpu_healthy_condition(core, action, T0).result is Result.DONE
     by_type = {c.type: (c.status, c.reason) for c in core.nodes["n1"].status.conditions}
     assert by_type == {GPU_HEALTHY: ("False", "GPUFaultECC"), GPU_DEGRADED: ("True", "GPUDegradedStraggler")}
@@ -343,17 +361,22 @@ def test_annotations_merge_remove_and_skip_no_ops() -> None:
         make_node(annotations={"keep": "me", NODE_FAULTS: "{}", "gpuefficiency.io/fault-recovered": "all"})
     )
     outcome = annotate_node(
-        core, AnnotateNode("n1", {NODE_FAULTS: '{"faults":{}}', "gpuefficiency.io/fault-recovered": None})
+        core,
+        AnnotateNode(
+            node="n1", annotations={NODE_FAULTS: '{"faults":{}}', "gpuefficiency.io/fault-recovered": None}
+        ),
     )
     assert outcome.result is Result.DONE
     assert core.nodes["n1"].metadata.annotations == {"keep": "me", NODE_FAULTS: '{"faults":{}}'}
     assert core.writes[0][2] == {
         "metadata": {"annotations": {NODE_FAULTS: '{"faults":{}}', "gpuefficiency.io/fault-recovered": None}}
     }
-    again = annotate_node(core, AnnotateNode("n1", {NODE_FAULTS: '{"faults":{}}', "absent": None}))
+    again = annotate_node(
+        core, AnnotateNode(node="n1", annotations={NODE_FAULTS: '{"faults":{}}', "absent": None})
+    )
     assert again.result is Result.NOOP
     assert len(core.writes) == 1
-    assert annotate_node(core, AnnotateNode("gone", {"a": "b"})).result is Result.SKIPPED
+    assert annotate_node(core, AnnotateNode(node="gone", annotations={"a": "b"})).result is Result.SKIPPED
 
 
 # ---- property: any sequence of edits keeps the taints valid and ours only ---------------------------
@@ -377,10 +400,10 @@ def test_taint_edits_match_a_simple_model(ops: list[tuple[str, str, str]]) -> No
     model: dict[str, str] = {}
     for op, kind, effect in ops:
         if op == "taint":
-            outcome = apply_taint(core, TaintNode("n1", kind, effect))
+            outcome = apply_taint(core, TaintNode(node="n1", kind=kind, effect=effect))
             model[kind] = effect
         else:
-            outcome = remove_taint(core, UntaintNode("n1", kind))
+            outcome = remove_taint(core, UntaintNode(node="n1", kind=kind))
             model.pop(kind, None)
         assert outcome.result in (Result.DONE, Result.NOOP), outcome
     held: dict[str, str] = {}

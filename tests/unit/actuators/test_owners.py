@@ -26,8 +26,8 @@ NOTEBOOK = ("kubeflow.org", "v1", "ml", "notebooks", "lab")
 
 def action(kind: str, name: str, what: str, api_version: str = "apps/v1") -> ReclaimOwner:
     return ReclaimOwner(
-        "ml", OwnerRef(api_version, kind, name, f"uid-{name}"), what, (("p-0", "uid-p-0"),),
-        f"all 1 GPU pod(s) of {kind.lower()}/{name} idle since ...", "idle-policy",
+        namespace="ml", owner=OwnerRef(api_version, kind, name, f"uid-{name}"), action=what, pods=(("p-0", "uid-p-0"),),
+        reason=f"all 1 GPU pod(s) of {kind.lower()}/{name} idle since ...", policy="idle-policy",
     )  # fmt: skip
 
 

@@ -48,7 +48,18 @@ def window_averages(profile: str, seed: int, offset: int) -> Iterator[tuple[floa
 
 def verdict(kind: Verdict, diagnosis: Diagnosis, sm: float, util: float) -> PodVerdict:
     return PodVerdict(
-        "ns", "p", kind, diagnosis, "", Signal.SM_ACTIVE, sm, sm, util, efficiency_percent(sm, util), (), ""
+        namespace="ns",
+        name="p",
+        verdict=kind,
+        diagnosis=diagnosis,
+        recommendation="",
+        activity_signal=Signal.SM_ACTIVE,
+        activity_peak=sm,
+        activity_avg=sm,
+        gpu_util_avg=util,
+        efficiency=efficiency_percent(sm, util),
+        gpus=(),
+        reason="",
     )
 
 

@@ -145,7 +145,7 @@ def test_turned_off_the_node_is_tainted() -> None:
     cluster = DraCluster.of(dra_node("n1"), spec=policy(device_quarantine={"enabled": False}))
     cluster.devices = dra_gpus("n1")
     outcome = cluster.cycle(eight("n1", g3=XID_48))
-    assert of_type(outcome.actions, TaintNode) == [TaintNode("n1", "xid", "NoSchedule")]
+    assert of_type(outcome.actions, TaintNode) == [TaintNode(node="n1", kind="xid", effect="NoSchedule")]
     assert of_type(outcome.actions, TaintDevices) == []
 
 
@@ -163,7 +163,7 @@ def test_recovery_removes_the_rule_and_then_forgets_the_fault() -> None:
     cluster.cycle(eight("n1", g3=XID_48))
     cluster.annotate("n1", names.FAULT_RECOVERED, "xid")
     recovered = cluster.cycle(eight("n1"))
-    assert of_type(recovered.actions, UntaintDevices) == [UntaintDevices("n1", "xid")]
+    assert of_type(recovered.actions, UntaintDevices) == [UntaintDevices(node="n1", kind="xid")]
     assert of_type(recovered.actions, UntaintNode) == []
     assert cluster.tainted_devices() == []
     cluster.cycle(eight("n1"))
@@ -176,7 +176,9 @@ def test_automatic_recovery_removes_the_rule() -> None:
     cluster.devices = dra_gpus("n1")
     cluster.cycle(eight("n1", g3=XID_48))
     outcomes = [cluster.cycle(eight("n1")) for _ in range(4)]
-    assert [a for o in outcomes for a in of_type(o.actions, UntaintDevices)] == [UntaintDevices("n1", "xid")]
+    assert [a for o in outcomes for a in of_type(o.actions, UntaintDevices)] == [
+        UntaintDevices(node="n1", kind="xid")
+    ]
     assert cluster.tainted_devices() == []
 
 
@@ -213,7 +215,7 @@ def test_a_gpu_no_slice_lists_keeps_the_node_taint() -> None:
     cluster = DraCluster.of(dra_node("n1"))
     cluster.devices = dra_gpus("n1", count=3)  # GPU 3 is not a DRA device
     outcome = cluster.cycle(eight("n1", g3=XID_48))
-    assert of_type(outcome.actions, TaintNode) == [TaintNode("n1", "xid", "NoSchedule")]
+    assert of_type(outcome.actions, TaintNode) == [TaintNode(node="n1", kind="xid", effect="NoSchedule")]
 
 
 def test_a_device_tainted_node_counts_against_the_circuit_breaker() -> None:

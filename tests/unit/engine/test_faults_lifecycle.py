@@ -42,7 +42,7 @@ ECC_GPU = gpu("n1", 3, fault=DBE_ERROR)
 def test_ecc_fault_taints_names_the_gpu_then_goes_quiet() -> None:
     cluster = Cluster.of(node("n1"), node("n2"))
     first = cluster.cycle([ECC_GPU, gpu("n2")])
-    assert of_type(first.actions, TaintNode) == [TaintNode("n1", "ecc", "NoSchedule")]
+    assert of_type(first.actions, TaintNode) == [TaintNode(node="n1", kind="ecc", effect="NoSchedule")]
     (condition,) = of_type(first.actions, SetNodeCondition)
     assert (condition.status, condition.reason) == ("False", "GPUFaultECC")
     assert "GPU 3:GPU-n1-3" in condition.message
@@ -84,7 +84,7 @@ def test_manual_recovery_untaints_clears_and_the_same_xid_never_retriggers() -> 
     cluster.cycle([gpu("n1", fault=XID_79)])
     cluster.annotate("n1", names.FAULT_RECOVERED, "xid")
     recovery = cluster.cycle([gpu("n1", fault=XID_79)])  # 60s later: the change is still in the lookback
-    assert of_type(recovery.actions, UntaintNode) == [UntaintNode("n1", "xid")]
+    assert of_type(recovery.actions, UntaintNode) == [UntaintNode(node="n1", kind="xid")]
     assert names.EV_UNTAINTED in reasons(recovery.actions)
     assert names.FAULT_RECOVERED not in cluster.nodes["n1"].annotations
     assert cluster.our_taint_values("n1") == []
@@ -102,7 +102,7 @@ def test_manual_recovery_untaints_clears_and_the_same_xid_never_retriggers() -> 
     assert cluster.cycle(steady).actions == ()
 
     new = cluster.cycle([gpu("n1", fault={Signal.XID: st(48, low=48, high=79, changes=1)})])
-    assert of_type(new.actions, TaintNode) == [TaintNode("n1", "xid", "NoSchedule")]
+    assert of_type(new.actions, TaintNode) == [TaintNode(node="n1", kind="xid", effect="NoSchedule")]
 
 
 def test_manual_recovery_keeps_the_same_ecc_values_from_retriggering_but_not_a_new_error() -> None:
@@ -115,7 +115,7 @@ def test_manual_recovery_keeps_the_same_ecc_values_from_retriggering_but_not_a_n
         assert of_type(cluster.cycle([gpu("n1", fault=failure)]).actions, TaintNode) == []
     assert cluster.tainted_nodes() == set()
     worse = cluster.cycle([gpu("n1", fault={**failure, **DBE_ERROR})])
-    assert of_type(worse.actions, TaintNode) == [TaintNode("n1", "ecc", "NoSchedule")]
+    assert of_type(worse.actions, TaintNode) == [TaintNode(node="n1", kind="ecc", effect="NoSchedule")]
 
 
 def test_an_admins_manual_untaint_is_respected_until_a_new_fault() -> None:
@@ -133,7 +133,7 @@ def test_an_admins_manual_untaint_is_respected_until_a_new_fault() -> None:
     for _ in range(3):
         assert cluster.cycle(data).actions == ()
     again = cluster.cycle([gpu("n1", fault={Signal.ECC_DBE_VOLATILE: counter(2, 3)})])
-    assert of_type(again.actions, TaintNode) == [TaintNode("n1", "ecc", "NoSchedule")]
+    assert of_type(again.actions, TaintNode) == [TaintNode(node="n1", kind="ecc", effect="NoSchedule")]
     assert names.EV_FAULT in reasons(again.actions)
 
 
@@ -142,12 +142,12 @@ def test_thermal_needs_the_full_hold_and_recovers_automatically() -> None:
     short = cluster.cycle([gpu("n1", hold={Signal.GPU_TEMP: st(95, low=70, high=97)})])
     assert short.actions == ()
     hot = cluster.cycle([gpu("n1", hold=HOT, recovery=HOT_RECOVERY)])
-    assert of_type(hot.actions, TaintNode) == [TaintNode("n1", "thermal", "NoSchedule")]
+    assert of_type(hot.actions, TaintNode) == [TaintNode(node="n1", kind="thermal", effect="NoSchedule")]
     assert "temperature above 90C for 2m" in of_type(hot.actions, SetNodeCondition)[0].message
     cooling = cluster.cycle([gpu("n1", recovery=HOT_RECOVERY)])  # cool now, not for recoveryAfter yet
     assert of_type(cooling.actions, UntaintNode) == []
     cool = cluster.cycle([gpu("n1")])
-    assert of_type(cool.actions, UntaintNode) == [UntaintNode("n1", "thermal")]
+    assert of_type(cool.actions, UntaintNode) == [UntaintNode(node="n1", kind="thermal")]
     assert names.EV_UNTAINTED in reasons(cool.actions)
     assert cluster.condition("n1").status == "True"
     cluster.cycle([gpu("n1")])
@@ -204,8 +204,8 @@ def test_two_kinds_with_one_effect_share_one_taint_and_a_combined_reason() -> No
     cluster = Cluster.of(node("n1"))
     outcome = cluster.cycle([gpu("n1", fault={**DBE_ERROR, **XID_79})])
     assert of_type(outcome.actions, TaintNode) == [
-        TaintNode("n1", "ecc", "NoSchedule"),
-        TaintNode("n1", "xid", "NoSchedule"),
+        TaintNode(node="n1", kind="ecc", effect="NoSchedule"),
+        TaintNode(node="n1", kind="xid", effect="NoSchedule"),
     ]
     assert cluster.our_taint_values("n1") == ["ecc.xid:NoSchedule"]
     assert cluster.condition("n1").reason == "GPUFaultMultiple"
@@ -229,7 +229,7 @@ def test_a_changed_taint_effect_moves_the_taint() -> None:
     cluster.cycle([gpu("n1", fault=DBE_ERROR)])
     cluster.spec = policy("Enforce", ecc={"effect": "NoExecute"})
     outcome = cluster.cycle([gpu("n1", fault=DBE_ERROR)])
-    assert of_type(outcome.actions, TaintNode) == [TaintNode("n1", "ecc", "NoExecute")]
+    assert of_type(outcome.actions, TaintNode) == [TaintNode(node="n1", kind="ecc", effect="NoExecute")]
     assert cluster.our_taint_values("n1") == ["ecc:NoExecute"]
 
 
@@ -252,20 +252,24 @@ def test_disabled_kinds_and_nodes_out_of_scope_are_left_alone() -> None:
 def test_a_gpu_seen_by_prometheus_and_the_agent_faults_when_either_sees_it() -> None:
     sources = [gpu("n1", source="prometheus"), gpu("n1", fault=XID_79, source="agent")]
     outcome = evaluate_faults(snapshot([node("n1")], sources))
-    assert of_type(outcome.actions, TaintNode) == [TaintNode("n1", "xid", "NoSchedule")]
+    assert of_type(outcome.actions, TaintNode) == [TaintNode(node="n1", kind="xid", effect="NoSchedule")]
 
 
 def test_an_unreadable_record_is_reported_and_replaced() -> None:
     view = node("n1", annotations={names.NODE_FAULTS: "{not json"})
     outcome = evaluate_faults(snapshot([view], [gpu("n1")]))
     assert any("unreadable fault record" in n for n in outcome.notes)
-    assert of_type(outcome.actions, AnnotateNode) == [AnnotateNode("n1", {names.NODE_FAULTS: None})]
+    assert of_type(outcome.actions, AnnotateNode) == [
+        AnnotateNode(node="n1", annotations={names.NODE_FAULTS: None})
+    ]
 
 
 def test_unknown_recovery_tokens_are_noted_and_the_request_removed() -> None:
     view = node("n1", annotations={names.FAULT_RECOVERED: "bogus"})
     outcome = evaluate_faults(snapshot([view], [gpu("n1")]))
-    assert of_type(outcome.actions, AnnotateNode) == [AnnotateNode("n1", {names.FAULT_RECOVERED: None})]
+    assert of_type(outcome.actions, AnnotateNode) == [
+        AnnotateNode(node="n1", annotations={names.FAULT_RECOVERED: None})
+    ]
     assert any("bogus" in n for n in outcome.notes)
     assert of_type(outcome.actions, NodeEvent) == []
 
@@ -277,4 +281,4 @@ def test_a_source_without_data_does_not_veto_a_recovery() -> None:
     no_thermal = dict.fromkeys((Signal.GPU_TEMP, Signal.MEMORY_TEMP, Signal.CLOCK_EVENTS))
     agent = gpu("n1", hold=no_thermal, recovery=no_thermal, source="agent")
     outcome = cluster.cycle([gpu("n1"), agent])
-    assert of_type(outcome.actions, UntaintNode) == [UntaintNode("n1", "thermal")]
+    assert of_type(outcome.actions, UntaintNode) == [UntaintNode(node="n1", kind="thermal")]

@@ -25,7 +25,7 @@ def test_a_taint_removed_before_the_next_cycle_is_respected_until_a_new_fault() 
     cluster = Cluster.of(node("n1"))
     data = [gpu("n1", fault={Signal.ECC_DBE_VOLATILE: counter(0, 2)})]
     first = cluster.cycle(data)
-    assert of_type(first.actions, TaintNode) == [TaintNode("n1", "ecc", "NoSchedule")]
+    assert of_type(first.actions, TaintNode) == [TaintNode(node="n1", kind="ecc", effect="NoSchedule")]
     assert record_of(cluster.nodes["n1"])["faults"]["ecc"]["tainted"] is True, "the record knows the taint"
     cluster.remove_taints("n1")  # the admin, right after the NodeTainted event
     noticed = cluster.cycle(data)
@@ -36,7 +36,7 @@ def test_a_taint_removed_before_the_next_cycle_is_respected_until_a_new_fault() 
         assert of_type(cluster.cycle(data).actions, TaintNode) == []
     assert cluster.tainted_nodes() == set()
     again = cluster.cycle([gpu("n1", fault={Signal.ECC_DBE_VOLATILE: counter(2, 3)})])
-    assert of_type(again.actions, TaintNode) == [TaintNode("n1", "ecc", "NoSchedule")]
+    assert of_type(again.actions, TaintNode) == [TaintNode(node="n1", kind="ecc", effect="NoSchedule")]
 
 
 def test_a_taint_the_breaker_denies_is_not_recorded_as_set() -> None:
@@ -44,11 +44,11 @@ def test_a_taint_the_breaker_denies_is_not_recorded_as_set() -> None:
     cluster = Cluster.of(node("n1"), node("n2"), spec=spec)
     faulty = {Signal.ECC_DBE_VOLATILE: counter(0, 1)}
     first = cluster.cycle([gpu("n1", fault=faulty), gpu("n2", fault=faulty)])
-    assert of_type(first.actions, TaintNode) == [TaintNode("n1", "ecc", "NoSchedule")]
+    assert of_type(first.actions, TaintNode) == [TaintNode(node="n1", kind="ecc", effect="NoSchedule")]
     assert record_of(cluster.nodes["n2"])["faults"]["ecc"]["tainted"] is False
     # the breaker closes (n1 recovered by hand): n2, never tainted, is tainted now, not "respected"
     cluster.annotate("n1", names.FAULT_RECOVERED, "ecc")
     cluster.cycle([gpu("n1", fault=faulty), gpu("n2", fault=faulty)])  # n1's taint removed
     later = cluster.cycle([gpu("n1", fault=faulty), gpu("n2", fault=faulty)])
-    assert of_type(later.actions, TaintNode) == [TaintNode("n2", "ecc", "NoSchedule")]
+    assert of_type(later.actions, TaintNode) == [TaintNode(node="n2", kind="ecc", effect="NoSchedule")]
     assert cluster.our_taint_values("n2") == ["ecc:NoSchedule"]

@@ -106,4 +106,6 @@ def test_a_forged_xid_on_a_gpu_the_node_cannot_have_taints_nothing() -> None:
 
 def test_a_real_xid_on_a_fully_reported_node_still_taints() -> None:
     plan = evaluate(_fault_snapshot(fault_gpu("n1", 0), fault_gpu("n1", 1, fault=XID_79))).plan
-    assert [a for a in plan.actions if isinstance(a, TaintNode)] == [TaintNode("n1", "xid", "NoSchedule")]
+    assert [a for a in plan.actions if isinstance(a, TaintNode)] == [
+        TaintNode(node="n1", kind="xid", effect="NoSchedule")
+    ]

@@ -99,8 +99,10 @@ def test_the_namespace_annotation_routes_slack_messages_to_its_channel() -> None
 
 def test_evictions_first_refusals_and_node_faults_become_notifications() -> None:
     snap, plan = until_warning()
-    evict = EvictPod("team-a", "p", "uid-team-a-p", "evicted to free the GPU")
-    fault = NodeEvent("node-0", names.EV_FAULT, "GPU-0 has a double-bit ECC error: counter rose by 1")
+    evict = EvictPod(namespace="team-a", name="p", uid="uid-team-a-p", reason="evicted to free the GPU")
+    fault = NodeEvent(
+        node="node-0", reason=names.EV_FAULT, message="GPU-0 has a double-bit ECC error: counter rose by 1"
+    )
     done = notifications([evict, fault], (), snap, plan, window_s=600, max_keep_s=86400, keep_allowed=True)
     assert [(n.reason, n.kind, n.acknowledge) for n in done] == [
         (names.EV_EVICTED, "Pod", ""),

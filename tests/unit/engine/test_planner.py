@@ -150,9 +150,9 @@ def test_metrics_unavailable_no_pod_actions_condition_and_one_event() -> None:
     plan = plan_cycle(warned)
     assert plan.actions == (
         PolicyEvent(
-            names.EV_METRICS_UNAVAILABLE,
-            "Prometheus: connection refused: no pod is judged or evicted",
-            "Warning",
+            reason=names.EV_METRICS_UNAVAILABLE,
+            message="Prometheus: connection refused: no pod is judged or evicted",
+            type="Warning",
         ),
     )
     assert all(v.verdict is Verdict.UNKNOWN for v in plan.verdicts)
@@ -189,7 +189,7 @@ def test_unrelated_conditions_are_preserved() -> None:
 def test_fault_outcome_is_folded_in(monkeypatch: pytest.MonkeyPatch) -> None:
     record = QuarantinedNodeRecord(node="n1", kind="ecc", gpus=("GPU-0",), tainted=True, since="t")
     outcome = FaultOutcome(
-        actions=(TaintNode("n1", "ecc", "NoSchedule"),),
+        actions=(TaintNode(node="n1", kind="ecc", effect="NoSchedule"),),
         quarantined=(record,),
         breaker_open=True,
         breaker_message="3 of 10 nodes faulty",
@@ -197,7 +197,7 @@ def test_fault_outcome_is_folded_in(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     monkeypatch.setattr(planner, "evaluate_faults", lambda snapshot, stragglers=(): outcome)
     plan = plan_cycle(mixed_cluster())
-    assert TaintNode("n1", "ecc", "NoSchedule") in plan.actions
+    assert TaintNode(node="n1", kind="ecc", effect="NoSchedule") in plan.actions
     assert "fault note" in plan.notes
     assert plan.status.quarantined_nodes[0].node == "n1"
     breaker = {c.type: c for c in plan.status.conditions}[names.COND_BREAKER]
@@ -268,13 +268,13 @@ def test_plan_is_deterministic() -> None:
 
 def test_outage_runs_faults_for_manual_recovery_but_drops_taints(monkeypatch: pytest.MonkeyPatch) -> None:
     outage = FaultOutcome(
-        actions=(TaintNode("n1", "ecc", "NoSchedule"), UntaintNode("n2", "xid")),
+        actions=(TaintNode(node="n1", kind="ecc", effect="NoSchedule"), UntaintNode(node="n2", kind="xid")),
         quarantined=(),
         breaker_open=False,
     )
     monkeypatch.setattr(planner, "evaluate_faults", lambda snapshot, stragglers=(): outage)
     plan = plan_cycle(replace(mixed_cluster(), metrics_available=False, metrics_error="down"))
-    assert UntaintNode("n2", "xid") in plan.actions
+    assert UntaintNode(node="n2", kind="xid") in plan.actions
     assert not [a for a in plan.actions if isinstance(a, TaintNode | AnnotatePod | EvictPod | PodEvent)]
     assert any("taints dropped" in note for note in plan.notes)
 

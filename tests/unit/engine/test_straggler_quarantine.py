@@ -80,7 +80,7 @@ def test_enforce_taints_the_hardware_stragglers_node_prefer_no_schedule_and_unta
     assert node_writes(plans) == []  # slow, but not for forDuration (2m) yet
     snapshot, plans = cycles(snapshot, 1)
     assert [a for a in node_writes(plans) if isinstance(a, TaintNode)] == [
-        TaintNode("node-3", "straggler", "PreferNoSchedule")
+        TaintNode(node="node-3", kind="straggler", effect="PreferNoSchedule")
     ]
     assert taints(snapshot, "node-3") == ["straggler:PreferNoSchedule"]
     assert condition(snapshot, "node-3", names.GPU_DEGRADED) == ("True", "GPUDegradedStraggler")
@@ -97,7 +97,7 @@ def test_enforce_taints_the_hardware_stragglers_node_prefer_no_schedule_and_unta
 
     recovered = b.with_signals(snapshot, SLOW_GPU, trainer())
     snapshot, plans = cycles(recovered, 2)
-    assert UntaintNode("node-3", "straggler") in node_writes(plans)
+    assert UntaintNode(node="node-3", kind="straggler") in node_writes(plans)
     assert taints(snapshot, "node-3") == []
     assert condition(snapshot, "node-3", names.GPU_DEGRADED) == ("False", "GPUDegradedCleared")
 

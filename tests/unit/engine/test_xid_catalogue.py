@@ -76,7 +76,7 @@ def test_taint_classes_in_a_policy_change_what_taints() -> None:
     assert of_type(default.cycle([gpu("n1", fault=xid(94))]).actions, TaintNode) == []
     chosen = Cluster.of(node("n1"), spec=policy(xid={"taintClasses": ["restart-app"]}))
     assert of_type(chosen.cycle([gpu("n1", fault=xid(94))]).actions, TaintNode) == [
-        TaintNode("n1", "xid", "NoSchedule")
+        TaintNode(node="n1", kind="xid", effect="NoSchedule")
     ]
 
 

@@ -31,7 +31,7 @@ def test_a_repeat_code_taints_only_once_it_was_seen_count_times_within_the_windo
         assert of_type(outcome.actions, TaintNode) == [], attempt
         cluster.cycle([gpu("n1", fault=changed(13, before=95))], advance=150)
     third = cluster.cycle([gpu("n1", fault=changed(95))])
-    assert of_type(third.actions, TaintNode) == [TaintNode("n1", "xid", "NoSchedule")]
+    assert of_type(third.actions, TaintNode) == [TaintNode(node="n1", kind="xid", effect="NoSchedule")]
     (event,) = fault_events(third)
     assert "xid=95 x3 in 1h" in event.message  # the event carries the count
 
@@ -47,7 +47,7 @@ def test_repeat_sightings_older_than_within_do_not_count() -> None:
     soon.cycle([gpu("n1", fault=changed(95))], advance=150)
     soon.cycle([gpu("n1", fault=changed(13, before=95))], advance=150)
     assert of_type(soon.cycle([gpu("n1", fault=changed(95))]).actions, TaintNode) == [
-        TaintNode("n1", "xid", "NoSchedule")
+        TaintNode(node="n1", kind="xid", effect="NoSchedule")
     ]
 
 
@@ -88,7 +88,7 @@ def test_an_application_xid_burst_on_many_nodes_is_one_incident_and_taints_nothi
 def test_a_critical_application_xid_on_one_node_still_taints() -> None:
     cluster = Cluster.of(node("n1"), node("n2"), node("n3"), spec=policy(xid={"critical": [45]}))
     outcome = cluster.cycle([gpu("n1", fault=changed(45, before=0)), gpu("n2"), gpu("n3")])
-    assert of_type(outcome.actions, TaintNode) == [TaintNode("n1", "xid", "NoSchedule")]
+    assert of_type(outcome.actions, TaintNode) == [TaintNode(node="n1", kind="xid", effect="NoSchedule")]
     assert of_type(outcome.actions, SetNodeCondition)[0].reason == "GPUFaultXID"
 
 
@@ -105,4 +105,4 @@ def test_a_malformed_history_is_reported_and_replaced() -> None:
     cluster = Cluster.of(node("n1", annotations={names.XID_HISTORY: "{not json"}))
     outcome = cluster.cycle([gpu("n1", fault=changed(79))])
     assert any("malformed" in n for n in outcome.notes)
-    assert of_type(outcome.actions, TaintNode) == [TaintNode("n1", "xid", "NoSchedule")]
+    assert of_type(outcome.actions, TaintNode) == [TaintNode(node="n1", kind="xid", effect="NoSchedule")]

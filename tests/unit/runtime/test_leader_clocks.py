@@ -141,9 +141,9 @@ def test_the_applier_asks_the_guard_before_each_write() -> None:
     applier.core = core  # type: ignore[assignment]
     outcomes = applier.apply(
         [
-            EvictPod("ns", "a", "ua", "idle"),
-            TaintNode("n1", "xid", "NoSchedule"),
-            EvictPod("ns", "b", "ub", "idle"),
+            EvictPod(namespace="ns", name="a", uid="ua", reason="idle"),
+            TaintNode(node="n1", kind="xid", effect="NoSchedule"),
+            EvictPod(namespace="ns", name="b", uid="ub", reason="idle"),
         ],
         policy_name="p",
         policy_uid="u",

@@ -38,14 +38,26 @@ class RecordingReader(ClusterReader):
 
 def test_feed_writes_hands_back_what_each_write_returned() -> None:
     reader = RecordingReader()
-    evict = EvictPod("ns", "idle", "u-idle", "idle for 1h")
+    evict = EvictPod(namespace="ns", name="idle", uid="u-idle", reason="idle for 1h")
     outcomes = [
-        Outcome(AnnotatePod("ns", "p", "u-p", {"k": "v"}), Result.DONE, obj={"metadata": {"name": "p"}}),
-        Outcome(AnnotatePod("ns", "gone", "u-g", {"k": "v"}), Result.SKIPPED),
-        Outcome(TaintNode("n1", "ecc", "NoSchedule"), Result.DONE, obj={"metadata": {"name": "n1"}}),
+        Outcome(
+            AnnotatePod(namespace="ns", name="p", uid="u-p", annotations={"k": "v"}),
+            Result.DONE,
+            obj={"metadata": {"name": "p"}},
+        ),
+        Outcome(AnnotatePod(namespace="ns", name="gone", uid="u-g", annotations={"k": "v"}), Result.SKIPPED),
+        Outcome(
+            TaintNode(node="n1", kind="ecc", effect="NoSchedule"),
+            Result.DONE,
+            obj={"metadata": {"name": "n1"}},
+        ),
         Outcome(evict, Result.DONE),
-        Outcome(EvictPod("ns", "pdb", "u-pdb", "idle"), Result.BLOCKED, obj={"metadata": {"name": "pdb"}}),
-        Outcome(PodEvent("ns", "p", "u-p", "GPUIdle", "idle"), Result.DONE),
+        Outcome(
+            EvictPod(namespace="ns", name="pdb", uid="u-pdb", reason="idle"),
+            Result.BLOCKED,
+            obj={"metadata": {"name": "pdb"}},
+        ),
+        Outcome(PodEvent(namespace="ns", name="p", uid="u-p", reason="GPUIdle", message="idle"), Result.DONE),
     ]
     for outcome in outcomes:
         feed_write(reader, outcome)
@@ -69,7 +81,7 @@ class _PodCore:
 def test_annotate_pod_returns_the_patched_pod_as_json() -> None:
     returned = {"metadata": {"name": "p", "uid": "u", "resourceVersion": "9", "annotations": {"k": "v"}}}
     core = _PodCore(returned)
-    outcome = annotate_pod(core, AnnotatePod("ns", "p", "u", {"k": "v"}))  # type: ignore[arg-type]
+    outcome = annotate_pod(core, AnnotatePod(namespace="ns", name="p", uid="u", annotations={"k": "v"}))  # type: ignore[arg-type]
     assert outcome.result is Result.DONE
     assert outcome.obj == returned
     assert core.kwargs["_preload_content"] is False
@@ -78,7 +90,7 @@ def test_annotate_pod_returns_the_patched_pod_as_json() -> None:
 
 def test_node_writes_return_the_node_as_api_json() -> None:
     core = FakeCore(make_node("n1"))
-    outcome = nodes.apply_taint(core, TaintNode("n1", "ecc", "NoSchedule"))
+    outcome = nodes.apply_taint(core, TaintNode(node="n1", kind="ecc", effect="NoSchedule"))
     assert outcome.result is Result.DONE
     assert outcome.obj is not None
     view = node_view(outcome.obj)
@@ -86,7 +98,7 @@ def test_node_writes_return_the_node_as_api_json() -> None:
         ("gpuefficiency.io/gpu-fault", "ecc", "NoSchedule")
     ]
     assert outcome.obj["metadata"]["resourceVersion"] == "2"
-    annotated = nodes.annotate_node(core, AnnotateNode("n1", {"gpuefficiency.io/x": "1"}))
+    annotated = nodes.annotate_node(core, AnnotateNode(node="n1", annotations={"gpuefficiency.io/x": "1"}))
     assert annotated.obj is not None
     assert node_view(annotated.obj).annotations == {"gpuefficiency.io/x": "1"}
     assert nodes.as_json(object()) is None
@@ -98,7 +110,11 @@ def test_the_applier_hands_each_write_over_as_it_happens_and_keeps_no_json() -> 
     seen: list[Outcome] = []
     applier = Applier(api_client=client.ApiClient(), recorder=None, on_written=seen.append)  # type: ignore[arg-type]
     applier.core = _PodCore(returned)  # type: ignore[assignment]
-    outcomes = applier.apply([AnnotatePod("ns", "p", "u", {"k": "v"})], policy_name="pol", policy_uid="x")
+    outcomes = applier.apply(
+        [AnnotatePod(namespace="ns", name="p", uid="u", annotations={"k": "v"})],
+        policy_name="pol",
+        policy_uid="x",
+    )
     assert [o.obj for o in seen] == [returned]
     assert [o.result for o in outcomes] == [Result.DONE]
     assert outcomes[0].obj is None

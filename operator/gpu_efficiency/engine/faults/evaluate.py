@@ -202,9 +202,9 @@ def _taint_actions(decision: NodeDecision, granted: bool) -> list[Action]:
     actions: list[Action] = []
     for kind in sorted(decision.untaint, key=kind_order):
         if kind in decision.on_node:
-            actions.append(UntaintNode(node, kind))
+            actions.append(UntaintNode(node=node, kind=kind))
         if kind in decision.on_devices:
-            actions.append(UntaintDevices(node, kind))
+            actions.append(UntaintDevices(node=node, kind=kind))
     if not granted:
         return actions
     for kind in sorted(decision.wants, key=kind_order):
@@ -212,23 +212,25 @@ def _taint_actions(decision: NodeDecision, granted: bool) -> list[Action]:
         entry = decision.held[kind]
         devices = decision.devices.get(kind)
         if devices is not None:
-            actions.append(TaintDevices(node, kind, effect, devices))
+            actions.append(TaintDevices(node=node, kind=kind, effect=effect, devices=devices))
             if kind in decision.on_node:
-                actions.append(UntaintNode(node, kind))
+                actions.append(UntaintNode(node=node, kind=kind))
             message = (
                 f"tainted device(s) {describe_devices(devices)} with {FAULT_TAINT_KEY}={kind}:{effect} "
                 f"(DeviceTaintRule) for the {kind} fault on {describe(entry.gpus)}; "
                 "the node stays schedulable for its healthy GPUs"
             )
         else:
-            actions.append(TaintNode(node, kind, effect))
+            actions.append(TaintNode(node=node, kind=kind, effect=effect))
             if kind in decision.on_devices:
-                actions.append(UntaintDevices(node, kind))
+                actions.append(UntaintDevices(node=node, kind=kind))
             message = (
                 f"tainted {FAULT_TAINT_KEY}={kind}:{effect} for the {kind} fault on {describe(entry.gpus)}"
             )
-        actions.append(NodeEvent(decision.node, EV_TAINTED, message, "Warning"))
-        actions.append(PolicyEvent(EV_TAINTED, f"node {decision.node}: {message}", "Warning"))
+        actions.append(NodeEvent(node=decision.node, reason=EV_TAINTED, message=message, type="Warning"))
+        actions.append(
+            PolicyEvent(reason=EV_TAINTED, message=f"node {decision.node}: {message}", type="Warning")
+        )
     return actions
 
 
@@ -258,15 +260,21 @@ def _breaker_events(
     policy: list[Action] = []
     nodes: dict[str, list[Action]] = defaultdict(list)
     if decision.open and not was_open:
-        policy.append(PolicyEvent(EV_BREAKER, f"circuit breaker open: {message}", "Warning"))
+        policy.append(
+            PolicyEvent(reason=EV_BREAKER, message=f"circuit breaker open: {message}", type="Warning")
+        )
     elif was_open and not decision.open:
         policy.append(
-            PolicyEvent(EV_BREAKER, "circuit breaker closed: every faulty node may be tainted", "Normal")
+            PolicyEvent(
+                reason=EV_BREAKER,
+                message="circuit breaker closed: every faulty node may be tainted",
+                type="Normal",
+            )
         )
     for node in decision.denied:
         if not was_open or by_node[node].new_kinds:
             text = f"not tainted although faulty: circuit breaker open ({message})"
-            nodes[node].append(NodeEvent(node, EV_BREAKER, text, "Warning"))
+            nodes[node].append(NodeEvent(node=node, reason=EV_BREAKER, message=text, type="Warning"))
     return policy, nodes
 
 

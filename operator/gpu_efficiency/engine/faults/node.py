@@ -428,7 +428,11 @@ class _NodeCycle:
             return
         if current is None or (current.status, current.reason, current.message) != desired:
             status, reason, message = desired
-            self.out.writes.append(SetNodeCondition(self.node.name, status, reason, message, type_))
+            self.out.writes.append(
+                SetNodeCondition(
+                    node=self.node.name, status=status, reason=reason, message=message, type=type_
+                )
+            )
 
     def record(self, request: str | None) -> None:
         text = dump_record(NodeFaultRecord(faults=self.faults, baselines=self.baselines))
@@ -438,7 +442,7 @@ class _NodeCycle:
         if request is not None:
             annotations[FAULT_RECOVERED] = None
         if annotations:
-            self.out.writes.append(AnnotateNode(self.node.name, annotations))
+            self.out.writes.append(AnnotateNode(node=self.node.name, annotations=annotations))
 
     def run(self) -> NodeDecision:
         request = self.manual_recovery()

@@ -80,12 +80,38 @@ def workload_actions(
             message = f"the pod's GPU {note['gpu']} on node {note['node']} is faulty ({what})"
             if "action" in note:
                 message += f"; NVIDIA's advice: {note['action']}"
-            actions.append(AnnotatePod(pod.namespace, pod.name, pod.uid, {POD_GPU_FAULT: desired}))
-            actions.append(PodEvent(pod.namespace, pod.name, pod.uid, EV_POD_GPU_FAULT, message, "Warning"))
+            actions.append(
+                AnnotatePod(
+                    namespace=pod.namespace, name=pod.name, uid=pod.uid, annotations={POD_GPU_FAULT: desired}
+                )
+            )
+            actions.append(
+                PodEvent(
+                    namespace=pod.namespace,
+                    name=pod.name,
+                    uid=pod.uid,
+                    reason=EV_POD_GPU_FAULT,
+                    message=message,
+                    type="Warning",
+                )
+            )
         elif desired is None and current is not None and (data_ok or not held[pod.node]):
-            actions.append(AnnotatePod(pod.namespace, pod.name, pod.uid, {POD_GPU_FAULT: None}))
+            actions.append(
+                AnnotatePod(
+                    namespace=pod.namespace, name=pod.name, uid=pod.uid, annotations={POD_GPU_FAULT: None}
+                )
+            )
             message = (
                 "the GPU fault this pod ran into is no longer held: the GPU is recovered or the pod moved"
             )
-            actions.append(PodEvent(pod.namespace, pod.name, pod.uid, EV_POD_GPU_FAULT, message, "Normal"))
+            actions.append(
+                PodEvent(
+                    namespace=pod.namespace,
+                    name=pod.name,
+                    uid=pod.uid,
+                    reason=EV_POD_GPU_FAULT,
+                    message=message,
+                    type="Normal",
+                )
+            )
     return actions

@@ -172,7 +172,7 @@ def _incident_event(code_nodes: Mapping[int, set[str]]) -> PolicyEvent:
         f"application XID incident on {len(nodes)} nodes at once ({named}): one workload failing, not the "
         f"hardware; no node is tainted for it. {codes}"
     )
-    return PolicyEvent(EV_XID_INCIDENT, message, "Warning")
+    return PolicyEvent(reason=EV_XID_INCIDENT, message=message, type="Warning")
 
 
 def screen_xids(
@@ -223,7 +223,7 @@ def screen_xids(
             out.judged[node][FaultKind.XID] = [_screen(j, history, rules, now) for j in xids]
         text = dump_history(history)
         if text != annotations[node].get(XID_HISTORY):
-            out.actions.append(AnnotateNode(node, {XID_HISTORY: text}))
+            out.actions.append(AnnotateNode(node=node, annotations={XID_HISTORY: text}))
     return out
 
 

@@ -398,16 +398,26 @@ def notifications_condition(
         return [c for c in conditions if c.type != names.COND_NOTIFY], None
     if not failures:
         return set_condition(
-            conditions, names.COND_NOTIFY, "True", "Delivering",
-            f"{sinks} sink(s): no failed delivery", now, generation,
+            conditions, type=names.COND_NOTIFY, status="True", reason="Delivering",
+            message=f"{sinks} sink(s): no failed delivery", now=now, generation=generation,
         ), None  # fmt: skip
     message = "; ".join(f"sink {name}: {why}" for name, why in sorted(failures.items()))
     event = (
-        PolicyEvent(names.EV_NOTIFICATION_FAILED, f"notifications are not delivered: {message}", "Warning")
+        PolicyEvent(
+            reason=names.EV_NOTIFICATION_FAILED,
+            message=f"notifications are not delivered: {message}",
+            type="Warning",
+        )
         if condition_flipped(conditions, names.COND_NOTIFY, "False")
         else None
     )
     updated = set_condition(
-        conditions, names.COND_NOTIFY, "False", "DeliveryFailed", message, now, generation
+        conditions,
+        type=names.COND_NOTIFY,
+        status="False",
+        reason="DeliveryFailed",
+        message=message,
+        now=now,
+        generation=generation,
     )
     return updated, event

@@ -310,9 +310,23 @@ def _blocked_once(found: list[EvictionCandidate], why: str, now: float) -> list[
         pod = c.pod
         if names.EVICTION_BLOCKED not in pod.annotations:
             out.append(
-                AnnotatePod(pod.namespace, pod.name, pod.uid, {names.EVICTION_BLOCKED: format_rfc3339(now)})
+                AnnotatePod(
+                    namespace=pod.namespace,
+                    name=pod.name,
+                    uid=pod.uid,
+                    annotations={names.EVICTION_BLOCKED: format_rfc3339(now)},
+                )
             )
-            out.append(PodEvent(pod.namespace, pod.name, pod.uid, names.EV_EVICTION_BLOCKED, why, "Warning"))
+            out.append(
+                PodEvent(
+                    namespace=pod.namespace,
+                    name=pod.name,
+                    uid=pod.uid,
+                    reason=names.EV_EVICTION_BLOCKED,
+                    message=why,
+                    type="Warning",
+                )
+            )
     return out
 
 
@@ -321,7 +335,12 @@ def _actions(
 ) -> list[Action]:
     if group.action is ReclaimAction.EVICT:
         return [
-            EvictPod(c.pod.namespace, c.pod.name, c.pod.uid, f"{c.message} (policy {policy_name})")
+            EvictPod(
+                namespace=c.pod.namespace,
+                name=c.pod.name,
+                uid=c.pod.uid,
+                reason=f"{c.message} (policy {policy_name})",
+            )
             for c in sorted(found, key=lambda c: c.pod.name)
         ]
     owner = group.owner
@@ -330,4 +349,13 @@ def _actions(
         f"all {len(pods)} GPU pod(s) of {owner.label} idle since {format_rfc3339(idle_since)} and warned; "
         f"{action_words(owner, group.action).split(' will be ', 1)[-1]} to free the GPU by policy {policy_name}"
     )
-    return [ReclaimOwner(owner.namespace, owner.ref, group.action.value, pods, reason, policy_name)]
+    return [
+        ReclaimOwner(
+            namespace=owner.namespace,
+            owner=owner.ref,
+            action=group.action.value,
+            pods=pods,
+            reason=reason,
+            policy=policy_name,
+        )
+    ]
