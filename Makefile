@@ -24,8 +24,10 @@ $(VPY):
 	$(VPY) -m pip install -q --upgrade pip
 
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml | $(VPY)
-	$(VPY) -m pip install -q -e '.[dev]'
+# The operator and, beside it, the test and demo harness (harness/: simulator, scenario runner, demo),
+# which the operator image never contains.
+$(VENV)/.installed: pyproject.toml harness/pyproject.toml | $(VPY)
+	$(VPY) -m pip install -q -e '.[dev]' -e harness
 	touch $@
 
 deps: venv
@@ -44,8 +46,8 @@ docs: crds
 	$(VPY) -m gpu_efficiency.api.reference README.md
 
 lint: venv
-	$(VENV)/bin/ruff check operator tests bench
-	$(VENV)/bin/ruff format --check operator tests bench
+	$(VENV)/bin/ruff check operator harness tests bench
+	$(VENV)/bin/ruff format --check operator harness tests bench
 	$(VENV)/bin/vulture
 
 typecheck: venv
@@ -76,7 +78,7 @@ chaos: deps build-cluster
 test: lint typecheck importlint unit e2e
 
 demo: deps build-cluster
-	$(VPY) -m gpu_efficiency.cli demo
+	$(VPY) -m gpu_efficiency_sim demo
 
 bench: venv
 	$(VPY) bench/engine_bench.py

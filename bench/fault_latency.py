@@ -21,7 +21,7 @@ GPUEFF_STATE_DIR /tmp/gpueff-faultbench and the 42xxx ports unless set; Promethe
 process (``gpu-efficiency run``) with a ServiceAccount token, and one Enforce policy (ECC recovery
 Manual, the default circuit breaker of 20 %).
 
-The DCGM simulator runs inside this process (gpu_efficiency.sim's Simulator and MetricsServer,
+The DCGM simulator runs inside this process (gpu_efficiency_sim's Simulator and MetricsServer,
 registered with Prometheus through file service discovery), rendering on every scrape, so the bench
 knows the instant the served value changes. Per run:
 
@@ -76,11 +76,11 @@ from kubernetes import client
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.names import FAULT_RECOVERED, FAULT_TAINT_KEY
 from gpu_efficiency.engine.model import Signal
-from gpu_efficiency.sim.faults import Fault, FaultKind
-from gpu_efficiency.sim.gpu_models import find_model
-from gpu_efficiency.sim.server import MetricsServer
-from gpu_efficiency.sim.simulator import SimNode, Simulator
-from gpu_efficiency.sim.targets import DEFAULT_JOB, register, unregister
+from gpu_efficiency_sim.faults import Fault, FaultKind
+from gpu_efficiency_sim.gpu_models import find_model
+from gpu_efficiency_sim.server import MetricsServer
+from gpu_efficiency_sim.simulator import SimNode, Simulator
+from gpu_efficiency_sim.targets import DEFAULT_JOB, register, unregister
 from scale.run import OPERATOR_NAMESPACE, Cluster, install_crd_and_rbac, machine, running_cluster
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ for its GPU running there, and the API writes one reclamation costs.
 
 Uses the local cluster of that state dir (``cluster.sh up`` when it is not running; never the
 default one), the chart's RBAC and the operator as a process with its ServiceAccount token. Each
-run plays a scenario (gpu_efficiency.sim's runner): one KWOK node with one GPU, held by an idle
+run plays a scenario (gpu_efficiency_sim's runner): one KWOK node with one GPU, held by an idle
 Deployment (``idleFor`` 5s, ``warningPeriod`` 5s, interval 5s, the default ScaleToZero). Once that
 pod runs, a 1-GPU pod for the same node is created in ``default`` (outside the policy's scope, so
 none of the operator's writes are for it); it waits Pending. Watching both:
@@ -41,8 +41,8 @@ from typing import Any
 from kubernetes import client, watch
 
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
-from gpu_efficiency.sim.runner import RunOptions, ScenarioRun
-from gpu_efficiency.sim.scenario import parse_scenario
+from gpu_efficiency_sim.runner import RunOptions, ScenarioRun
+from gpu_efficiency_sim.scenario import parse_scenario
 from scale.run import install_crd_and_rbac, machine, running_cluster
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -554,7 +554,7 @@ def start_simulator(cluster: Cluster, workdir: Path, targets: int, port: int) ->
     log_file = (workdir / "simulator.log").open("ab")
     return subprocess.Popen(
         [
-            sys.executable, "-m", "gpu_efficiency.cli", "sim", "serve",
+            sys.executable, "-m", "gpu_efficiency_sim", "serve",
             "--targets", str(targets), "--port", str(port), "--prerender", "5", "--register", "scale-bench",
         ],
         stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,

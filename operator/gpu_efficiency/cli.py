@@ -1,4 +1,4 @@
-"""``gpu-efficiency``: run the operator or the node agent, play the simulator, report and explain."""
+"""``gpu-efficiency``: run the operator or the node agent, report and explain."""
 
 from __future__ import annotations
 
@@ -63,12 +63,6 @@ def cmd_keep(args: argparse.Namespace) -> int:
     return keep_main(args)
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from gpu_efficiency.demo import demo_main
-
-    return demo_main(args)
-
-
 def installed_version() -> str:
     """The installed distribution's version (pyproject's ``version``; the image installs the wheel)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -84,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="gpu-efficiency",
-        description="Run the GPU efficiency operator or its node agent, play the DCGM simulator, report and explain.",
+        description="Run the GPU efficiency operator or its node agent, report and explain.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -137,23 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     keep.add_argument("duration", help="how long, e.g. 4h or 90m (bounded by the policy's idle.maxKeep)")
     keep.set_defaults(func=cmd_keep)
 
-    demo = sub.add_parser("demo", help="the guided demo on the local cluster (make demo)")
-    demo.add_argument("--keep", action="store_true", help="leave the demo objects in place")
-    demo.add_argument("--timeout", type=float, default=420.0, help="give up after this many seconds")
-    demo.set_defaults(func=cmd_demo)
-
     try:
         from gpu_efficiency.agent.cli import add_agent_command
     except ImportError:  # pragma: no cover - only while the agent package is incomplete
         pass
     else:
         add_agent_command(sub)
-    try:
-        from gpu_efficiency.sim.cli import add_sim_commands
-    except ImportError:  # pragma: no cover
-        pass
-    else:
-        add_sim_commands(sub)
     return parser
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from kubernetes import client
 
-from gpu_efficiency.sim.runner import RunOptions, ScenarioResult, ScenarioRun
-from gpu_efficiency.sim.scenario import load_scenario
+from gpu_efficiency_sim.runner import RunOptions, ScenarioResult, ScenarioRun
+from gpu_efficiency_sim.scenario import load_scenario
 from tests.e2e.harness import Cluster, OperatorIdentity
 
 PROCEDURAL = Path(__file__).parent / "scenarios" / "procedural"

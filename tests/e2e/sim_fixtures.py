@@ -16,13 +16,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpu_efficiency.sim import manifests
-from gpu_efficiency.sim.kube import PodWatcher
-from gpu_efficiency.sim.playbook import sim_nodes
-from gpu_efficiency.sim.scenario import parse_scenario
-from gpu_efficiency.sim.server import MetricsServer
-from gpu_efficiency.sim.simulator import SimNode, Simulator
-from gpu_efficiency.sim.targets import DEFAULT_JOB, register, targets_dir, unregister
+from gpu_efficiency_sim import manifests
+from gpu_efficiency_sim.kube import PodWatcher
+from gpu_efficiency_sim.playbook import sim_nodes
+from gpu_efficiency_sim.scenario import parse_scenario
+from gpu_efficiency_sim.server import MetricsServer
+from gpu_efficiency_sim.simulator import SimNode, Simulator
+from gpu_efficiency_sim.targets import DEFAULT_JOB, register, targets_dir, unregister
 from tests.e2e.harness import Cluster, wait_for
 
 

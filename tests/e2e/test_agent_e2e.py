@@ -19,7 +19,7 @@ from kubernetes import client
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
-from gpu_efficiency.sim.targets import register, targets_dir, unregister
+from gpu_efficiency_sim.targets import register, targets_dir, unregister
 from tests.e2e.harness import Cluster, wait_for
 from tests.e2e.sim_fixtures import GPUNodes, gpu_nodes  # noqa: F401
 

@@ -33,9 +33,9 @@ from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
-from gpu_efficiency.sim.faults import Fault as SimFault
-from gpu_efficiency.sim.faults import FaultKind
-from gpu_efficiency.sim.targets import DEFAULT_JOB, register, unregister
+from gpu_efficiency_sim.faults import Fault as SimFault
+from gpu_efficiency_sim.faults import FaultKind
+from gpu_efficiency_sim.targets import DEFAULT_JOB, register, unregister
 from tests.e2e.faultproxy import Fault, FaultProxy, Rule, apiserver_upstream, proxied_kubeconfig
 from tests.e2e.harness import CLUSTER_SH, Cluster, OperatorIdentity, OperatorProcess, wait_for
 from tests.e2e.sim_fixtures import GPUNodes, RunningSimulator, gpu_nodes, simulator  # noqa: F401

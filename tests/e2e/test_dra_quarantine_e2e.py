@@ -19,8 +19,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpu_efficiency.sim.allocation import claim_devices
-from gpu_efficiency.sim.faults import Fault, FaultKind
+from gpu_efficiency_sim.allocation import claim_devices
+from gpu_efficiency_sim.faults import Fault, FaultKind
 from tests.e2e.harness import Cluster, OperatorIdentity, wait_for
 from tests.e2e.scenario_driver import BackgroundScenario
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from gpu_efficiency.sim.runner import RunOptions, run_scenario
+from gpu_efficiency_sim.runner import RunOptions, run_scenario
 from tests.e2e.harness import Cluster
 
 HERE = Path(__file__).parent / "report"

@@ -1,4 +1,4 @@
-"""`gpu-efficiency sim run` over the shipped scenarios, and its failure paths.
+"""`gpu-efficiency-sim run` over the shipped scenarios, and its failure paths.
 
 Each shipped scenario runs with the operator as a separate process holding the chart's RBAC (the
 operator_identity fixture's ServiceAccount kubeconfig); scenarios with needsOperator: false run
@@ -16,23 +16,26 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gpu_efficiency.sim.runner import RunOptions, run_scenario
-from gpu_efficiency.sim.scenario import load_scenario
+from gpu_efficiency_sim.runner import RunOptions, run_scenario
+from gpu_efficiency_sim.scenario import load_scenario
 from tests.e2e.harness import Cluster, OperatorIdentity
 
 pytestmark = pytest.mark.e2e
 
 SCENARIOS = Path(__file__).parent / "scenarios"
+HARNESS = Path(__file__).resolve().parents[2] / "harness"
 SHIPPED = sorted(p.name for p in SCENARIOS.glob("*.yaml"))
 
 
 def sim_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KUBECONFIG": cluster.kubeconfig, "GPUEFF_PROMETHEUS_URL": cluster.prometheus_url}
+    # The harness package runs from this checkout even where the venv has not installed it yet.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(HARNESS), os.environ.get("PYTHONPATH"))))
     targets = cluster.prometheus_targets_dir()
     if targets is not None:
         env["GPUEFF_PROMETHEUS_TARGETS_DIR"] = str(targets)
     return subprocess.run(
-        [sys.executable, "-m", "gpu_efficiency.cli", "sim", *args],
+        [sys.executable, "-m", "gpu_efficiency_sim", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_efficiency.sim.runner import RunOptions, run_scenario
-from gpu_efficiency.sim.scenario import load_scenario
+from gpu_efficiency_sim.runner import RunOptions, run_scenario
+from gpu_efficiency_sim.scenario import load_scenario
 from tests.e2e.harness import Cluster, OperatorIdentity
 
 pytestmark = pytest.mark.e2e

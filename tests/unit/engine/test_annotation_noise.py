@@ -15,9 +15,9 @@ from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import Diagnosis, PodVerdict, Signal, Verdict
 from gpu_efficiency.engine.pods.annotations import annotation_patch, desired_annotations
 from gpu_efficiency.engine.pods.underutilization import efficiency_percent
-from gpu_efficiency.sim import profiles
-from gpu_efficiency.sim.gpu_models import DEFAULT_MODEL
-from gpu_efficiency.sim.noise import seed_for
+from gpu_efficiency_sim import profiles
+from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL
+from gpu_efficiency_sim.noise import seed_for
 
 SCRAPE_S, WINDOW_S, INTERVAL_S, CYCLES = 15, 120, 30, 12
 #: The bench's steady profiles, with the diagnosis each keeps (its noisiest, no-tensor-cores, most).

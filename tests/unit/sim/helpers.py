@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpu_efficiency.sim.allocation import PodInfo
-from gpu_efficiency.sim.faults import Fault
-from gpu_efficiency.sim.gpu_models import find_model
-from gpu_efficiency.sim.simulator import SimNode, SimOptions, Simulator, WorkloadPlay
+from gpu_efficiency_sim.allocation import PodInfo
+from gpu_efficiency_sim.faults import Fault
+from gpu_efficiency_sim.gpu_models import find_model
+from gpu_efficiency_sim.simulator import SimNode, SimOptions, Simulator, WorkloadPlay
 
 
 class FakeClock:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_efficiency.sim.allocation import GPUAllocator, pod_from_json
+from gpu_efficiency_sim.allocation import GPUAllocator, pod_from_json
 from tests.unit.sim.helpers import pod
 
 

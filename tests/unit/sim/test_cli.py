@@ -1,4 +1,4 @@
-"""The `gpu-efficiency sim` commands that need no cluster, and the runner's offline parts."""
+"""The `gpu-efficiency-sim` commands that need no cluster, and the runner's offline parts."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu_efficiency.sim.cli import main
-from gpu_efficiency.sim.profiles import PROFILES
-from gpu_efficiency.sim.runner import RunOptions, ScenarioRun, _find_crds
-from gpu_efficiency.sim.scenario import load_scenario
+from gpu_efficiency import cli as product
+from gpu_efficiency_sim.cli import build_parser, main
+from gpu_efficiency_sim.profiles import PROFILES
+from gpu_efficiency_sim.runner import RunOptions, ScenarioRun, _find_crds
+from gpu_efficiency_sim.scenario import load_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "e2e" / "scenarios"
 
@@ -75,3 +76,10 @@ def test_promql_templates_expand_to_this_runs_names() -> None:
 def test_the_crd_is_found_in_the_repository() -> None:
     docs = _find_crds(RunOptions(), SCENARIOS / "idle-reclaim.yaml")
     assert [d["metadata"]["name"] for d in docs] == ["gpuefficiencypolicies.gpuefficiency.io"]
+
+
+def test_the_harness_cli_has_the_demo_and_the_product_cli_has_no_harness_command() -> None:
+    assert build_parser().parse_args(["demo", "--keep"]).keep is True
+    for command in ("sim", "demo"):
+        with pytest.raises(SystemExit):
+            product.build_parser().parse_args([command])

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from gpu_efficiency.sim.expectations import Names, Tracker, check, describe
-from gpu_efficiency.sim.observation import Observation, WorkloadHistory, update_histories
-from gpu_efficiency.sim.scenario import Expectation, parse_scenario
+from gpu_efficiency_sim.expectations import Names, Tracker, check, describe
+from gpu_efficiency_sim.observation import Observation, WorkloadHistory, update_histories
+from gpu_efficiency_sim.scenario import Expectation, parse_scenario
 
 SCENARIO = parse_scenario(
     """

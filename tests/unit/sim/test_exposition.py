@@ -9,10 +9,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_efficiency.engine.model import Signal
-from gpu_efficiency.sim import catalog
-from gpu_efficiency.sim.exposition import PodLabels
-from gpu_efficiency.sim.faults import Fault, FaultKind
-from gpu_efficiency.sim.simulator import SimOptions, WorkloadPlay
+from gpu_efficiency_sim import catalog
+from gpu_efficiency_sim.exposition import PodLabels
+from gpu_efficiency_sim.faults import Fault, FaultKind
+from gpu_efficiency_sim.simulator import SimOptions, WorkloadPlay
 from tests.unit.sim.helpers import pod, simulator
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from gpu_efficiency.engine.model import Signal
-from gpu_efficiency.sim import catalog
-from gpu_efficiency.sim.faults import Fault, FaultKind
+from gpu_efficiency_sim import catalog
+from gpu_efficiency_sim.faults import Fault, FaultKind
 from tests.unit.sim.helpers import simulator
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpu_efficiency.sim import manifests
-from gpu_efficiency.sim.scenario import parse_scenario
+from gpu_efficiency_sim import manifests
+from gpu_efficiency_sim.scenario import parse_scenario
 
 SCENARIO = parse_scenario(
     """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from gpu_efficiency.sim.operator_process import OperatorProcess
+from gpu_efficiency_sim.operator_process import OperatorProcess
 
 
 def test_restart_kills_and_starts_again_without_an_exit_in_between(tmp_path: Path) -> None:

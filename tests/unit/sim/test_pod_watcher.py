@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from kubernetes import client
 
-from gpu_efficiency.sim.kube import PodWatcher
+from gpu_efficiency_sim.kube import PodWatcher
 
 
 class _SilentApiServer(BaseHTTPRequestHandler):

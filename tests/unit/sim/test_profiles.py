@@ -8,9 +8,9 @@ import statistics
 import pytest
 
 from gpu_efficiency.engine.model import Signal
-from gpu_efficiency.sim import catalog
-from gpu_efficiency.sim.gpu_models import MODELS, GPUModel, find_model
-from gpu_efficiency.sim.profiles import PROFILES, sample
+from gpu_efficiency_sim import catalog
+from gpu_efficiency_sim.gpu_models import MODELS, GPUModel, find_model
+from gpu_efficiency_sim.profiles import PROFILES, sample
 
 H100 = find_model("NVIDIA-H100-80GB-HBM3")
 RATIOS = (

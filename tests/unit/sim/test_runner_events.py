@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_efficiency.sim.runner import events_since
+from gpu_efficiency_sim.runner import events_since
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_efficiency.sim.faults import FaultKind
-from gpu_efficiency.sim.playbook import sim_faults, sim_nodes, workload_plays
-from gpu_efficiency.sim.scenario import ScenarioError, json_schema, load_scenario, parse_scenario
+from gpu_efficiency_sim.faults import FaultKind
+from gpu_efficiency_sim.playbook import sim_faults, sim_nodes, workload_plays
+from gpu_efficiency_sim.scenario import ScenarioError, json_schema, load_scenario, parse_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "e2e" / "scenarios"
 MINIMAL = """
@@ -212,7 +212,7 @@ def test_namespaces_are_listed_once_however_many_workloads_share_one() -> None:
     """The demo's live view lists pods and events per namespace: a namespace named twice showed
     every pod and event twice."""
     demo = load_scenario(
-        Path(__file__).resolve().parents[3] / "operator/gpu_efficiency/sim/scenarios/demo.yaml"
+        Path(__file__).resolve().parents[3] / "harness/gpu_efficiency_sim/scenarios/demo.yaml"
     )
     names = demo.scenario.namespace_names
     assert len(names) == len(set(names))

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_efficiency.engine.model import Signal
-from gpu_efficiency.sim.faults import Fault, FaultKind
-from gpu_efficiency.sim.server import MetricsServer
-from gpu_efficiency.sim.simulator import Simulator
+from gpu_efficiency_sim.faults import Fault, FaultKind
+from gpu_efficiency_sim.server import MetricsServer
+from gpu_efficiency_sim.simulator import Simulator
 from tests.unit.sim.helpers import FakeClock, simulator
 
 

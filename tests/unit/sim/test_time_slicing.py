@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from gpu_efficiency.engine.model import Signal
-from gpu_efficiency.sim import manifests
-from gpu_efficiency.sim.gpu_models import find_model
-from gpu_efficiency.sim.kube import node_from_json
-from gpu_efficiency.sim.playbook import sim_nodes
-from gpu_efficiency.sim.scenario import parse_scenario
-from gpu_efficiency.sim.simulator import SimNode, Simulator
+from gpu_efficiency_sim import manifests
+from gpu_efficiency_sim.gpu_models import find_model
+from gpu_efficiency_sim.kube import node_from_json
+from gpu_efficiency_sim.playbook import sim_nodes
+from gpu_efficiency_sim.scenario import parse_scenario
+from gpu_efficiency_sim.simulator import SimNode, Simulator
 from tests.unit.sim.helpers import FakeClock, pod
 from tests.unit.sim.test_exposition import samples
 

@@ -20,10 +20,10 @@ from gpu_efficiency.engine.model import Diagnosis, GPUSample, Window
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.pods.activity import data_bounds, gpu_activity
 from gpu_efficiency.engine.pods.underutilization import diagnose
-from gpu_efficiency.sim.gpu_models import find_model
-from gpu_efficiency.sim.profiles import sample
 from gpu_efficiency.sources.prometheus import _fb_total, _window_stats
 from gpu_efficiency.sources.promql import QUERY_PLAN
+from gpu_efficiency_sim.gpu_models import find_model
+from gpu_efficiency_sim.profiles import sample
 
 NOW = 1_700_000_000.0
 WINDOW_S = 20

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from gpu_efficiency.engine.model import Signal
-from gpu_efficiency.sim import catalog
-from gpu_efficiency.sim.catalog import ClockEvent
-from gpu_efficiency.sim.gpu_models import GPUModel
-from gpu_efficiency.sim.noise import jitter, uniform
+from gpu_efficiency_sim import catalog
+from gpu_efficiency_sim.catalog import ClockEvent
+from gpu_efficiency_sim.gpu_models import GPUModel
+from gpu_efficiency_sim.noise import jitter, uniform
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.api import names
-from gpu_efficiency.sim.kube import api_client
-from gpu_efficiency.sim.runner import RunOptions, run_scenario
-from gpu_efficiency.sim.scenario import load_scenario
+from gpu_efficiency_sim.kube import api_client
+from gpu_efficiency_sim.runner import RunOptions, run_scenario
+from gpu_efficiency_sim.scenario import load_scenario
 
-SCENARIO = Path(__file__).parent / "sim" / "scenarios" / "demo.yaml"
+SCENARIO = Path(__file__).parent / "scenarios" / "demo.yaml"
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "hack" / "localcluster" / "cluster.sh"
 OPERATOR_NAMESPACE = "gpu-efficiency-system"
@@ -192,7 +192,7 @@ def demo_main(args: argparse.Namespace) -> int:
     finally:
         view.stop()
     if args.keep:
-        print(f"\nThe demo's objects were kept: `gpu-efficiency sim cleanup {SCENARIO}` removes them.")
+        print(f"\nThe demo's objects were kept: `gpu-efficiency-sim cleanup {SCENARIO}` removes them.")
     print(
         f"\n{'Demo finished' if result.passed else 'Demo FAILED'} in {result.duration_s:.0f}s. "
         "The local cluster is still running: `make cluster-down` stops it "

@@ -1,4 +1,4 @@
-"""``gpu-efficiency sim``: serve the simulated dcgm-exporter, run and validate scenario files.
+"""``gpu-efficiency-sim``: serve the simulated dcgm-exporter, run and validate scenario files, the demo.
 
 Exit codes of ``run``: 0 every expectation passed, 1 a failure (expectation or setup), 2 the scenario
 file is invalid. ``validate`` exits 2 on an invalid file.
@@ -15,24 +15,28 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpu_efficiency.sim import catalog
-from gpu_efficiency.sim.exposition import PodLabels
-from gpu_efficiency.sim.gpu_models import MODELS, find_model
-from gpu_efficiency.sim.operator_process import DEFAULT_OPERATOR_CMD
-from gpu_efficiency.sim.profiles import PROFILES
-from gpu_efficiency.sim.scenario import ScenarioError, json_schema, load_scenario
-from gpu_efficiency.sim.simulator import SimNode, SimOptions
+from gpu_efficiency_sim import catalog
+from gpu_efficiency_sim.exposition import PodLabels
+from gpu_efficiency_sim.gpu_models import MODELS, find_model
+from gpu_efficiency_sim.operator_process import DEFAULT_OPERATOR_CMD
+from gpu_efficiency_sim.profiles import PROFILES
+from gpu_efficiency_sim.scenario import ScenarioError, json_schema, load_scenario
+from gpu_efficiency_sim.simulator import SimNode, SimOptions
 
-log = logging.getLogger("gpu_efficiency.sim")
+log = logging.getLogger("gpu_efficiency_sim")
 
 #: Serve mode without a scenario simulates GPU nodes, but not those a scenario run owns.
 DEFAULT_NODE_SELECTOR = "nvidia.com/gpu.present=true,!sim.gpuefficiency.io/scenario"
 
 
-def add_sim_commands(subparsers: Any) -> None:
-    """Register ``sim`` and its subcommands on the top-level CLI's subparsers."""
-    sim = subparsers.add_parser("sim", help="the DCGM-exporter simulator and scenario runner")
-    sub = sim.add_subparsers(dest="sim_command", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    """The harness's commands: the DCGM-exporter simulator, the scenario runner and the guided demo."""
+    parser = argparse.ArgumentParser(
+        prog="gpu-efficiency-sim",
+        description="Test and demo harness of the GPU efficiency operator: the DCGM-exporter simulator, "
+        "the scenario runner and the guided demo (not part of the operator image).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve simulated dcgm-exporter /metrics for GPU nodes")
     serve.add_argument("--scenario", type=Path, help="play this scenario's nodes, profiles and faults")
@@ -60,7 +64,9 @@ def add_sim_commands(subparsers: Any) -> None:
         "--node-selector", default=DEFAULT_NODE_SELECTOR, help="nodes to discover from the API"
     )
     serve.add_argument("--no-kube", action="store_true", help="no Kubernetes API: every GPU is free (idle)")
-    serve.add_argument("--namespace-prefix", default="", help="as given to `sim run` (scenario namespaces)")
+    serve.add_argument(
+        "--namespace-prefix", default="", help="as given to `gpu-efficiency-sim run` (scenario namespaces)"
+    )
     serve.add_argument("--register", metavar="NAME", help="register the targets with the local Prometheus")
     serve.add_argument(
         "--targets-dir", type=Path, help="Prometheus file-SD directory (default: local cluster's)"
@@ -96,7 +102,9 @@ def add_sim_commands(subparsers: Any) -> None:
     schema.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
     schema.set_defaults(func=cmd_schema)
 
-    cleanup = sub.add_parser("cleanup", help="delete objects left by `sim run --keep` (or a crash)")
+    cleanup = sub.add_parser(
+        "cleanup", help="delete objects left by `gpu-efficiency-sim run --keep` (or a crash)"
+    )
     target = cleanup.add_mutually_exclusive_group(required=True)
     target.add_argument("scenario", type=Path, nargs="?")
     target.add_argument("--all", action="store_true", help="every scenario's objects")
@@ -117,6 +125,12 @@ def add_sim_commands(subparsers: Any) -> None:
     sample.add_argument("--seed", type=int, default=1)
     sample.add_argument("--metrics", help="comma-separated metric names (default: the main signals)")
     sample.set_defaults(func=cmd_sample)
+
+    demo = sub.add_parser("demo", help="the guided demo on the local cluster (make demo)")
+    demo.add_argument("--keep", action="store_true", help="leave the demo objects in place")
+    demo.add_argument("--timeout", type=float, default=420.0, help="give up after this many seconds")
+    demo.set_defaults(func=cmd_demo)
+    return parser
 
 
 def _add_presentation_args(parser: argparse.ArgumentParser) -> None:
@@ -156,7 +170,7 @@ def _invalid(error: ScenarioError) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gpu_efficiency.sim.runner import RunOptions, run_scenario
+    from gpu_efficiency_sim.runner import RunOptions, run_scenario
 
     _logging(args)
     options = RunOptions(
@@ -222,7 +236,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from gpu_efficiency.sim.runner import cleanup_scenario
+    from gpu_efficiency_sim.runner import cleanup_scenario
 
     _logging(args)
     try:
@@ -251,7 +265,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_sample(args: argparse.Namespace) -> int:
     from gpu_efficiency.engine.model import Signal
-    from gpu_efficiency.sim.profiles import sample
+    from gpu_efficiency_sim.profiles import sample
 
     model = find_model(args.model)
     names = (
@@ -286,10 +300,10 @@ def _static_nodes(specs: list[str]) -> list[SimNode]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from gpu_efficiency.sim.playbook import sim_faults, sim_nodes, sim_options, workload_plays
-    from gpu_efficiency.sim.server import MetricsServer
-    from gpu_efficiency.sim.simulator import Simulator
-    from gpu_efficiency.sim.targets import DEFAULT_JOB, register, targets_dir, unregister
+    from gpu_efficiency_sim.playbook import sim_faults, sim_nodes, sim_options, workload_plays
+    from gpu_efficiency_sim.server import MetricsServer
+    from gpu_efficiency_sim.simulator import Simulator
+    from gpu_efficiency_sim.targets import DEFAULT_JOB, register, targets_dir, unregister
 
     _logging(args)
     plays: list[Any] = []
@@ -317,7 +331,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sim = Simulator(nodes, workloads=plays, faults=faults, options=options)
     stoppers: list[Any] = []
     if not args.no_kube:
-        from gpu_efficiency.sim.kube import NodePoller, PodWatcher, api_client
+        from gpu_efficiency_sim.kube import NodePoller, PodWatcher, api_client
 
         api = api_client(args.kubeconfig)
         if not nodes:
@@ -364,13 +378,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from gpu_efficiency_sim.demo import demo_main
+
+    return demo_main(args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpu_efficiency.sim``: the sim commands on their own."""
-    parser = argparse.ArgumentParser(prog="gpu-efficiency")
-    add_sim_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["sim", *(sys.argv[1:] if argv is None else argv)])
-    code: int = args.func(args)
+    """``gpu-efficiency-sim`` and ``python -m gpu_efficiency_sim``."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
     return code
 
 
-__all__ = ["add_sim_commands", "main"]
+__all__ = ["build_parser", "main"]

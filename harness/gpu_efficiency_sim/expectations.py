@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_efficiency.api.durations import format_duration
-from gpu_efficiency.sim.observation import JSON, Observation, WorkloadHistory, current_pods
-from gpu_efficiency.sim.scenario import (
+from gpu_efficiency_sim.observation import JSON, Observation, WorkloadHistory, current_pods
+from gpu_efficiency_sim.scenario import (
     CurrentPods,
     EventCheck,
     Expectation,

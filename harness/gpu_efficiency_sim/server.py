@@ -13,9 +13,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from gpu_efficiency.sim.exposition import CONTENT_TYPE
-from gpu_efficiency.sim.faults import ExporterDown, Fault
-from gpu_efficiency.sim.simulator import Shard, Simulator
+from gpu_efficiency_sim.exposition import CONTENT_TYPE
+from gpu_efficiency_sim.faults import ExporterDown, Fault
+from gpu_efficiency_sim.simulator import Shard, Simulator
 
 log = logging.getLogger(__name__)
 

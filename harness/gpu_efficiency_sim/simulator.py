@@ -16,12 +16,12 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from gpu_efficiency.engine.model import Signal
-from gpu_efficiency.sim import catalog, faults, profiles
-from gpu_efficiency.sim.allocation import GPUAllocator, Holder, PodInfo
-from gpu_efficiency.sim.exposition import PodLabels, Reading, format_value, gpu_labels, header
-from gpu_efficiency.sim.faults import Fault
-from gpu_efficiency.sim.gpu_models import GPUModel
-from gpu_efficiency.sim.noise import seed_for, uniform
+from gpu_efficiency_sim import catalog, faults, profiles
+from gpu_efficiency_sim.allocation import GPUAllocator, Holder, PodInfo
+from gpu_efficiency_sim.exposition import PodLabels, Reading, format_value, gpu_labels, header
+from gpu_efficiency_sim.faults import Fault
+from gpu_efficiency_sim.gpu_models import GPUModel
+from gpu_efficiency_sim.noise import seed_for, uniform
 
 #: Pod label naming the scenario workload a pod belongs to (set by the runner on pod templates).
 WORKLOAD_LABEL: Final = "sim.gpuefficiency.io/workload"

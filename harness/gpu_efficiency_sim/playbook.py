@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpu_efficiency.sim.exposition import PodLabels
-from gpu_efficiency.sim.faults import Fault, FaultKind
-from gpu_efficiency.sim.scenario import Scenario, seconds
-from gpu_efficiency.sim.simulator import SimNode, SimOptions, WorkloadPlay
+from gpu_efficiency_sim.exposition import PodLabels
+from gpu_efficiency_sim.faults import Fault, FaultKind
+from gpu_efficiency_sim.scenario import Scenario, seconds
+from gpu_efficiency_sim.simulator import SimNode, SimOptions, WorkloadPlay
 
 
 def sim_nodes(scenario: Scenario) -> list[SimNode]:

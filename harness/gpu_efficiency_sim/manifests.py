@@ -13,9 +13,9 @@ from typing import Any, Final
 
 from gpu_efficiency.api.names import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from gpu_efficiency.api.policy import GROUP, KIND, VERSION
-from gpu_efficiency.sim.allocation import DRA_DEVICE_PREFIX, DRA_DRIVER
-from gpu_efficiency.sim.scenario import NodeSpec, PDBSpec, WorkloadKind, WorkloadSpec
-from gpu_efficiency.sim.simulator import SLICES_LABEL, WORKLOAD_LABEL
+from gpu_efficiency_sim.allocation import DRA_DEVICE_PREFIX, DRA_DRIVER
+from gpu_efficiency_sim.scenario import NodeSpec, PDBSpec, WorkloadKind, WorkloadSpec
+from gpu_efficiency_sim.simulator import SLICES_LABEL, WORKLOAD_LABEL
 
 MANAGED_BY_KEY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "gpu-efficiency-sim"

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_efficiency.sim.simulator import WORKLOAD_LABEL
+from gpu_efficiency_sim.simulator import WORKLOAD_LABEL
 
 JSON = dict[str, Any]
 

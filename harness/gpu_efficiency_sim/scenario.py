@@ -19,11 +19,11 @@ from pydantic.alias_generators import to_camel
 
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import Duration, GPUEfficiencyPolicySpec
-from gpu_efficiency.sim import catalog
-from gpu_efficiency.sim.exposition import PodLabels
-from gpu_efficiency.sim.faults import ExporterDown, FaultKind, Garbage, parse_link
-from gpu_efficiency.sim.gpu_models import GPUModel, find_model
-from gpu_efficiency.sim.profiles import PROFILES
+from gpu_efficiency_sim import catalog
+from gpu_efficiency_sim.exposition import PodLabels
+from gpu_efficiency_sim.faults import ExporterDown, FaultKind, Garbage, parse_link
+from gpu_efficiency_sim.gpu_models import GPUModel, find_model
+from gpu_efficiency_sim.profiles import PROFILES
 
 PAUSE_IMAGE: Final = "registry.k8s.io/pause:3.10"
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -87,7 +87,7 @@ class NodeSpec(Model):
     """Pods per GPU, as the device plugin's time-slicing ``replicas``: the node advertises ``gpus`` x
     this many nvidia.com/gpu and each GPU's series are attributed to every pod sharing it."""
     model: str = "NVIDIA-H100-80GB-HBM3"
-    """GPU model: the nvidia.com/gpu.product label or the modelName (see `gpu-efficiency sim models`)."""
+    """GPU model: the nvidia.com/gpu.product label or the modelName (see `gpu-efficiency-sim models`)."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Extra node labels."""
     taints: list[Taint] = Field(default_factory=list)
@@ -215,7 +215,7 @@ class WorkloadSpec(Model):
     image: str = PAUSE_IMAGE
     """Container image (never pulled under KWOK)."""
     profile: str = "idle"
-    """What the GPUs do at the start (see `gpu-efficiency sim profiles`)."""
+    """What the GPUs do at the start (see `gpu-efficiency-sim profiles`)."""
     profile_changes: list[ProfileChange] = Field(default_factory=list)
     """Later switches of profile."""
     timeline: list[TimelineEntry] = Field(default_factory=list)

@@ -30,16 +30,16 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
-from gpu_efficiency.sim import manifests
-from gpu_efficiency.sim.expectations import Names, Outcome, Tracker
-from gpu_efficiency.sim.kube import ClaimPoller, PodWatcher, api_client
-from gpu_efficiency.sim.observation import Observation, WorkloadHistory, update_histories
-from gpu_efficiency.sim.operator_process import DEFAULT_OPERATOR_CMD, OperatorProcess
-from gpu_efficiency.sim.playbook import sim_faults, sim_nodes, sim_options, workload_plays
-from gpu_efficiency.sim.scenario import LoadedScenario, WorkloadKind, WorkloadSpec, load_scenario, seconds
-from gpu_efficiency.sim.server import MetricsServer
-from gpu_efficiency.sim.simulator import Simulator
-from gpu_efficiency.sim.targets import DEFAULT_JOB, register, targets_dir, unregister
+from gpu_efficiency_sim import manifests
+from gpu_efficiency_sim.expectations import Names, Outcome, Tracker
+from gpu_efficiency_sim.kube import ClaimPoller, PodWatcher, api_client
+from gpu_efficiency_sim.observation import Observation, WorkloadHistory, update_histories
+from gpu_efficiency_sim.operator_process import DEFAULT_OPERATOR_CMD, OperatorProcess
+from gpu_efficiency_sim.playbook import sim_faults, sim_nodes, sim_options, workload_plays
+from gpu_efficiency_sim.scenario import LoadedScenario, WorkloadKind, WorkloadSpec, load_scenario, seconds
+from gpu_efficiency_sim.server import MetricsServer
+from gpu_efficiency_sim.simulator import Simulator
+from gpu_efficiency_sim.targets import DEFAULT_JOB, register, targets_dir, unregister
 
 CRD_NAME: Final = f"{PLURAL}.{GROUP}"
 DEFAULT_PROMETHEUS_URL: Final = "http://127.0.0.1:19090"
@@ -52,7 +52,7 @@ def _stdout(line: str) -> None:
 @dataclass
 class RunOptions:
     keep: bool = False
-    """Leave the created objects in place (clean up later with `gpu-efficiency sim cleanup`)."""
+    """Leave the created objects in place (clean up later with `gpu-efficiency-sim cleanup`)."""
     operator: bool = True
     """Start the operator (also skipped when the scenario says needsOperator: false)."""
     operator_cmd: str = DEFAULT_OPERATOR_CMD
@@ -642,7 +642,7 @@ class ScenarioRun:
                 )
             elif self.options.keep:
                 self.say(
-                    f"  kept the objects; remove them with: gpu-efficiency sim cleanup {self.loaded.path}"
+                    f"  kept the objects; remove them with: gpu-efficiency-sim cleanup {self.loaded.path}"
                 )
         except ApiException as e:
             self.say(f"  WARNING cleanup failed: {e.status} {e.reason}: {_api_message(e)}")

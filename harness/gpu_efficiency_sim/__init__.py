@@ -2,5 +2,5 @@
 
 ``Simulator`` renders dcgm-exporter's /metrics for simulated GPUs (profiles, faults, pod labels);
 ``MetricsServer`` serves it; ``load_scenario``/``run_scenario`` validate and play scenario files
-against a cluster. The CLI is ``gpu-efficiency sim ...`` (see ``sim/cli.py``).
+against a cluster. The CLI is ``gpu-efficiency-sim ...`` (see ``cli.py``).
 """

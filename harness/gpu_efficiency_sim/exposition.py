@@ -10,7 +10,7 @@ import math
 from enum import StrEnum
 from typing import Final
 
-from gpu_efficiency.sim.allocation import Holder
+from gpu_efficiency_sim.allocation import Holder
 
 #: A value as served: a number, or "NaN"/"+Inf"/"-Inf" spelt out.
 Reading = float | str

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Final
 
 from gpu_efficiency.engine.model import Signal
-from gpu_efficiency.sim import catalog
+from gpu_efficiency_sim import catalog
 
 
 class FaultKind(StrEnum):
