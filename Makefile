@@ -44,6 +44,7 @@ proto: venv
 
 docs: crds
 	$(VPY) -m gpu_efficiency.api.reference README.md
+	$(VPY) -m gpu_efficiency.config README.md
 
 lint: venv
 	$(VENV)/bin/ruff check operator harness tests bench

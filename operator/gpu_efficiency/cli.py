@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
@@ -16,10 +15,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     import kopf
 
     from gpu_efficiency.config import config_from_args
-    from gpu_efficiency.runtime import kopf_wiring
+    from gpu_efficiency.runtime import kopf_wiring  # registers the handlers
 
     config = config_from_args(args)
-    kopf_wiring.CONFIG = config
     liveness = f"http://0.0.0.0:{config.health_port}/healthz" if config.health_port else None
     # Kopf owns the logging set-up (one handler, JSON when asked for): no basicConfig of ours.
     level = config.log_level.upper()
@@ -28,7 +26,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         quiet=level in ("WARNING", "ERROR"),
         log_format=kopf.LogFormat.JSON if config.log_format == "json" else kopf.LogFormat.FULL,
     )
-    kopf.run(clusterwide=True, standalone=True, liveness_endpoint=liveness)
+    kopf.run(
+        clusterwide=True, standalone=True, liveness_endpoint=liveness, memo=kopf_wiring.initial_memo(config)
+    )
     return 0
 
 
@@ -74,7 +74,7 @@ def installed_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gpu_efficiency.config import add_connection_arguments, add_run_arguments
+    from gpu_efficiency.config import add_setting_arguments
 
     parser = argparse.ArgumentParser(
         prog="gpu-efficiency",
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the operator")
-    add_run_arguments(run)
+    add_setting_arguments(run, "run")
     run.set_defaults(func=cmd_run)
 
     crd = sub.add_parser("crd", help="print the GPUEfficiencyPolicy CRD generated from the models")
@@ -99,18 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("explain", cmd_explain, "every signal, threshold and rule behind one pod's verdict"),
     ):
         p = sub.add_parser(name, help=helptext)
-        add_connection_arguments(p)  # only what observing needs, not every `run` flag
+        add_setting_arguments(p, name)  # only what observing needs, not every `run` flag
         p.add_argument(
             "--policy", help="name of a GPUEfficiencyPolicy in the cluster (default: built-in defaults)"
         )
         p.add_argument("--policy-file", help="a policy YAML file instead of one in the cluster")
         p.add_argument("--output", "-o", choices=("table", "json"), default="table")
-        if name == "report":
-            p.add_argument(
-                "--currency",
-                default=os.environ.get("GPUEFF_CURRENCY", "USD"),
-                help="currency of the policy's pricePerGpuHour, shown with the waste (default: USD)",
-            )
         if name == "explain":
             p.add_argument("pod", help="NAMESPACE/POD")
         p.set_defaults(func=func)
@@ -141,10 +135,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from gpu_efficiency.settings import SettingError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+    except SettingError as exc:
+        sys.stderr.write(f"{parser.prog}: error: {exc}\n")
+        return 2
     except KeyboardInterrupt:
         return 130
     return code

@@ -26,7 +26,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolicySpec, Mode
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.apiclient import load_api_client
-from gpu_efficiency.config import config_from_args
+from gpu_efficiency.config import OperatorConfig, config_from_args
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, ReclaimOwner, Snapshot, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
@@ -83,8 +83,7 @@ def load_policy(
     return "defaults", GPUEfficiencyPolicySpec(), GPUEfficiencyPolicyStatus()
 
 
-def observe(args: argparse.Namespace) -> tuple[Snapshot, Plan]:
-    config = config_from_args(args)
+def observe(args: argparse.Namespace, config: OperatorConfig) -> tuple[Snapshot, Plan]:
     try:
         api_client = load_api_client(config.api_timeout)
     except Exception as exc:
@@ -322,12 +321,13 @@ def render_table(report: dict[str, Any]) -> str:
 
 
 def report_main(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
     try:
-        snapshot, plan = observe(args)
+        snapshot, plan = observe(args, config)
     except ReportError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.code
-    report = build_report(snapshot, plan, currency=args.currency)
+    report = build_report(snapshot, plan, currency=config.currency)
     sys.stdout.write((json.dumps(report, indent=2) if args.output == "json" else render_table(report)) + "\n")
     return EXIT_OK if snapshot.metrics_available else EXIT_METRICS
 
@@ -338,7 +338,7 @@ def explain_main(args: argparse.Namespace) -> int:
         sys.stderr.write("error: give the pod as NAMESPACE/POD\n")
         return EXIT_USAGE
     try:
-        snapshot, plan = observe(args)
+        snapshot, plan = observe(args, config_from_args(args))
     except ReportError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.code

@@ -106,9 +106,9 @@ def test_report_names_the_currency_and_calls_per_day_figures_a_projection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("GPUEFF_CURRENCY", raising=False)
-    assert build_parser().parse_args(["report"]).currency == "USD"
+    assert config_from_args(build_parser().parse_args(["report"])).currency == "USD"
     monkeypatch.setenv("GPUEFF_CURRENCY", "EUR")
-    assert build_parser().parse_args(["report"]).currency == "EUR"
+    assert config_from_args(build_parser().parse_args(["report"])).currency == "EUR"
 
     report = _idle_report("EUR")
     assert report["currency"] == "EUR"

@@ -19,13 +19,17 @@ from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
 
 log = logging.getLogger(__name__)
 
-#: Set by the CLI before kopf.run; read once by the startup handler.
-CONFIG: OperatorConfig | None = None
+
+def initial_memo(config: OperatorConfig) -> kopf.Memo:
+    """The memo to start Kopf with (``kopf.run(memo=...)``): how the configuration reaches the handlers."""
+    return kopf.Memo(config=config)
 
 
 @kopf.on.startup()
 def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    config = CONFIG or OperatorConfig()
+    config = memo.get("config")
+    if not isinstance(config, OperatorConfig):
+        raise RuntimeError("start the operator with `gpu-efficiency run`: Kopf's memo holds no configuration")
     settings.posting.level = logging.WARNING  # our own events say what happened; Kopf's only errors
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60

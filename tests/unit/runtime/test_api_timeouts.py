@@ -15,7 +15,7 @@ from kubernetes import config as kube_config
 from tests.unit.sources.slow_http import slow_server
 
 from gpu_efficiency.apiclient import TimeoutApiClient, load_api_client
-from gpu_efficiency.config import add_run_arguments, config_from_args
+from gpu_efficiency.config import add_setting_arguments, config_from_args
 
 
 def _kubeconfig(tmp_path: Path, url: str) -> Path:
@@ -88,7 +88,7 @@ def test_the_timeout_is_an_operator_setting() -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
-    add_run_arguments(parser)
+    add_setting_arguments(parser, "run")
     assert config_from_args(parser.parse_args(["--api-timeout", "7"])).api_timeout == 7.0
     assert config_from_args(parser.parse_args([])).api_timeout == 30.0
     with pytest.raises(ValueError, match="positive"):

@@ -13,7 +13,7 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
-from gpu_efficiency.config import add_run_arguments, config_from_args
+from gpu_efficiency.config import add_setting_arguments, config_from_args
 from gpu_efficiency.engine.model import Window
 from gpu_efficiency.runtime.deps import SourceCache, WithoutCredentials
 from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable, StaticSource
@@ -29,7 +29,7 @@ def _headers(tmp_path: Path, policy_url: str | None, *flags: str) -> dict[str, s
     auth = tmp_path / "auth"
     auth.write_text("user:pass\n")
     parser = argparse.ArgumentParser()
-    add_run_arguments(parser)
+    add_setting_arguments(parser, "run")
     argv = [
         f"--prometheus-url={OWN}",
         f"--prometheus-token-file={token}",

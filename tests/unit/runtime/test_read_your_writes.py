@@ -14,7 +14,7 @@ from gpu_efficiency.actuators import nodes
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.pods import annotate_pod
-from gpu_efficiency.config import OperatorConfig, add_run_arguments, config_from_args
+from gpu_efficiency.config import OperatorConfig, add_setting_arguments, config_from_args
 from gpu_efficiency.engine.model import AnnotateNode, AnnotatePod, EvictPod, PodEvent, TaintNode
 from gpu_efficiency.runtime.cycle import feed_write
 from gpu_efficiency.runtime.deps import build_reader
@@ -122,7 +122,7 @@ def test_the_applier_hands_each_write_over_as_it_happens_and_keeps_no_json() -> 
 
 def _config(*argv: str) -> OperatorConfig:
     parser = argparse.ArgumentParser()
-    add_run_arguments(parser)
+    add_setting_arguments(parser, "run")
     return config_from_args(parser.parse_args(list(argv)))
 
 

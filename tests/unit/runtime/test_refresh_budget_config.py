@@ -8,14 +8,14 @@ import pytest
 from kubernetes import client
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
-from gpu_efficiency.config import add_run_arguments, config_from_args
+from gpu_efficiency.config import add_setting_arguments, config_from_args
 from gpu_efficiency.runtime.deps import SourceCache
 from gpu_efficiency.sources.prometheus import PrometheusSource
 
 
 def _budget(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    add_run_arguments(parser)
+    add_setting_arguments(parser, "run")
     config = config_from_args(parser.parse_args([*argv, "--agent-urls=http://agent:1"]))
     source = SourceCache(config, client.ApiClient())("p", GPUEfficiencyPolicySpec())
     assert isinstance(source, PrometheusSource)
