@@ -46,12 +46,10 @@ from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.engine.model import PodRef, Signal, Stats
 from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN
+from gpu_efficiency.sources.aggregate_rows import AVG, COUNT, MAX, TS, WIDTH, rows_stats
 
 #: (UUID, GPU_I_ID): how window values are keyed.
 Key = tuple[str, str]
-#: One signal's aggregates in ``prometheus._FIELDS`` order: avg, max, min, last, count, ts, ...
-_FIELDS = 9
-_AVG, _MAX, _COUNT, _TS = 0, 1, 4, 5
 #: The chain's signals with their scale to a 0-1 fraction and largest valid value (engine/pods/activity.py).
 _CHAIN = tuple((signal, scale, upper) for signal, upper, scale in ACTIVITY_CHAIN)
 #: A cached peak counts as busy only this far (relative) above the threshold, like the fresh filter.
@@ -74,7 +72,7 @@ class Entry:
     node: str
     pods: frozenset[PodRef]
     signals: tuple[Signal, ...]
-    values: array  # type: ignore[type-arg]  # len(signals) * _FIELDS doubles
+    values: array  # type: ignore[type-arg]  # len(signals) * WIDTH doubles
     refreshed_at: float  # last whole-window refresh (rule 4's order)
     unsettled_at: float  # last cycle it was new, re-attributed, idle or not clearly busy
     built: dict[Signal, Stats] | None = None  # ``stats()``, once asked for
@@ -93,9 +91,9 @@ class Entry:
         ``exact`` signals (fetched this cycle: their own time decides their staleness)."""
         out = {}
         for i, signal in enumerate(self.signals):
-            row = list(self.values[i * _FIELDS : (i + 1) * _FIELDS])
-            if signal not in exact and math.isfinite(row[_TS]):
-                row[_TS] = newest
+            row = list(self.values[i * WIDTH : (i + 1) * WIDTH])
+            if signal not in exact and math.isfinite(row[TS]):
+                row[TS] = newest
             out[signal] = row
         return out
 
@@ -103,28 +101,7 @@ class Entry:
         if signal not in self.signals:
             return None
         i = self.signals.index(signal)
-        return self.values[i * _FIELDS : (i + 1) * _FIELDS]
-
-
-def row_stats(row: Sequence[float]) -> Stats:
-    """One signal's aggregates (``prometheus._FIELDS`` order) as Stats."""
-    avg, max_, min_, last, count, ts, stddev, changes, resets = row
-    isfinite = math.isfinite
-    return Stats(
-        avg,
-        max_,
-        min_,
-        last,
-        int(count) if isfinite(count) else 0,
-        ts,
-        stddev,
-        int(changes) if isfinite(changes) else 0,
-        int(resets) if isfinite(resets) else 0,
-    )
-
-
-def rows_stats(rows: Mapping[Signal, Sequence[float]]) -> dict[Signal, Stats]:
-    return {signal: row_stats(row) for signal, row in rows.items()}
+        return self.values[i * WIDTH : (i + 1) * WIDTH]
 
 
 def clearly_busy(entry: Entry, idle_below: float) -> bool:
@@ -137,9 +114,9 @@ def clearly_busy(entry: Entry, idle_below: float) -> bool:
     found = False
     for signal, scale, upper in _CHAIN:
         row = entry.row(signal)
-        if row is None or row[_COUNT] <= 0 or not math.isfinite(row[_COUNT]):
+        if row is None or row[COUNT] <= 0 or not math.isfinite(row[COUNT]):
             continue
-        avg, peak = row[_AVG], row[_MAX]
+        avg, peak = row[AVG], row[MAX]
         if not (0.0 <= avg <= upper and 0.0 <= peak <= upper):
             continue  # never usable: out of range or NaN
         if peak * scale < idle_below * (1.0 + _MARGIN):
@@ -284,7 +261,7 @@ class ActivityCache:
         GPU after a restart) counts as changed unless its window is already full of samples."""
         old = self.entries.get(key)
         if old is None:
-            counts = [rows[s][_COUNT] for s in CHAIN_SIGNALS if s in rows]
+            counts = [rows[s][COUNT] for s in CHAIN_SIGNALS if s in rows]
             return -math.inf if counts and all(c >= full for c in counts) else now
         return now if key in plan.unsettled else old.unsettled_at
 
@@ -349,7 +326,7 @@ class ActivityCache:
 
 
 class WholeStats:
-    """``ActivityCache.whole_stats``: entries' Stats built as ``prometheus.samples`` pops them, so a
+    """``ActivityCache.whole_stats``: entries' Stats built as ``prometheus.windows.samples`` pops them, so a
     GPU's rows are freed as its Stats are made (never every GPU's of both at once)."""
 
     def __init__(self, entries: dict[Key, Entry]) -> None:
@@ -364,7 +341,7 @@ class ReusedRows(Mapping[Key, dict[Signal, list[float]]]):
     """The cached windows a cycle reuses, as rows built when read (``pop`` forgets the GPU).
 
     Building every carried GPU's rows at once held ~8,000 GPUs x 8 signals of Python lists (tens of
-    MB) next to the ``Stats`` made from them; built as ``prometheus.samples`` consumes them, at
+    MB) next to the ``Stats`` made from them; built as ``prometheus.windows.samples`` consumes them, at
     most one GPU's rows live at a time. The entries are captured when made: ``update`` replaces
     entries rather than changing them, so a later cycle's update cannot change what this one reads.
     """

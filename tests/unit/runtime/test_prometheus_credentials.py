@@ -40,9 +40,9 @@ def _headers(tmp_path: Path, policy_url: str | None, *flags: str) -> dict[str, s
     source = SourceCache(config, client.ApiClient())("p", spec)
     prometheus = source.source if isinstance(source, WithoutCredentials) else source
     assert isinstance(prometheus, PrometheusSource)
-    headers = prometheus._headers()
-    if prometheus._auth() is not None:
-        headers["basic"] = ":".join(prometheus._auth() or ())
+    headers = prometheus.client.headers()
+    if prometheus.client.auth() is not None:
+        headers["basic"] = ":".join(prometheus.client.auth() or ())
     return headers
 
 

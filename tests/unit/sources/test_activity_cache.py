@@ -23,7 +23,8 @@ from gpu_efficiency.sources.activity_cache import (
 )
 from gpu_efficiency.sources.base import FetchRequest
 from gpu_efficiency.sources.labels import GPUKey
-from gpu_efficiency.sources.prometheus import _Identity, samples
+from gpu_efficiency.sources.prometheus.answers import Identity
+from gpu_efficiency.sources.prometheus.windows import samples
 from gpu_efficiency.sources.promql import idle_limit
 
 NOW = 1_700_000_000.0
@@ -32,7 +33,7 @@ IDLE = 0.01
 
 
 def row(peak: float, avg: float | None = None, count: float = 40, ts: float = NOW - 5) -> list[float]:
-    """A row in ``prometheus._FIELDS`` order: avg, max, min, last, count, ts, stddev, changes, resets."""
+    """A row in ``aggregate_rows.FIELDS`` order: avg, max, min, last, count, ts, stddev, changes, resets."""
     avg = peak if avg is None else avg
     return [avg, peak, 0.0, peak, count, ts, 0.0, 0.0, 0.0]
 
@@ -208,8 +209,8 @@ def _rows(draw: st.DrawFn) -> dict[Signal, list[float]]:
     return out
 
 
-def _sample_rows(key: Key, rows: dict[Signal, list[float]], newest: float) -> tuple[GPUKey, _Identity]:
-    return GPUKey(*key), _Identity(node="n1", pods={PodRef("ns", key[0])}, newest=newest)
+def _sample_rows(key: Key, rows: dict[Signal, list[float]], newest: float) -> tuple[GPUKey, Identity]:
+    return GPUKey(*key), Identity(node="n1", pods={PodRef("ns", key[0])}, newest=newest)
 
 
 def _idle(rows: dict[Signal, list[float]], key: Key, threshold: float, bounds: DataBounds) -> bool:

@@ -19,14 +19,9 @@ from hypothesis import strategies as st
 from gpu_efficiency.engine.model import GPUSample, Window
 from gpu_efficiency.sources.agent import SNAPSHOT_SCHEMA, AgentEndpoint, AgentSource, samples_from_snapshot
 from gpu_efficiency.sources.base import DropTally, FetchRequest, SourceUnavailable
-from gpu_efficiency.sources.prometheus import (
-    _candidates,
-    _identities,
-    decode_vector,
-    fold_window,
-    iter_vector,
-    samples,
-)
+from gpu_efficiency.sources.prometheus.answers import candidates, identities
+from gpu_efficiency.sources.prometheus.vector import decode_vector, iter_vector
+from gpu_efficiency.sources.prometheus.windows import fold_window, samples
 
 KEYS = ["UUID", "GPU_I_ID", "__agg__", "gpu", "Hostname", "pod", "namespace", "metric", "value", "result"]
 SCALARS = (
@@ -83,8 +78,8 @@ def test_prometheus_answers_decode_or_are_unavailable(answer: Any) -> None:
     for labels, value in series:
         assert all(type(k) is str and type(v) is str for k, v in labels.items())
         assert isinstance(value, float)
-    identity = _identities(series)
-    _candidates(series, DropTally())
+    identity = identities(series)
+    candidates(series, DropTally())
     try:
         rows = fold_window(iter_vector([body[i : i + 7] for i in range(0, len(body), 7)], 16))
     except SourceUnavailable:

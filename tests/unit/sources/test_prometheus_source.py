@@ -199,6 +199,17 @@ def test_http_errors_are_unavailable(fake_prometheus: ThreadingHTTPServer, statu
         source.fetch(FetchRequest(now=1.0, windows=WINDOWS, scrape_interval=15.0))
 
 
+def test_an_error_answer_is_reported_at_once_not_retried(fake_prometheus: ThreadingHTTPServer) -> None:
+    """With the default retries, a 503 is one request and reads as HTTP 503, as it did when
+    prometheus-api-client's adapter (no POST retries) replaced the one the source declared."""
+    _FakePrometheus.status = 503
+    url = f"http://127.0.0.1:{fake_prometheus.server_address[1]}"
+    source = PrometheusSource(PrometheusConfig(url=url))
+    with pytest.raises(SourceUnavailable, match="HTTP 503"):
+        source.query("up")
+    assert fake_prometheus.queries == ["up"]  # type: ignore[attr-defined]
+
+
 def test_unreachable_is_unavailable() -> None:
     source = PrometheusSource(PrometheusConfig(url="http://127.0.0.1:9", retries=0, timeout=1))
     with pytest.raises(SourceUnavailable, match="unreachable"):

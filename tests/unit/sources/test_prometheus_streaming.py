@@ -12,13 +12,9 @@ from tests.unit.sources.fake_http import QuietHandler, serving
 
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.sources.base import FaultHints, FetchRequest, SourceUnavailable
-from gpu_efficiency.sources.prometheus import (
-    PrometheusConfig,
-    PrometheusSource,
-    decode_vector,
-    fold_window,
-    iter_vector,
-)
+from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource, decode_vector
+from gpu_efficiency.sources.prometheus.vector import iter_vector
+from gpu_efficiency.sources.prometheus.windows import fold_window
 from gpu_efficiency.sources.promql import (
     AGG_LABEL,
     CANDIDATE_LABEL,

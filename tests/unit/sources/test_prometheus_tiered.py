@@ -21,9 +21,9 @@ from tests.unit.sources.fake_http import QuietHandler, serving
 
 from gpu_efficiency.engine.model import GPUSample, Signal, Window
 from gpu_efficiency.engine.pods.activity import DataBounds, carried_bounds, gpu_activity
-from gpu_efficiency.sources import prometheus as prom
 from gpu_efficiency.sources.base import ActivityHints, FaultHints, FetchRequest, FetchResult
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
+from gpu_efficiency.sources.prometheus import tiered as prom
 from gpu_efficiency.sources.promql import AGG_LABEL, CANDIDATE_LABEL, QUERY_PLAN, Query, idle_limit
 
 NOW = 1_700_000_000.0
@@ -129,14 +129,14 @@ def model() -> Iterator[Model]:
 def _source(model: Model, budget: int) -> PrometheusSource:
     """A source whose queries are recorded as the cycle's or the background refresh's (by thread)."""
     source = PrometheusSource(PrometheusConfig(url=model.url), refresh_budget=budget)  # type: ignore[attr-defined]
-    run = source._run
+    run = source.run
 
     def recorded(query: Query, at: float, *rest: Any) -> Any:
         background = threading.current_thread().name == "prometheus-refresh"
         (model.background if background else model.cycle).append(query.text)
         return run(query, at, *rest)
 
-    source._run = recorded  # type: ignore[method-assign]
+    source.run = recorded  # type: ignore[method-assign]
     return source
 
 
@@ -357,11 +357,11 @@ def test_carried_gpus_are_built_while_the_chains_are_in_flight_from_the_entries_
     model.gpus["GPU-2"].sm = 0.0  # its chain is fetched; the other 7 are carried
     model.hold_chain = threading.Event()
     built_while_held: list[bool] = []
-    build = prom._TieredRound.build_carried
+    build = prom.TieredRound.build_carried
 
-    def judged_then_replaced(state: prom._TieredRound) -> None:
+    def judged_then_replaced(state: prom.TieredRound) -> None:
         if state.carried:
-            (cache,) = source._caches.values()
+            (cache,) = source.tiered.caches.values()
             taken = {("GPU-5", ""): cache.entries[("GPU-5", "")]}
             idle_rows = {Signal.SM_ACTIVE: [0.0, 0.0, 0.0, 0.0, 8.0, NOW + 197, 0.0, 0.0, 0.0]}
             assert cache.refreshed(taken, {("GPU-5", ""): idle_rows}, NOW + 200) == 1
@@ -372,7 +372,7 @@ def test_carried_gpus_are_built_while_the_chains_are_in_flight_from_the_entries_
         else:
             build(state)
 
-    monkeypatch.setattr(prom._TieredRound, "build_carried", judged_then_replaced)
+    monkeypatch.setattr(prom.TieredRound, "build_carried", judged_then_replaced)
     result, _ = _fetch(source, model, NOW + 200)
     assert built_while_held == [True]
     assert model.chain_released == [True]  # by the build, not after waiting 5 s
@@ -380,7 +380,7 @@ def test_carried_gpus_are_built_while_the_chains_are_in_flight_from_the_entries_
     assert _sm(result, "GPU-2").max == 0.0
     assert _sm(result, "GPU-5").max == 0.5  # the window the plan judged, not the replacement
     assert _gpu(result, "GPU-5").carried_newest == NOW - 3  # with identity's newest-sample time
-    (cache,) = source._caches.values()
+    (cache,) = source.tiered.caches.values()
     assert cache.entries[("GPU-5", "")].refreshed_at == NOW + 200  # the replacement, kept for later
 
 

@@ -20,7 +20,7 @@ from gpu_efficiency.engine.model import Diagnosis, GPUSample, Window
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.pods.activity import data_bounds, gpu_activity
 from gpu_efficiency.engine.pods.underutilization import diagnose
-from gpu_efficiency.sources.prometheus import _fb_total, _window_stats
+from gpu_efficiency.sources.prometheus.windows import fb_total, window_stats
 from gpu_efficiency.sources.promql import QUERY_PLAN
 from gpu_efficiency_sim.gpu_models import find_model
 from gpu_efficiency_sim.profiles import sample
@@ -59,7 +59,7 @@ def _prometheus_sample(profile: str, start: float) -> GPUSample:
             continue
         for agg in aggs:
             tags[f"{signal.name}:{agg}"] = _aggregate(values, agg)
-    stats = _window_stats(tags)
+    stats = window_stats(tags)
     return GPUSample(
         node="n1",
         uuid="GPU-1",
@@ -68,7 +68,7 @@ def _prometheus_sample(profile: str, start: float) -> GPUSample:
         pods=(),
         stats={Window.ACTIVITY: stats},
         expected_samples={Window.ACTIVITY: float(WINDOW_S)},
-        fb_total_mib=_fb_total(stats),
+        fb_total_mib=fb_total(stats),
     )
 
 

@@ -19,11 +19,8 @@ from tests.unit.sources.fake_http import QuietHandler, serving
 from gpu_efficiency.engine.model import Window
 from gpu_efficiency.sources.base import ActivityHints, FaultHints, FetchRequest, SourceUnavailable
 from gpu_efficiency.sources.labels import INVALID_ID, NODE_CONFLICT, valid_uuid
-from gpu_efficiency.sources.prometheus import (
-    PrometheusConfig,
-    PrometheusSource,
-    fold_window,
-)
+from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
+from gpu_efficiency.sources.prometheus.windows import fold_window
 from gpu_efficiency.sources.promql import CANDIDATE_LABEL, re_escape
 
 WINDOWS = {Window.ACTIVITY: 600.0, Window.FAULT: 120.0}

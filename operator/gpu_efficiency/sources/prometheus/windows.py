@@ -1,0 +1,159 @@
+"""Window answers folded into aggregate rows, and rows joined with identities into GPUSamples.
+
+A window query's series are tagged ``SIGNAL:agg`` per GPU key; ``fold_window`` turns them into one
+row per signal (``sources/aggregate_rows.py``) as they stream in, and ``samples`` joins them with
+the identity query's answer, freeing each GPU's rows as its Stats are built.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
+from gpu_efficiency.sources.activity_cache import Key, ReusedRows, WholeStats
+from gpu_efficiency.sources.aggregate_rows import FIELDS, WIDTH, rows_stats
+from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable
+from gpu_efficiency.sources.labels import GPUKey
+from gpu_efficiency.sources.prometheus.answers import Identity
+from gpu_efficiency.sources.prometheus.vector import check_cap
+from gpu_efficiency.sources.promql import AGG_LABEL, AGGREGATIONS
+
+NAN = math.nan
+
+#: One window's aggregates: (UUID, GPU_I_ID) -> signal -> its aggregate row (NaN: not returned).
+WindowValues = dict[tuple[str, str], dict[Signal, list[float]]]
+#: ``SIGNAL:agg`` tag -> the signal and the aggregate's index in its row.
+_TAGS: dict[str, tuple[Signal, int]] = {
+    f"{s.name}:{agg}": (s, FIELDS.index(agg)) for s in Signal for agg in AGGREGATIONS
+}
+
+
+def fold_window(chunks: Iterable[Iterable[Mapping[str, Any]]], max_series: int = 0) -> WindowValues:
+    """A window query's series (each tagged ``SIGNAL:agg`` for one GPU key) as ``WindowValues``;
+    SourceUnavailable past ``max_series`` series (0: no cap)."""
+    out: WindowValues = {}
+    tags, fields = _TAGS, WIDTH
+    last_key: tuple[str, str] | None = None
+    per_gpu: dict[Signal, list[float]] = {}
+    seen = 0
+    try:
+        for items in chunks:
+            if not isinstance(items, list):
+                items = list(items)
+            seen += len(items)
+            check_cap(seen, max_series)
+            for item in items:
+                labels = item.get("metric") or {}
+                uuid = labels.get("UUID")
+                found = tags.get(labels.get(AGG_LABEL, ""))
+                if not uuid or found is None:
+                    continue
+                key = (uuid, labels.get("GPU_I_ID", ""))
+                if key != last_key:  # consecutive series often share a GPU: skip the lookup then
+                    found_gpu = out.get(key)
+                    if found_gpu is None:
+                        if type(uuid) is not str or type(key[1]) is not str:
+                            raise TypeError(f"GPU labels {key!r} are not strings")
+                        found_gpu = out[key] = {}
+                    per_gpu, last_key = found_gpu, key
+                signal, index = found
+                row = per_gpu.get(signal)
+                if row is None:
+                    row = per_gpu[signal] = [NAN] * fields
+                try:
+                    row[index] = float(item["value"][1])
+                except (KeyError, IndexError, TypeError, ValueError):
+                    row[index] = NAN
+    except (AttributeError, TypeError) as exc:  # a series or its labels not an object, a label a list
+        raise SourceUnavailable(f"Prometheus returned a malformed series: {exc}") from exc
+    return out
+
+
+class Rows(Protocol):
+    """A window's rows by GPU key, consumed by ``samples`` (a ``WindowValues`` dict, or lazier)."""
+
+    def pop(self, key: tuple[str, str], default: None, /) -> dict[Signal, list[float]] | None: ...
+
+
+class Overlay:
+    """The cached windows a tiered cycle reuses, over the rows it fetched (chain-only rows of a
+    chain-refreshed GPU are superseded by its whole cached window, which already holds them)."""
+
+    def __init__(self, reused: ReusedRows, fresh: WindowValues) -> None:
+        self.reused, self.fresh = reused, fresh
+
+    def pop(self, key: tuple[str, str], default: None, /) -> dict[Signal, list[float]] | None:
+        fetched = self.fresh.pop(key, default)
+        rows = self.reused.pop(key, default)
+        return rows if rows is not None else fetched
+
+
+def samples(
+    identity: Mapping[GPUKey, Identity],
+    windows: Mapping[Window, Rows],
+    request: FetchRequest,
+    built: Mapping[Window, dict[Key, dict[Signal, Stats]]] | None = None,
+    whole: Mapping[Window, WholeStats] | None = None,
+) -> tuple[GPUSample, ...]:
+    """Join identities with the window aggregates (consumed): one GPUSample per GPU, sorted.
+    ``built``: carried windows' Stats (``Entry.stats``), taken instead of rows (also consumed);
+    their GPU's sample is marked carried, with identity's newest time (``GPUSample.carried_newest``).
+    ``whole``: Stats of windows fetched whole this cycle, equal to their rows' (also consumed), not
+    marked carried."""
+    expected = {
+        w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0
+    }
+    built = built or {}
+    whole = whole or {}
+    gpus = []
+    for gpu_key, ident in identity.items():
+        key = (gpu_key.uuid, gpu_key.instance_id)
+        stats: dict[Window, dict[Signal, Stats]] = {}
+        carried: float | None = None
+        for window, values in windows.items():
+            rows = values.pop(key, None)  # freed as it goes: rows and Stats are not both held
+            ready = built[window].pop(key, None) if window in built else None
+            own = whole[window].pop(key, None) if window in whole else None
+            if ready is not None:
+                stats[window], carried = ready, ident.newest
+            elif own is not None:
+                stats[window] = own
+            elif rows is not None:
+                stats[window] = rows_stats(rows)
+        gpus.append(
+            GPUSample(
+                node=ident.node,
+                uuid=gpu_key.id,
+                index=ident.index,
+                model=ident.model,
+                pods=tuple(sorted(ident.pods, key=lambda p: (p.namespace, p.name, p.container))),
+                stats=stats,
+                source="prometheus",
+                expected_samples=expected,
+                fb_total_mib=fb_total(stats.get(Window.ACTIVITY, {})),
+                carried_newest=carried,
+            )
+        )
+    gpus.sort(key=lambda g: (g.node, g.index, g.uuid))
+    return tuple(gpus)
+
+
+def window_stats(tags: Mapping[str, float]) -> dict[Signal, Stats]:
+    """Stats from ``SIGNAL:agg`` -> value (tags of unknown signals or aggregates ignored)."""
+    rows: dict[Signal, list[float]] = {}
+    for tag, value in tags.items():
+        found = _TAGS.get(tag)
+        if found is not None:
+            signal, index = found
+            rows.setdefault(signal, [NAN] * WIDTH)[index] = value
+    return rows_stats(rows)
+
+
+def fb_total(activity: Mapping[Signal, Stats]) -> float | None:
+    used, free = activity.get(Signal.FB_USED), activity.get(Signal.FB_FREE)
+    if used is None or free is None:
+        return None
+    total = used.last + free.last
+    return total if math.isfinite(total) and total > 0 else None
