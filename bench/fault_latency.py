@@ -168,6 +168,8 @@ def apply_policy(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def prom_get(cluster: Cluster, path: str, params: dict[str, str]) -> Any:
+    """The ``data`` of a query answering a matrix (a range-vector selector's raw samples), which
+    the operator's client (``cluster.prom``: instant vectors only) does not decode."""
     url = f"{cluster.prometheus_url}{path}?" + urllib.parse.urlencode(params)
     with urllib.request.urlopen(url, timeout=10) as response:
         return orjson.loads(response.read())["data"]
@@ -675,8 +677,7 @@ def wait_ready(rig: Rig, args: argparse.Namespace) -> None:
     while time.monotonic() < deadline:
         if not rig.op.alive():
             raise RuntimeError(f"the operator exited ({rig.op.proc.returncode}); see {rig.op.log_path}")
-        result = prom_get(rig.cluster, "/api/v1/query", {"query": query})["result"]
-        have = float(result[0]["value"][1]) if result else 0.0
+        have = rig.cluster.prom_scalar(query)
         if have >= need and len(rig.op.poll()) >= 3:
             return
         time.sleep(2)

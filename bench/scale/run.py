@@ -47,7 +47,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.parse
 import urllib.request
 import zlib
 from collections import Counter
@@ -62,6 +61,8 @@ import yaml
 from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
+
+from gpu_efficiency.sources.prometheus import PrometheusClient, PrometheusConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = ROOT / "hack" / "localcluster" / "cluster.sh"
@@ -136,8 +137,10 @@ class Cluster:
     state_dir: Path
     bin_dir: Path
     api: client.ApiClient = field(init=False)
+    prometheus: PrometheusClient = field(init=False)
 
     def __post_init__(self) -> None:
+        self.prometheus = PrometheusClient(PrometheusConfig(url=self.prometheus_url, timeout=30))
         configuration = client.Configuration()
         kube_config.load_kube_config(config_file=self.kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
         configuration.connection_pool_maxsize = 32
@@ -158,16 +161,12 @@ class Cluster:
             str(self.bin_dir / "kubectl"), "--kubeconfig", self.kubeconfig, *args, input_=input_, check=check
         )
 
-    def prom(self, query: str, at: float | None = None) -> list[dict[str, Any]]:
-        params = {"query": query, **({"time": f"{at:.3f}"} if at is not None else {})}
-        url = f"{self.prometheus_url}/api/v1/query?" + urllib.parse.urlencode(params)
-        with urllib.request.urlopen(url, timeout=30) as response:
-            result: list[dict[str, Any]] = orjson.loads(response.read())["data"]["result"]
-            return result
+    def prom(self, query: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
+        return self.prometheus.query(query, at)
 
     def prom_scalar(self, query: str) -> float:
         result = self.prom(query)
-        return float(result[0]["value"][1]) if result else 0.0
+        return result[0][1] if result else 0.0
 
     def apiserver_metrics(self) -> str:
         import ssl
@@ -711,7 +710,7 @@ def scrapes_during(cluster: Cluster, cycle: dict[str, Any]) -> int:
     here) has its own fixed phase in the scrape interval, and the cycle's phase against them is
     chance: a scrape costs the simulator and Prometheus CPU on the cores the cycle needs."""
     newest = cluster.prom("max by (instance) (timestamp(DCGM_FI_DEV_GPU_UTIL))", at=cycle["t1"])
-    return sum(1 for series in newest if float(series["value"][1]) >= cycle["t0"])
+    return sum(1 for _, value in newest if value >= cycle["t0"])
 
 
 def interval_cpu(cycles: list[dict[str, Any]]) -> dict[str, float]:

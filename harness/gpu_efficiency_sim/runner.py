@@ -21,7 +21,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
-import httpx
 import orjson
 import urllib3
 import yaml
@@ -30,6 +29,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
+from gpu_efficiency.sources.base import SourceUnavailable
+from gpu_efficiency.sources.prometheus import PrometheusClient, PrometheusConfig
 from gpu_efficiency_sim import manifests
 from gpu_efficiency_sim.expectations import Names, Outcome, Tracker
 from gpu_efficiency_sim.kube import ClaimPoller, PodWatcher, api_client
@@ -165,6 +166,7 @@ class ScenarioRun:
         self.prometheus_url = (
             options.prometheus_url or os.environ.get("GPUEFF_PROMETHEUS_URL") or DEFAULT_PROMETHEUS_URL
         ).rstrip("/")
+        self.prometheus = PrometheusClient(PrometheusConfig(url=self.prometheus_url, timeout=5))
         prefix = options.namespace_prefix
         self.namespaces = {ns: prefix + ns for ns in self.scenario.namespace_names}
         self.names = Names(
@@ -408,16 +410,11 @@ class ScenarioRun:
         last = ""
         while time.monotonic() < deadline:
             try:
-                response = httpx.get(
-                    f"{self.prometheus_url}/api/v1/query",
-                    params={"query": f'up{{instance="{address}"}}'},
-                    timeout=5,
-                )
-                result = response.json()["data"]["result"]
-                if result and result[0]["value"][1] == "1":
+                result = self.prometheus.query(f'up{{instance="{address}"}}')
+                if result and result[0][1] == 1:
                     return
                 last = "target not scraped yet"
-            except (httpx.HTTPError, KeyError, ValueError) as e:
+            except SourceUnavailable as e:
                 last = f"{type(e).__name__}: {e}"
             time.sleep(0.5)
         self.say(
@@ -615,19 +612,11 @@ class ScenarioRun:
         return events_since(events, self._since)
 
     def _query(self, query: str) -> list[tuple[dict[str, str], float]] | str:
+        """The series of an instant (vector) query, or why there are none (the expectation shows it)."""
         try:
-            response = httpx.get(f"{self.prometheus_url}/api/v1/query", params={"query": query}, timeout=5)
-            body = response.json()
-            if body.get("status") != "success":
-                return str(body.get("error", body))
-            data = body["data"]
-            if data["resultType"] == "scalar":
-                return [({}, float(data["result"][1]))]
-            if data["resultType"] != "vector":
-                return f"unsupported result type {data['resultType']}"
-            return [(dict(r["metric"]), float(r["value"][1])) for r in data["result"]]
-        except (httpx.HTTPError, KeyError, ValueError) as e:
-            return f"{type(e).__name__}: {e}"
+            return self.prometheus.query(query)
+        except SourceUnavailable as e:
+            return str(e)
 
     # ---- teardown ------------------------------------------------------------------------------
 

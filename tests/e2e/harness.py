@@ -3,6 +3,7 @@ operator as a separate process (`gpu-efficiency run`) that tests can kill and re
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -21,6 +22,8 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
+from gpu_efficiency.sources.prometheus import PrometheusClient, PrometheusConfig
+
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = ROOT / "hack" / "localcluster" / "cluster.sh"
 BUILD_SH = ROOT / "hack" / "localcluster" / "build.sh"
@@ -29,6 +32,17 @@ OPERATOR_NAMESPACE = "gpu-efficiency-system"
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 T = TypeVar("T")
+
+
+@functools.cache
+def _prometheus(url: str, timeout: float) -> PrometheusClient:
+    return PrometheusClient(PrometheusConfig(url=url, timeout=timeout))
+
+
+def prom_query(prometheus_url: str, promql: str, timeout: float = 5) -> list[tuple[dict[str, str], float]]:
+    """The (labels, value) series of an instant query, through the operator's own client (one per
+    URL); SourceUnavailable on a transport, HTTP or PromQL error, or a non-vector answer."""
+    return _prometheus(prometheus_url, timeout).query(promql)
 
 
 def wait_for(

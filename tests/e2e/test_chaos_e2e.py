@@ -26,7 +26,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -37,7 +36,7 @@ from gpu_efficiency_sim.faults import Fault as SimFault
 from gpu_efficiency_sim.faults import FaultKind
 from gpu_efficiency_sim.targets import DEFAULT_JOB, register, unregister
 from tests.e2e.faultproxy import Fault, FaultProxy, Rule, apiserver_upstream, proxied_kubeconfig
-from tests.e2e.harness import CLUSTER_SH, Cluster, OperatorIdentity, OperatorProcess, wait_for
+from tests.e2e.harness import CLUSTER_SH, Cluster, OperatorIdentity, OperatorProcess, prom_query, wait_for
 from tests.e2e.sim_fixtures import GPUNodes, RunningSimulator, gpu_nodes, simulator  # noqa: F401
 
 pytestmark = pytest.mark.e2e
@@ -553,10 +552,8 @@ def series_labels(prometheus_url: str, promql: str) -> dict[str, str]:
     """The labels of the first series ``promql`` answers (once scraped), less those Prometheus sets."""
 
     def first() -> dict[str, str] | None:
-        response = httpx.get(f"{prometheus_url}/api/v1/query", params={"query": promql}, timeout=5)
-        response.raise_for_status()
-        result = response.json()["data"]["result"]
-        return dict(result[0]["metric"]) if result else None
+        result = prom_query(prometheus_url, promql)
+        return result[0][0] if result else None
 
     labels = wait_for(first, 30, what=f"a series for {promql}")
     return {k: v for k, v in labels.items() if k not in ("__name__", "job", "instance", "simulator")}

@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from kubernetes import client
 
-from tests.e2e.harness import Cluster, OperatorIdentity, wait_for
+from tests.e2e.harness import Cluster, OperatorIdentity, prom_query, wait_for
 from tests.e2e.scenario_driver import BackgroundScenario, node_events, node_taints
 
 pytestmark = pytest.mark.e2e
@@ -25,13 +24,6 @@ pytestmark = pytest.mark.e2e
 KEY = "gpuefficiency.io/gpu-fault"
 INTERVAL_S = 5.0  # the procedural scenarios' policy interval
 SCENARIO_LABEL = "sim.gpuefficiency.io/scenario"
-
-
-def prom(prometheus_url: str, promql: str) -> list[dict[str, Any]]:
-    response = httpx.get(f"{prometheus_url}/api/v1/query", params={"query": promql}, timeout=5)
-    response.raise_for_status()
-    result: list[dict[str, Any]] = response.json()["data"]["result"]
-    return result
 
 
 def ours(core: client.CoreV1Api, node: str) -> list[tuple[str, str, str]]:
@@ -108,9 +100,9 @@ def test_ecc_taints_within_one_interval_and_the_scheduler_keeps_new_gpu_pods_awa
         deadline = time.monotonic() + 60
         while tainted is None and time.monotonic() < deadline:
             if sampled is None:
-                found = [s for s in prom(cluster.prometheus_url, series) if float(s["value"][1]) > 0]
+                found = [labels for labels, value in prom_query(cluster.prometheus_url, series) if value > 0]
                 if found:
-                    sampled, uuid = time.monotonic(), found[0]["metric"]["UUID"]
+                    sampled, uuid = time.monotonic(), found[0]["UUID"]
             if ours(core, faulty):
                 tainted = time.monotonic()
             time.sleep(0.2)
@@ -215,11 +207,11 @@ def test_manual_recovery_and_a_manual_untaint_are_respected_until_a_new_fault(
             assert not ours(core, xid_node), f"re-tainted at {bg.elapsed():.0f}s for the same XID"
             assert not ours(core, ecc_node), f"re-tainted at {bg.elapsed():.0f}s after the admin's untaint"
             time.sleep(1)
-        xid = prom(
+        xid = prom_query(
             cluster.prometheus_url,
             f'DCGM_FI_DEV_XID_ERRORS{{simulator="{bg.run.target_name}", Hostname="{xid_node}", gpu="1"}}',
         )
-        assert [s["value"][1] for s in xid] == ["79"], "the XID stayed in the gauge"
+        assert [value for _, value in xid] == [79], "the XID stayed in the gauge"
         annotations = core.read_node(xid_node).metadata.annotations or {}
         assert "gpuefficiency.io/fault-recovered" not in annotations, "the request is consumed"
         healed = gpu_condition(core, xid_node)

@@ -9,14 +9,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
 from gpu_efficiency.engine.faults import thermal as faults_thermal
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
 from gpu_efficiency.sources.promql import identity_query, thermal_bits_expr, union
-from tests.e2e.harness import built_tool
+from tests.e2e.harness import built_tool, prom_query
 
 pytestmark = pytest.mark.e2e
 
@@ -26,9 +25,7 @@ VALUES = [*range(0, 256), 1000, 4095, 65536 + 8, 65536 + 16, 2**40 + 32, -1, -8,
 def test_thermal_bits_expression_in_prometheus(prometheus_url: str) -> None:
     tagged = [f'label_replace(vector({v}), "v", "{v}", "", "")' for v in VALUES]
     query = thermal_bits_expr(f"({union(tagged)})")
-    response = httpx.post(f"{prometheus_url}/api/v1/query", data={"query": query}, timeout=30)
-    response.raise_for_status()
-    named = {int(series["metric"]["v"]) for series in response.json()["data"]["result"]}
+    named = {int(labels["v"]) for labels, _ in prom_query(prometheus_url, query, timeout=30)}
     expected = {v for v in VALUES if v >= 0 and v & faults_thermal.THERMAL_BITS}
     assert named == expected
 

@@ -6,23 +6,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
 import pytest
 from kubernetes import client
 
-from tests.e2e.harness import wait_for
+from tests.e2e.harness import prom_query, wait_for
 from tests.e2e.sim_fixtures import GPUNodes, RunningSimulator, gpu_nodes, simulator
 
 __all__ = ["gpu_nodes", "simulator"]  # fixtures used below
 
 pytestmark = pytest.mark.e2e
-
-
-def query(prometheus_url: str, promql: str) -> list[dict[str, Any]]:
-    response = httpx.get(f"{prometheus_url}/api/v1/query", params={"query": promql}, timeout=5)
-    response.raise_for_status()
-    result: list[dict[str, Any]] = response.json()["data"]["result"]
-    return result
 
 
 def deployment(name: str, replicas: int, gpus: int, label: tuple[str, str]) -> dict[str, Any]:
@@ -79,16 +71,15 @@ def test_prometheus_series_carry_the_labels_of_the_real_pods(
         what="3 trainer pods Running",
     )
 
-    def series() -> list[dict[str, Any]] | None:
-        found = query(
+    def series() -> list[tuple[dict[str, str], float]] | None:
+        found = prom_query(
             prometheus_url, f'DCGM_FI_DEV_GPU_UTIL{{simulator="{simulator.target}", namespace="{namespace}"}}'
         )
         return found if len(found) == 6 else None
 
     found = wait_for(series, 60, what="6 attributed GPU series in Prometheus")
     by_pod: dict[str, set[tuple[str, str]]] = {}
-    for s in found:
-        labels = s["metric"]
+    for labels, _ in found:
         assert labels["container"] == "cuda"
         assert labels["modelName"] == "NVIDIA H100 80GB HBM3"
         by_pod.setdefault(labels["pod"], set()).add((labels["Hostname"], labels["gpu"]))
@@ -98,7 +89,7 @@ def test_prometheus_series_carry_the_labels_of_the_real_pods(
         assert {host for host, _ in gpus} == {pods[name].spec.node_name}, "series sit on the pod's real node"
     all_gpus = [g for gpus in by_pod.values() for g in gpus]
     assert len(set(all_gpus)) == 6, "no GPU is attributed twice"
-    free = query(prometheus_url, f'DCGM_FI_DEV_GPU_UTIL{{simulator="{simulator.target}", pod=""}}')
+    free = prom_query(prometheus_url, f'DCGM_FI_DEV_GPU_UTIL{{simulator="{simulator.target}", pod=""}}')
     assert len(free) == 2, "the other GPUs of the two 4-GPU nodes are free, without pod labels"
 
 
@@ -113,7 +104,7 @@ def test_a_deleted_pod_releases_its_gpus(
     client.AppsV1Api(k8s).create_namespaced_deployment(namespace, deployment("solo", 1, 1, gpu_nodes.label))
     (victim,) = wait_for(lambda: running_pods(core, namespace, "solo"), 60, what="solo pod Running")
     promql = f'DCGM_FI_DEV_GPU_UTIL{{simulator="{simulator.target}", pod="{victim}"}}'
-    wait_for(lambda: query(prometheus_url, promql), 60, what=f"series of {victim}")
+    wait_for(lambda: prom_query(prometheus_url, promql), 60, what=f"series of {victim}")
     core.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)
     wait_for(
         lambda: all(h.pod.name != victim for hs in simulator.sim.holders().values() for h in hs),
@@ -121,9 +112,9 @@ def test_a_deleted_pod_releases_its_gpus(
         what=f"the simulator releasing {victim}'s GPU",
     )
     time.sleep(3)  # a couple of scrapes: Prometheus marks the vanished series stale
-    assert query(prometheus_url, promql) == []
+    assert prom_query(prometheus_url, promql) == []
     replacement = wait_for(lambda: running_pods(core, namespace, "solo"), 60, what="the replacement pod")
     (name,) = replacement
     assert name != victim
     promql = f'DCGM_FI_DEV_GPU_UTIL{{simulator="{simulator.target}", pod="{name}"}}'
-    wait_for(lambda: query(prometheus_url, promql), 60, what="series of the replacement pod")
+    wait_for(lambda: prom_query(prometheus_url, promql), 60, what="series of the replacement pod")

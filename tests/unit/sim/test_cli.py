@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -12,6 +13,7 @@ from gpu_efficiency_sim.cli import build_parser, main
 from gpu_efficiency_sim.profiles import PROFILES
 from gpu_efficiency_sim.runner import RunOptions, ScenarioRun, _find_crds
 from gpu_efficiency_sim.scenario import load_scenario
+from tests.unit.sources.fake_http import QuietHandler, serving
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "e2e" / "scenarios"
 
@@ -83,3 +85,28 @@ def test_the_harness_cli_has_the_demo_and_the_product_cli_has_no_harness_command
     for command in ("sim", "demo"):
         with pytest.raises(SystemExit):
             product.build_parser().parse_args([command])
+
+
+class _Prometheus(QuietHandler):
+    """Answers ``up`` with a vector, ``time()`` with a scalar, anything else with a PromQL error."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
+        query = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())["query"][0]
+        if query.startswith("up"):
+            data = {"resultType": "vector", "result": [{"metric": {"instance": "a"}, "value": [1, "1"]}]}
+            self.reply_json(json.dumps({"status": "success", "data": data}).encode())
+        elif query == "time()":
+            data = {"resultType": "scalar", "result": [1, "1"]}
+            self.reply_json(json.dumps({"status": "success", "data": data}).encode())
+        else:
+            self.reply_json(json.dumps({"status": "error", "error": "parse error"}).encode(), status=400)
+
+
+def test_metric_expectations_query_through_the_operators_client() -> None:
+    """Series come back as (labels, value); an error or a non-vector answer is the reason shown."""
+    with serving(_Prometheus) as server:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        run = ScenarioRun(load_scenario(SCENARIOS / "simulator-smoke.yaml"), RunOptions(prometheus_url=url))
+        assert run._query('up{instance="a"}') == [({"instance": "a"}, 1.0)]
+        assert run._query("nonsense(") == "Prometheus query failed: parse error"
+        assert run._query("time()") == "Prometheus returned 'scalar', expected a vector"
