@@ -1,4 +1,5 @@
-"""The e2e hook: fake scenarios (profiles, faults over time), --fake-pods, and the CLI as a process."""
+"""The e2e hook: fake scenarios (profiles, faults over time), --fake-pods, and ``gpu-efficiency-sim agent``
+as a process; the product's ``gpu-efficiency agent`` has no fake backend."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from gpu_efficiency.agent.cli import add_agent_command, build_agent
+from gpu_efficiency.agent.cli import add_agent_command, build_agent, nvml_backend
 from gpu_efficiency.agent.collect import Collector
-from gpu_efficiency.agent.nvml.fake import fake_uuid
 from gpu_efficiency.agent.nvml.types import EventKind
 from gpu_efficiency.agent.pods import PodAttribution
-from gpu_efficiency.agent.scenario import PROFILES, build_fake
+from gpu_efficiency_sim.fake_nvml.backend import fake_uuid
+from gpu_efficiency_sim.fake_nvml.command import add_fake_agent_command, fake_backend
+from gpu_efficiency_sim.fake_nvml.scenario import PROFILES, build_fake
 
 SCENARIO = """
 gpus:
@@ -110,24 +112,22 @@ def test_every_profile_is_a_complete_fake() -> None:
         assert gpm.sm_util is not None
 
 
-def _parser() -> Any:
+def _parser(add: Callable[[Any], Any] = add_fake_agent_command) -> Any:
     import argparse
 
     parser = argparse.ArgumentParser()
-    add_agent_command(parser.add_subparsers(dest="command"))
+    add(parser.add_subparsers(dest="command"))
     return parser
 
 
 def test_cli_flags_build_the_agent() -> None:
-    args = _parser().parse_args(
-        ["agent", "--backend", "fake", "--fake-gpus", "2", "--interval", "500ms", "--node-name", "gpu-7"]
-    )
-    agent = build_agent(args)
+    args = _parser().parse_args(["agent", "--fake-gpus", "2", "--interval", "500ms", "--node-name", "gpu-7"])
+    agent = build_agent(args, backend_factory=fake_backend)
     assert (agent.backend.name, agent.config.interval_s, agent.config.node_name) == ("fake", 0.5, "gpu-7")
     assert agent.config.history_s == 900.0
     assert args.listen == "0.0.0.0:9400"
     assert (args.max_connections, args.request_timeout, args.auth) == (32, 10.0, "none")
-    limited = _parser().parse_args(
+    limited = _parser(add_agent_command).parse_args(
         ["agent", "--max-connections", "4", "--request-timeout", "2s", "--auth", "tokenreview"]
     )
     assert (limited.max_connections, limited.request_timeout, limited.auth) == (4, 2.0, "tokenreview")
@@ -141,7 +141,17 @@ def test_cli_flags_build_the_agent() -> None:
         ["--critical-xids", "x"],
     ):
         with pytest.raises(SystemExit):
-            _parser().parse_args(["agent", *bad])
+            _parser(add_agent_command).parse_args(["agent", *bad])
+
+
+def test_the_product_agent_has_only_real_nvml() -> None:
+    """``gpu-efficiency agent`` takes no fake-backend flag; its backend is nvidia-ml-py's."""
+    for fake in (["--backend", "fake"], ["--fake-gpus", "2"], ["--fake-scenario", "s.yaml"]):
+        with pytest.raises(SystemExit):
+            _parser(add_agent_command).parse_args(["agent", *fake])
+    args = _parser(add_agent_command).parse_args(["agent"])
+    backend, static = nvml_backend(args)
+    assert (backend.name, static) == ("nvml", {})
 
 
 def _free_port() -> int:
@@ -153,7 +163,7 @@ def _free_port() -> int:
 def test_agent_process_serves_and_stops_on_sigterm(wait_until: Callable[..., Any]) -> None:
     port = _free_port()
     env = os.environ | {"NODE_NAME": "node-from-env"}
-    cmd = [sys.executable, "-m", "gpu_efficiency.agent.cli", "agent", "--backend", "fake", "--fake-gpus", "2"]
+    cmd = [sys.executable, "-m", "gpu_efficiency_sim", "agent", "--fake-gpus", "2"]
     proc = subprocess.Popen(
         [*cmd, "--fake-profile", "compute-bound", "--fake-pods", "ml/x=1", "--listen", f"127.0.0.1:{port}"],
         env=env,

@@ -10,11 +10,9 @@ from typing import Any
 import pytest
 
 from gpu_efficiency.agent.auth import Gate, UserInfo
-from gpu_efficiency.agent.nvml.fake import FakeBackend, FakeGpu
 from gpu_efficiency.agent.nvml.types import EventKind
 from gpu_efficiency.agent.pods import Attributor, parse_static
 from gpu_efficiency.agent.runtime import Agent, AgentConfig
-from gpu_efficiency.agent.scenario import PROFILES
 from gpu_efficiency.agent.server import AgentServer
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
 from gpu_efficiency.sources.agent import (
@@ -27,6 +25,8 @@ from gpu_efficiency.sources.agent import (
     samples_from_snapshot,
 )
 from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable
+from gpu_efficiency_sim.fake_nvml.backend import FakeBackend, FakeGpu
+from gpu_efficiency_sim.fake_nvml.scenario import PROFILES
 
 WINDOWS = {Window.ACTIVITY: 60.0, Window.FAULT: 10.0}
 

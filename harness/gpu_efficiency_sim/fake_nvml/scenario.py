@@ -1,6 +1,6 @@
 """Fake-backend scenarios: named workload profiles and a small YAML of GPUs, faults and changes over time.
 
-Used by ``gpu-efficiency agent --backend fake`` (the e2e hook) and the benchmark::
+Used by ``gpu-efficiency-sim agent`` (the e2e hook) and the benchmark::
 
     gpus:                        # or a count: "gpus: 8"
       - profile: compute-bound   # a PROFILES name (default idle)
@@ -30,10 +30,10 @@ from typing import Any
 
 import yaml
 
-from gpu_efficiency.agent.nvml.fake import DEFAULT_MODEL, FakeBackend, FakeGpu, TimedStep, fake_uuid
 from gpu_efficiency.agent.nvml.types import EventKind, GpmMetrics, NvmlCode, Probe
 from gpu_efficiency.agent.pods import PodAttribution, parse_static
 from gpu_efficiency.api.durations import parse_duration
+from gpu_efficiency_sim.fake_nvml.backend import DEFAULT_MODEL, FakeBackend, FakeGpu, TimedStep, fake_uuid
 
 # NVML clock event reason bits
 GPU_IDLE = 0x1
