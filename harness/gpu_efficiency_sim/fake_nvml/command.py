@@ -9,7 +9,8 @@ from typing import Any
 from gpu_efficiency.agent.cli import add_agent_command
 from gpu_efficiency.agent.nvml.types import NvmlBackend
 from gpu_efficiency.agent.pods import Attribution
-from gpu_efficiency_sim.fake_nvml.scenario import PROFILES, build_fake
+from gpu_efficiency_sim.fake_nvml.scenario import build_fake
+from gpu_efficiency_sim.profiles import PROFILES
 
 
 def fake_backend(args: argparse.Namespace) -> tuple[NvmlBackend, Attribution]:
