@@ -5,7 +5,7 @@
 Measured in one run:
   1. agent, per sample  -- ``Agent.sample_once`` in a loop over N GPUs (fake NVML; real NVML too where a
                            driver answers): CPU time per round of all fields.
-  2. agent, as deployed -- the agent process (``--backend fake``, 1 s interval, scraped every 15 s,
+  2. agent, as deployed -- the agent process (``gpu-efficiency-sim agent``, 1 s interval, scraped every 15 s,
                            kubelet attribution path with its fallback, so grpc is loaded as in production):
                            CPU share of one core and peak RSS over ``--seconds``.
   3. baseline           -- ``nvidia-smi --query-gpu=<same fields> --format=csv,noheader,nounits`` per sample,
@@ -33,7 +33,7 @@ from pathlib import Path
 from gpu_efficiency.agent.nvml.real import PynvmlBackend
 from gpu_efficiency.agent.nvml.types import NvmlBackend, NvmlError
 from gpu_efficiency.agent.runtime import Agent, AgentConfig
-from gpu_efficiency.agent.scenario import build_fake
+from gpu_efficiency_sim.fake_nvml.scenario import build_fake
 
 # nvidia-smi's names for the fields the agent reads without GPM (nvidia-smi --help-query-gpu);
 # nvidia-smi has no GPM fields in --query-gpu, so the baseline does less work than the agent.
@@ -87,7 +87,7 @@ def _proc_peak_rss_mb(pid: int) -> float:
 def deployed_agent(gpus: int, seconds: float) -> tuple[float, float]:
     """(percent of one core, peak RSS MB) of the agent process at 1 Hz, scraped every 15 s."""
     port = _free_port()
-    cmd = [sys.executable, "-m", "gpu_efficiency.agent.cli", "agent", "--backend", "fake"]
+    cmd = [sys.executable, "-m", "gpu_efficiency_sim.fake_nvml", "agent"]
     cmd += ["--fake-gpus", str(gpus), "--fake-profile", "compute-bound", "--listen", f"127.0.0.1:{port}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

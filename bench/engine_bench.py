@@ -58,6 +58,7 @@ from gpu_efficiency.engine.model import (
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL
 
 try:  # the real source's decoder, once it exists
     from gpu_efficiency.sources.prometheus import decode_vector as _decode_vector
@@ -69,8 +70,8 @@ except ImportError:
     DECODER_NAME = "orjson.loads"
 
 NOW = 1_700_000_000.0
-MODEL = "NVIDIA H100 80GB HBM3"
-FB_TOTAL = 81559.0
+MODEL = DEFAULT_MODEL.model_name
+FB_TOTAL = float(DEFAULT_MODEL.fb_total_mib)
 S = Signal
 
 # The (signal, aggregation) pairs each window's Stats are filled from: the Prometheus source's own

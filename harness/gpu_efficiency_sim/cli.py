@@ -1,4 +1,5 @@
-"""``gpu-efficiency-sim``: serve the simulated dcgm-exporter, run and validate scenario files, the demo.
+"""``gpu-efficiency-sim``: serve the simulated dcgm-exporter, run and validate scenario files, the demo,
+and the node agent on a fake NVML (``agent``).
 
 Exit codes of ``run``: 0 every expectation passed, 1 a failure (expectation or setup), 2 the scenario
 file is invalid. ``validate`` exits 2 on an invalid file.
@@ -17,6 +18,7 @@ from typing import Any
 
 from gpu_efficiency_sim import catalog
 from gpu_efficiency_sim.exposition import PodLabels
+from gpu_efficiency_sim.fake_nvml.command import add_fake_agent_command
 from gpu_efficiency_sim.gpu_models import MODELS, find_model
 from gpu_efficiency_sim.operator_process import DEFAULT_OPERATOR_CMD
 from gpu_efficiency_sim.profiles import PROFILES
@@ -130,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep", action="store_true", help="leave the demo objects in place")
     demo.add_argument("--timeout", type=float, default=420.0, help="give up after this many seconds")
     demo.set_defaults(func=cmd_demo)
+
+    add_fake_agent_command(sub)
     return parser
 
 

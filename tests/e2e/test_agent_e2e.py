@@ -63,17 +63,15 @@ def notebook(k8s: client.ApiClient, namespace: str, gpu_nodes: GPUNodes) -> tupl
 
 @pytest.fixture
 def agent(gpu_nodes: GPUNodes, notebook: tuple[str, str], tmp_path: Path) -> Iterator[str]:  # noqa: F811
-    """`gpu-efficiency agent --backend fake` on the notebook's node, its GPU 0 idle and attributed."""
+    """`gpu-efficiency-sim agent` (fake NVML) on the notebook's node, its GPU 0 idle and attributed."""
     port = free_port()
     log = (tmp_path / "agent.log").open("wb")
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "gpu_efficiency.cli",
+            "gpu_efficiency_sim",
             "agent",
-            "--backend",
-            "fake",
             "--fake-gpus",
             "4",
             "--fake-profile",

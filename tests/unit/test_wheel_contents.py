@@ -27,7 +27,14 @@ CORE = (
 )
 
 #: Path parts that belong to the harness, never to the image.
-HARNESS = ("gpu_efficiency_sim", "gpu_efficiency/sim/", "gpu_efficiency/demo.py", "scenarios/")
+HARNESS = (
+    "gpu_efficiency_sim",
+    "gpu_efficiency/sim/",
+    "gpu_efficiency/demo.py",
+    "scenarios/",
+    "gpu_efficiency/agent/nvml/fake",
+    "gpu_efficiency/agent/scenario",
+)
 
 
 def _wheel_files(tmp_path: Path) -> list[str]:

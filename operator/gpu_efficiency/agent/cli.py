@@ -1,4 +1,8 @@
-"""``gpu-efficiency agent``: the per-node agent (DaemonSet). ``add_agent_command`` plugs it into the CLI."""
+"""``gpu-efficiency agent``: the per-node agent (DaemonSet). ``add_agent_command`` plugs it into the CLI.
+
+The NVML backend comes from a factory: the product's is real NVML; the harness
+(``gpu-efficiency-sim agent``) passes its fake NVML and adds the flags that script it.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,14 @@ import os
 import signal
 import socket
 import threading
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import disable_created_metrics
 
 from gpu_efficiency.agent.nvml.types import NvmlBackend
-from gpu_efficiency.agent.pods import DEFAULT_SOCKET, Attributor, PodAttribution, PodResourcesClient
+from gpu_efficiency.agent.pods import DEFAULT_SOCKET, Attribution, Attributor, PodResourcesClient
 from gpu_efficiency.agent.runtime import Agent, AgentConfig
-from gpu_efficiency.agent.scenario import PROFILES, build_fake
 from gpu_efficiency.agent.server import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_REQUEST_TIMEOUT_S,
@@ -26,6 +29,17 @@ from gpu_efficiency.agent.server import (
 from gpu_efficiency.api.durations import parse_duration
 
 log = logging.getLogger(__name__)
+
+#: Builds the NVML backend from the parsed flags, with a static pod attribution (GPU UUID -> pods);
+#: a non-empty one replaces the kubelet's (and the cgroup fallback's) for every GPU.
+BackendFactory = Callable[[argparse.Namespace], tuple[NvmlBackend, Attribution]]
+
+
+def nvml_backend(args: argparse.Namespace) -> tuple[NvmlBackend, Attribution]:
+    """The real NVML (nvidia-ml-py); pods come from the kubelet."""
+    from gpu_efficiency.agent.nvml.real import PynvmlBackend
+
+    return PynvmlBackend(), {}
 
 
 def _duration(text: str) -> float:
@@ -59,8 +73,11 @@ def _xids(text: str) -> list[int]:
         raise argparse.ArgumentTypeError("comma-separated XID numbers") from exc
 
 
-def add_agent_command(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``agent`` subcommand to an argparse subparsers object; runs ``args.func(args) -> int``."""
+def add_agent_command(
+    subparsers: Any, *, backend_factory: BackendFactory = nvml_backend
+) -> argparse.ArgumentParser:
+    """Add the ``agent`` subcommand to an argparse subparsers object; runs ``args.func(args) -> int``
+    with the backend ``backend_factory`` builds (the caller adds the flags its factory reads)."""
     p: argparse.ArgumentParser = subparsers.add_parser(
         "agent",
         help="run the per-node GPU agent (NVML metrics, fault events, pod attribution)",
@@ -91,13 +108,6 @@ def add_agent_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--history", type=_duration, default="15m", help="rolling history kept (default %(default)s)"
     )
-    p.add_argument("--backend", choices=("nvml", "fake"), default="nvml", help="NVML or a simulated one")
-    p.add_argument("--fake-scenario", type=Path, help="fake backend: YAML of GPUs, faults and changes")
-    p.add_argument("--fake-gpus", type=int, default=8, help="fake backend without a scenario: GPU count")
-    p.add_argument(
-        "--fake-profile", choices=sorted(PROFILES), default="idle", help="fake backend: workload profile"
-    )
-    p.add_argument("--fake-pods", default="", help="fake backend: ns/pod[/container]=GPU-uuid-or-index,...")
     p.add_argument(
         "--node-name",
         default=os.environ.get("NODE_NAME") or socket.gethostname(),
@@ -110,27 +120,14 @@ def add_agent_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--write-node-condition", action="store_true", help="patch the GPUHealthy node condition")
     p.add_argument("--critical-xids", type=_xids, help="XIDs that make GPUHealthy False (default: policy's)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    p.set_defaults(func=run_agent)
+    p.set_defaults(func=lambda args: run_agent(args, backend_factory=backend_factory))
     return p
 
 
-def build_agent(args: argparse.Namespace) -> Agent:
-    """The agent the flags describe. Pods come from the kubelet (cgroup fallback) unless the fake backend
-    was given a static mapping (--fake-pods or pods in the scenario)."""
-    backend: NvmlBackend
-    static: dict[str, tuple[PodAttribution, ...]] = {}
-    if args.backend == "fake":
-        backend, static = build_fake(
-            args.node_name,
-            scenario=args.fake_scenario,
-            gpus=args.fake_gpus,
-            profile=args.fake_profile,
-            pods=args.fake_pods,
-        )
-    else:
-        from gpu_efficiency.agent.nvml.real import PynvmlBackend
-
-        backend = PynvmlBackend()
+def build_agent(args: argparse.Namespace, *, backend_factory: BackendFactory = nvml_backend) -> Agent:
+    """The agent the flags describe. Pods come from the kubelet (cgroup fallback) unless the backend
+    factory gives a static attribution."""
+    backend, static = backend_factory(args)
     attributor = Attributor(
         backend,
         kubelet=PodResourcesClient(args.pod_resources_socket),
@@ -147,12 +144,12 @@ def build_agent(args: argparse.Namespace) -> Agent:
     return Agent(backend, config, attributor)
 
 
-def run_agent(args: argparse.Namespace) -> int:
+def run_agent(args: argparse.Namespace, *, backend_factory: BackendFactory = nvml_backend) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     disable_created_metrics()  # type: ignore[no-untyped-call,unused-ignore]  # dcgm-exporter has no *_created
-    agent = build_agent(args)
+    agent = build_agent(args, backend_factory=backend_factory)
     gate = None
     if args.auth == "tokenreview":
         from gpu_efficiency.agent.auth import Gate, in_cluster_reviewer

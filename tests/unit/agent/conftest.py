@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from gpu_efficiency.agent.nvml.fake import FakeBackend, FakeGpu, fake_uuid
 from gpu_efficiency.agent.pods import Attributor
 from gpu_efficiency.agent.runtime import Agent, AgentConfig
 from gpu_efficiency.agent.server import AgentServer
+from gpu_efficiency_sim.fake_nvml.backend import FakeBackend, FakeGpu, fake_uuid
 
 FAST = {
     "interval_s": 0.05,

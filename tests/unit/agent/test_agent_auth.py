@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from gpu_efficiency.agent.auth import Decision, Gate, KubeReviewer, ReviewError, UserInfo
-from gpu_efficiency.agent.nvml.fake import FakeBackend
 from gpu_efficiency.agent.runtime import Agent, AgentConfig
 from gpu_efficiency.agent.server import AgentServer
+from gpu_efficiency_sim.fake_nvml.backend import FakeBackend
 from tests.unit.agent.conftest import FAST, gpus
 
 OPERATOR = "system:serviceaccount:gpu-eff:gpueff-gpu-efficiency-operator"

@@ -8,8 +8,8 @@ import pytest
 
 from gpu_efficiency.agent.collect import Collector
 from gpu_efficiency.agent.fields import FIELDS, MIG_PROBES, PROBE_FIELDS
-from gpu_efficiency.agent.nvml.fake import FakeBackend, FakeGpu
 from gpu_efficiency.agent.nvml.types import GpmMetrics, NvmlCode, Probe
+from gpu_efficiency_sim.fake_nvml.backend import FakeBackend, FakeGpu
 
 GPM = GpmMetrics(
     graphics_util=81.0,

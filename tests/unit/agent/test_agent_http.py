@@ -11,10 +11,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_efficiency.agent.fields import FIELDS, HISTORY_SIGNALS, XID_METRIC
-from gpu_efficiency.agent.nvml.fake import IDLE_GPM, FakeBackend, FakeGpu
 from gpu_efficiency.agent.nvml.types import Probe
 from gpu_efficiency.agent.pods import Attributor, parse_static
 from gpu_efficiency.agent.snapshot import SCHEMA
+from gpu_efficiency_sim.fake_nvml.backend import IDLE_GPM, FakeBackend, FakeGpu
 
 DCGM_LABELS = {
     "gpu",

@@ -13,7 +13,6 @@ import grpc
 import httpx
 import pytest
 
-from gpu_efficiency.agent.nvml.fake import FakeBackend, FakeGpu
 from gpu_efficiency.agent.pods import (
     Attributor,
     PodAttribution,
@@ -24,6 +23,7 @@ from gpu_efficiency.agent.pods import (
     pods_from_processes,
 )
 from gpu_efficiency.agent.proto import podresources_pb2
+from gpu_efficiency_sim.fake_nvml.backend import FakeBackend, FakeGpu
 
 pb: Any = podresources_pb2
 UID = "0f2b6c1e-3d4a-4b5c-8d9e-a1b2c3d4e5f6"

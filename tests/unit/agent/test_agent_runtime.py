@@ -11,9 +11,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_efficiency.agent.nvml.fake import FakeGpu
 from gpu_efficiency.agent.nvml.types import DeviceInfo, EventKind, NvmlCode
 from gpu_efficiency.agent.pods import AttributionResult, Attributor
+from gpu_efficiency_sim.fake_nvml.backend import FakeGpu
 
 
 def _metric(http: httpx.Client, url: str, name: str, **labels: str) -> float | None:

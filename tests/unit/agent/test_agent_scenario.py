@@ -1,4 +1,5 @@
-"""The e2e hook: fake scenarios (profiles, faults over time), --fake-pods, and the CLI as a process."""
+"""The e2e hook: fake scenarios (profiles, faults over time), --fake-pods, and ``gpu-efficiency-sim agent``
+as a process; the product's ``gpu-efficiency agent`` has no fake backend."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from typing import Any
 import httpx
 import pytest
 
-from gpu_efficiency.agent.cli import add_agent_command, build_agent
+from gpu_efficiency.agent.cli import add_agent_command, build_agent, nvml_backend
 from gpu_efficiency.agent.collect import Collector
-from gpu_efficiency.agent.nvml.fake import fake_uuid
 from gpu_efficiency.agent.nvml.types import EventKind
 from gpu_efficiency.agent.pods import PodAttribution
-from gpu_efficiency.agent.scenario import PROFILES, build_fake
+from gpu_efficiency_sim.fake_nvml.backend import fake_gpu, fake_uuid
+from gpu_efficiency_sim.fake_nvml.command import add_fake_agent_command, fake_backend
+from gpu_efficiency_sim.fake_nvml.scenario import build_fake, profile_values
+from gpu_efficiency_sim.gpu_models import MODELS, find_model
+from gpu_efficiency_sim.profiles import PROFILES
 
 SCENARIO = """
 gpus:
@@ -56,7 +60,7 @@ def test_scenario_file_drives_values_faults_and_attribution(tmp_path: Path) -> N
     first, fixed, mig = backend.gpus
     assert first.uuid == fake_uuid("node-a", 0)
     assert pods == {first.uuid: (PodAttribution("ml", "train-0", "worker"),)}
-    assert backend.utilization(first.uuid).gpu == PROFILES["compute-bound"].gpu_util
+    assert backend.utilization(first.uuid).gpu == profile_values("compute-bound", seed=0)["gpu_util"]
     assert fixed.name == "NVIDIA A100-SXM4-80GB"
     assert backend.temperature_c("GPU-fixed") == 40
     assert fixed.gpm is None
@@ -81,7 +85,9 @@ def test_scenario_file_drives_values_faults_and_attribution(tmp_path: Path) -> N
 def test_count_profile_and_fake_pods_by_index_or_uuid() -> None:
     backend, pods = build_fake("n", gpus=3, profile="fake-load", pods=f"a/p=0,b/q={fake_uuid('n', 2)}")
     backend.init()
-    assert [backend.utilization(g.uuid).gpu for g in backend.gpus] == [100.0] * 3
+    assert [backend.utilization(g.uuid).gpu for g in backend.gpus] == [
+        profile_values("fake-load", seed=i)["gpu_util"] for i in range(3)
+    ]
     assert pods == {
         fake_uuid("n", 0): (PodAttribution("a", "p"),),
         fake_uuid("n", 2): (PodAttribution("b", "q"),),
@@ -110,24 +116,22 @@ def test_every_profile_is_a_complete_fake() -> None:
         assert gpm.sm_util is not None
 
 
-def _parser() -> Any:
+def _parser(add: Callable[[Any], Any] = add_fake_agent_command) -> Any:
     import argparse
 
     parser = argparse.ArgumentParser()
-    add_agent_command(parser.add_subparsers(dest="command"))
+    add(parser.add_subparsers(dest="command"))
     return parser
 
 
 def test_cli_flags_build_the_agent() -> None:
-    args = _parser().parse_args(
-        ["agent", "--backend", "fake", "--fake-gpus", "2", "--interval", "500ms", "--node-name", "gpu-7"]
-    )
-    agent = build_agent(args)
+    args = _parser().parse_args(["agent", "--fake-gpus", "2", "--interval", "500ms", "--node-name", "gpu-7"])
+    agent = build_agent(args, backend_factory=fake_backend)
     assert (agent.backend.name, agent.config.interval_s, agent.config.node_name) == ("fake", 0.5, "gpu-7")
     assert agent.config.history_s == 900.0
     assert args.listen == "0.0.0.0:9400"
     assert (args.max_connections, args.request_timeout, args.auth) == (32, 10.0, "none")
-    limited = _parser().parse_args(
+    limited = _parser(add_agent_command).parse_args(
         ["agent", "--max-connections", "4", "--request-timeout", "2s", "--auth", "tokenreview"]
     )
     assert (limited.max_connections, limited.request_timeout, limited.auth) == (4, 2.0, "tokenreview")
@@ -141,7 +145,17 @@ def test_cli_flags_build_the_agent() -> None:
         ["--critical-xids", "x"],
     ):
         with pytest.raises(SystemExit):
-            _parser().parse_args(["agent", *bad])
+            _parser(add_agent_command).parse_args(["agent", *bad])
+
+
+def test_the_product_agent_has_only_real_nvml() -> None:
+    """``gpu-efficiency agent`` takes no fake-backend flag; its backend is nvidia-ml-py's."""
+    for fake in (["--backend", "fake"], ["--fake-gpus", "2"], ["--fake-scenario", "s.yaml"]):
+        with pytest.raises(SystemExit):
+            _parser(add_agent_command).parse_args(["agent", *fake])
+    args = _parser(add_agent_command).parse_args(["agent"])
+    backend, static = nvml_backend(args)
+    assert (backend.name, static) == ("nvml", {})
 
 
 def _free_port() -> int:
@@ -153,7 +167,7 @@ def _free_port() -> int:
 def test_agent_process_serves_and_stops_on_sigterm(wait_until: Callable[..., Any]) -> None:
     port = _free_port()
     env = os.environ | {"NODE_NAME": "node-from-env"}
-    cmd = [sys.executable, "-m", "gpu_efficiency.agent.cli", "agent", "--backend", "fake", "--fake-gpus", "2"]
+    cmd = [sys.executable, "-m", "gpu_efficiency_sim", "agent", "--fake-gpus", "2"]
     proc = subprocess.Popen(
         [*cmd, "--fake-profile", "compute-bound", "--fake-pods", "ml/x=1", "--listen", f"127.0.0.1:{port}"],
         env=env,
@@ -182,3 +196,46 @@ def test_agent_process_serves_and_stops_on_sigterm(wait_until: Callable[..., Any
             proc.wait()
     out = proc.stdout.read().decode() if proc.stdout else ""
     assert "stopping" in out
+
+
+def test_fake_gpus_take_their_envelope_from_the_model_catalogue(tmp_path: Path) -> None:
+    """Every catalogue model makes a fake GPU of its memory, power, clock and link; GPM from Hopper on."""
+    for model in MODELS:
+        g = fake_gpu(model, 0, "GPU-x")
+        assert find_model(g.name) is model
+        assert (g.fb_total_mib, g.power_w, g.power_limit_w, g.sm_clock_mhz) == (
+            model.fb_total_mib,
+            model.idle_power_w,
+            model.max_power_w,
+            model.sm_clock_max_mhz,
+        )
+        assert (g.pcie_max_gen, g.pcie_max_width) == (model.pcie_gen, model.pcie_width)
+        assert (g.gpm is not None) == (model.family == "hopper")
+    path = tmp_path / "s.yaml"
+    path.write_text("gpus:\n  - model: NVIDIA-L4\n")
+    (l4,) = build_fake("n", scenario=path)[0].gpus
+    assert (l4.name, l4.fb_total_mib, l4.gpm) == ("NVIDIA L4", 23034, None)
+    path.write_text("gpus:\n  - model: NVIDIA Voodoo 5\n")
+    with pytest.raises(ValueError, match="unknown GPU model"):
+        build_fake("n", scenario=path)
+
+
+def test_fake_profiles_are_the_simulators_in_nvml_units() -> None:
+    """One table of profiles: the fake plays each of the simulator's, scaled to the GPU's model, with
+    the signature that tells it apart."""
+    h100, l4 = find_model("NVIDIA-H100-80GB-HBM3"), find_model("NVIDIA-L4")
+    idle, busy = profile_values("idle"), profile_values("compute-bound")
+    assert (idle["gpu_util"], idle["gpm"].sm_util, idle["fb_used_mib"]) == (0.0, 0.0, 0)
+    assert idle["clock_event_reasons"] & 0x1  # GPU_IDLE
+    assert abs(idle["power_w"] - h100.idle_power_w) < 0.05 * h100.idle_power_w
+    assert busy["gpm"].sm_util > 80
+    assert busy["gpm"].any_tensor_util > 50
+    assert profile_values("compute-bound", l4)["power_w"] <= l4.max_power_w < busy["power_w"]
+    starved, fake_load = profile_values("input-starved")["gpm"], profile_values("fake-load")
+    assert starved.pcie_rx_mib_s > 2 * busy["gpm"].pcie_rx_mib_s
+    assert starved.sm_util < 30
+    assert fake_load["gpu_util"] > 95
+    assert fake_load["gpm"].sm_util < 10
+    assert profile_values("thermal-throttled")["clock_event_reasons"] & 0x20  # SW thermal slowdown
+    with pytest.raises(ValueError, match="unknown profile"):
+        profile_values("nope")

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from gpu_efficiency.agent.nvml.fake import FakeBackend
 from gpu_efficiency.agent.runtime import Agent, AgentConfig
 from gpu_efficiency.agent.server import AgentServer
+from gpu_efficiency_sim.fake_nvml.backend import FakeBackend
 from tests.unit.agent.conftest import FAST, gpus
 
 HALF_SENT = b"GET /metrics HTTP/1.1\r\nHost: agent\r\n"  # no blank line: the request never ends

@@ -10,11 +10,9 @@ from typing import Any
 import pytest
 
 from gpu_efficiency.agent.auth import Gate, UserInfo
-from gpu_efficiency.agent.nvml.fake import FakeBackend, FakeGpu
 from gpu_efficiency.agent.nvml.types import EventKind
 from gpu_efficiency.agent.pods import Attributor, parse_static
 from gpu_efficiency.agent.runtime import Agent, AgentConfig
-from gpu_efficiency.agent.scenario import PROFILES
 from gpu_efficiency.agent.server import AgentServer
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
 from gpu_efficiency.sources.agent import (
@@ -27,6 +25,8 @@ from gpu_efficiency.sources.agent import (
     samples_from_snapshot,
 )
 from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable
+from gpu_efficiency_sim.fake_nvml.backend import FakeBackend, FakeGpu
+from gpu_efficiency_sim.fake_nvml.scenario import profile_values
 
 WINDOWS = {Window.ACTIVITY: 60.0, Window.FAULT: 10.0}
 
@@ -61,7 +61,7 @@ class _Node:
 
 def _busy(index: int, uuid: str) -> FakeGpu:
     g = FakeGpu(index=index, uuid=uuid)
-    for name, value in PROFILES["compute-bound"].values().items():
+    for name, value in profile_values("compute-bound").items():
         setattr(g, name, value)
     return g
 
@@ -109,10 +109,12 @@ def test_samples_from_live_agents(nodes: tuple[_Node, _Node]) -> None:
     assert busy.fb_total_mib == 81559.0
     sm = busy.get(Window.ACTIVITY, Signal.SM_ACTIVE)
     assert sm is not None
-    assert sm.max == pytest.approx(0.92)
+    assert sm.max == pytest.approx(profile_values("compute-bound")["gpm"].sm_util / 100)
     assert sm.count >= 2
     assert now - 2 < sm.last_timestamp <= time.time() + 0.5
-    assert busy.get(Window.ACTIVITY, Signal.GPU_UTIL).avg == pytest.approx(98.0)  # type: ignore[union-attr]
+    gpu_util = busy.get(Window.ACTIVITY, Signal.GPU_UTIL)
+    assert gpu_util is not None
+    assert gpu_util.avg == pytest.approx(profile_values("compute-bound")["gpu_util"])
     xid = busy.get(Window.FAULT, Signal.XID)
     assert xid is not None
     assert (xid.last, xid.changes) == (0.0, 0)

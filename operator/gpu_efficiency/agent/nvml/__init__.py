@@ -1,4 +1,5 @@
-"""NVML behind a small interface: ``types`` (the Protocol), ``real`` (nvidia-ml-py) and ``fake`` (tests)."""
+"""NVML behind a small interface: ``types`` (the Protocol) and ``real`` (nvidia-ml-py); the fake for
+tests lives in the harness (``gpu_efficiency_sim.fake_nvml``)."""
 
 from gpu_efficiency.agent.nvml.types import (
     DeviceInfo,

@@ -1,7 +1,8 @@
 """A scriptable NVML for tests, benchmarks and the e2e hook: values, per-probe errors, init failures, events.
 
 Values live on ``FakeGpu`` in friendly units (W, MiB, percent); the methods convert them to NVML's units
-so the collector's conversions are exercised exactly as with real NVML.
+so the collector's conversions are exercised exactly as with real NVML. A GPU's envelope (name, memory,
+power, clocks, link) comes from the harness's one catalogue of GPU models (``gpu_models.MODELS``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from gpu_efficiency.agent.nvml.types import (
     Threshold,
     Utilization,
 )
+from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL, GPUModel
 
 MIB = 1024 * 1024
-DEFAULT_MODEL = "NVIDIA H100 80GB HBM3"
+#: GPU families with GPM (NVML's GPU performance monitoring needs Hopper or newer).
+GPM_FAMILIES = frozenset({"hopper", "blackwell"})
 IDLE_GPM = GpmMetrics(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
@@ -46,24 +49,24 @@ class FakeGpu:
 
     index: int
     uuid: str
-    name: str = DEFAULT_MODEL
+    name: str = DEFAULT_MODEL.model_name  # the defaults: an idle GPU of the catalogue's default model
     pci_bus_id: str = ""
     gpu_util: float = 0.0
     mem_util: float = 0.0
-    fb_total_mib: float = 81559.0
+    fb_total_mib: float = float(DEFAULT_MODEL.fb_total_mib)
     fb_used_mib: float = 0.0
-    power_w: float = 70.0
-    power_limit_w: float = 700.0
-    temp_c: int = 32
-    memory_temp_c: int = 34
-    slowdown_c: int = 87
+    power_w: float = DEFAULT_MODEL.idle_power_w
+    power_limit_w: float = DEFAULT_MODEL.max_power_w
+    temp_c: int = round(DEFAULT_MODEL.idle_temp_c)
+    memory_temp_c: int = round(DEFAULT_MODEL.idle_temp_c) + 2  # HBM idles a little warmer than the die
+    slowdown_c: int = 87  # an H100's thresholds (nvidia-smi -q)
     shutdown_c: int = 92
     clock_event_reasons: int = 0
-    sm_clock_mhz: int = 1980
-    pcie_gen: int = 5  # an H100 SXM: Gen5 x16
-    pcie_width: int = 16
-    pcie_max_gen: int = 5
-    pcie_max_width: int = 16
+    sm_clock_mhz: int = DEFAULT_MODEL.sm_clock_max_mhz
+    pcie_gen: int = DEFAULT_MODEL.pcie_gen
+    pcie_width: int = DEFAULT_MODEL.pcie_width
+    pcie_max_gen: int = DEFAULT_MODEL.pcie_gen
+    pcie_max_width: int = DEFAULT_MODEL.pcie_width
     ecc_enabled: bool = True
     ecc_pending: bool = True
     ecc_dbe_volatile: int = 0
@@ -96,6 +99,26 @@ class FakeGpu:
             compute_instance_id=0 if self.parent_uuid else None,
             mig_profile=self.mig_profile,
         )
+
+
+def fake_gpu(model: GPUModel, index: int, uuid: str) -> FakeGpu:
+    """An idle GPU of a catalogue model: its name, memory, idle power, power limit, clocks, link and GPM."""
+    return FakeGpu(
+        index=index,
+        uuid=uuid,
+        name=model.model_name,
+        fb_total_mib=float(model.fb_total_mib),
+        power_w=model.idle_power_w,
+        power_limit_w=model.max_power_w,
+        temp_c=round(model.idle_temp_c),
+        memory_temp_c=round(model.idle_temp_c) + 2,
+        sm_clock_mhz=model.sm_clock_max_mhz,
+        pcie_gen=model.pcie_gen,
+        pcie_width=model.pcie_width,
+        pcie_max_gen=model.pcie_gen,
+        pcie_max_width=model.pcie_width,
+        gpm=IDLE_GPM if model.family in GPM_FAMILIES else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,15 @@
 """Fake-backend scenarios: named workload profiles and a small YAML of GPUs, faults and changes over time.
 
-Used by ``gpu-efficiency agent --backend fake`` (the e2e hook) and the benchmark::
+Used by ``gpu-efficiency-sim agent`` (the e2e hook) and the benchmark::
 
     gpus:                        # or a count: "gpus: 8"
-      - profile: compute-bound   # a PROFILES name (default idle)
-        model: NVIDIA H100 80GB HBM3
+      - profile: compute-bound   # a profiles.PROFILES name (default idle), its one-minute mean
+        model: NVIDIA H100 80GB HBM3 # a gpu_models.MODELS name or product (default the first)
         uuid: GPU-...            # default: stable per node name and index (see fake_uuid)
         pods: [ml/train-0/worker]  # namespace/pod[/container]
         values: {temp_c: 70}     # any FakeGpu field
         unsupported: [memory_temperature]  # probes answering NVML_ERROR_NOT_SUPPORTED
-        gpm: false               # a pre-Hopper GPU
+        gpm: false               # no GPM (a pre-Hopper model has none anyway)
         mig: [1g.10gb, 1g.10gb]  # MIG devices (profile names)
     timeline:                    # seconds after NVML init
       - {at: 30s, gpu: 0, profile: idle}
@@ -21,97 +21,89 @@ Used by ``gpu-efficiency agent --backend fake`` (the e2e hook) and the benchmark
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gpu_efficiency.agent.nvml.fake import DEFAULT_MODEL, FakeBackend, FakeGpu, TimedStep, fake_uuid
 from gpu_efficiency.agent.nvml.types import EventKind, GpmMetrics, NvmlCode, Probe
 from gpu_efficiency.agent.pods import PodAttribution, parse_static
 from gpu_efficiency.api.durations import parse_duration
+from gpu_efficiency.engine.model import Signal
+from gpu_efficiency_sim import catalog
+from gpu_efficiency_sim.fake_nvml.backend import MIB, FakeBackend, FakeGpu, TimedStep, fake_gpu, fake_uuid
+from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL, GPUModel, find_model
+from gpu_efficiency_sim.profiles import PROFILES, sample
 
-# NVML clock event reason bits
-GPU_IDLE = 0x1
-SW_THERMAL_SLOWDOWN = 0x20
-HW_THERMAL_SLOWDOWN = 0x40
+#: Seconds of a profile the fake's static values average: a minute, an activity window's length.
+PROFILE_SECONDS = 60
 
 
-@dataclass(frozen=True, slots=True)
-class Profile:
-    """A workload's signature in NVML units: utilization and GPM percentages, MiB/s, W, C, MiB."""
+@functools.cache
+def _profile_values(name: str, model: GPUModel, seed: int) -> tuple[tuple[str, Any], ...]:
+    means: dict[str, float] = {}
+    events = 0
+    for t in range(PROFILE_SECONDS):
+        reading = sample(name, float(t), seed, model)
+        events |= int(reading[catalog.CLOCK_EVENTS_NEW])
+        for key, value in reading.items():
+            means[key] = means.get(key, 0.0) + value / PROFILE_SECONDS
 
-    gpu_util: float
-    sm: float
-    occupancy: float = 0.0
-    tensor: float = 0.0
-    dram: float = 0.0
-    pcie_rx: float = 5.0
-    pcie_tx: float = 2.0
-    nvlink: float = 0.0
-    fb_used_mib: float = 0.0
-    power_w: float = 70.0
-    temp_c: int = 32
-    clock_event_reasons: int = 0
+    def percent(signal: str) -> float:
+        return round(100.0 * means[signal], 3)
 
-    def values(self) -> dict[str, Any]:
-        return {
-            "gpu_util": self.gpu_util,
-            "mem_util": self.dram,
-            "fb_used_mib": self.fb_used_mib,
-            "power_w": self.power_w,
-            "temp_c": self.temp_c,
-            "memory_temp_c": self.temp_c + 4,
-            "clock_event_reasons": self.clock_event_reasons,
-            "gpm": GpmMetrics(
-                graphics_util=max(self.sm, min(100.0, self.gpu_util)),
-                sm_util=self.sm,
-                sm_occupancy=self.occupancy,
-                any_tensor_util=self.tensor,
-                dram_bw_util=self.dram,
-                pcie_rx_mib_s=self.pcie_rx,
-                pcie_tx_mib_s=self.pcie_tx,
-                nvlink_rx_mib_s=self.nvlink,
-                nvlink_tx_mib_s=self.nvlink,
+    def mib_s(signal: str) -> float:
+        return round(means[signal] / MIB, 3)
+
+    return (
+        ("gpu_util", round(means[Signal.GPU_UTIL], 3)),
+        ("mem_util", round(means[catalog.MEM_COPY_UTIL], 3)),
+        ("fb_used_mib", round(means[Signal.FB_USED])),
+        ("power_w", round(means[Signal.POWER], 3)),
+        ("temp_c", round(means[Signal.GPU_TEMP])),
+        ("memory_temp_c", round(means[Signal.MEMORY_TEMP])),
+        ("clock_event_reasons", events),
+        (
+            "gpm",
+            GpmMetrics(
+                graphics_util=percent(Signal.GR_ENGINE_ACTIVE),
+                sm_util=percent(Signal.SM_ACTIVE),
+                sm_occupancy=percent(Signal.SM_OCCUPANCY),
+                any_tensor_util=percent(Signal.TENSOR_ACTIVE),
+                dram_bw_util=percent(Signal.DRAM_ACTIVE),
+                pcie_rx_mib_s=mib_s(Signal.PCIE_RX_BYTES),
+                pcie_tx_mib_s=mib_s(Signal.PCIE_TX_BYTES),
+                nvlink_rx_mib_s=mib_s(Signal.NVLINK_RX_BYTES),
+                nvlink_tx_mib_s=mib_s(Signal.NVLINK_TX_BYTES),
             ),
-        }
+        ),
+    )
 
 
-PROFILES: Mapping[str, Profile] = {
-    "idle": Profile(0, 0, clock_event_reasons=GPU_IDLE),
-    "idle-holding-memory": Profile(0, 0, fb_used_mib=60000, power_w=80, clock_event_reasons=GPU_IDLE),
-    "compute-bound": Profile(98, 92, 55, 60, 45, 500, 100, 0, 62000, 640, 68),
-    "memory-bound": Profile(96, 24, 18, 5, 88, 300, 50, 0, 70000, 450, 63),
-    "input-starved": Profile(45, 14, 10, 8, 10, 9000, 40, 0, 30000, 190, 50),
-    "communication-bound": Profile(72, 18, 12, 10, 20, 200, 200, 120000, 50000, 300, 55),
-    "low-occupancy": Profile(95, 85, 9, 25, 30, 300, 50, 0, 20000, 420, 60),
-    "no-tensor-cores": Profile(95, 55, 40, 0, 35, 300, 50, 0, 40000, 380, 60),
-    "fake-load": Profile(100, 4, 2, 0, 1, 5, 2, 0, 2000, 110, 40),
-    "bursty-inference": Profile(35, 22, 15, 20, 15, 800, 300, 0, 24000, 220, 48),
-    "thermal-throttled": Profile(
-        98, 70, 45, 50, 40, 300, 50, 0, 62000, 500, 93, SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN
-    ),
-}
+def profile_values(name: str, model: GPUModel = DEFAULT_MODEL, seed: int = 0) -> dict[str, Any]:
+    """``FakeGpu`` fields, in NVML units, of a GPU of ``model`` playing the simulator's profile ``name``
+    (``profiles.PROFILES``, the one table of workload profiles): the mean of its readings over
+    ``PROFILE_SECONDS``, and every clock event reason it shows in them. Static, so a timeline step
+    changes it, not time."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
+    return dict(_profile_values(name, model, seed))
 
 
 def _seconds(value: object) -> float:
     return float(value) if isinstance(value, int | float) else parse_duration(str(value))
 
 
-def _profile(name: str) -> dict[str, Any]:
-    if name not in PROFILES:
-        raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}")
-    return PROFILES[name].values()
-
-
 def _apply(gpu: FakeGpu, spec: Mapping[str, Any]) -> None:
     """Profile, values and (un)supported probes of one GPU or timeline step."""
-    for name, value in (_profile(spec["profile"]) if "profile" in spec else {}).items():
-        setattr(gpu, name, value)
+    if "profile" in spec:
+        for name, value in profile_values(spec["profile"], find_model(gpu.name), gpu.index).items():
+            if name != "gpm" or gpu.gpm is not None:  # a GPU without GPM keeps none
+                setattr(gpu, name, value)
     for name, value in (spec.get("values") or {}).items():
         if not hasattr(gpu, name) or name in ("uuid", "index", "mig", "errors"):
             raise ValueError(f"unknown or fixed FakeGpu field {name!r}")
@@ -173,11 +165,8 @@ def build_fake(
     fakes: list[FakeGpu] = []
     attribution: dict[str, tuple[PodAttribution, ...]] = {}
     for index, spec in enumerate(specs):
-        g = FakeGpu(
-            index=index,
-            uuid=spec.get("uuid") or fake_uuid(node, index),
-            name=spec.get("model", DEFAULT_MODEL),
-        )
+        model = find_model(spec["model"]) if "model" in spec else DEFAULT_MODEL
+        g = fake_gpu(model, index, spec.get("uuid") or fake_uuid(node, index))
         _apply(g, {"profile": profile} | spec)
         g.mig = _mig_children(g, list(spec.get("mig") or ()))
         fakes.append(g)

@@ -1,0 +1,71 @@
+"""One catalogue: GPU models are defined only in ``gpu_models.MODELS`` and workload profiles only in
+``profiles.PROFILES``; the simulator, the fake NVML and the node manifests derive from them.
+
+A second table drifts from the first (the fake NVML once had its own profiles in other units and its
+own default model), so any Python module of the product, the harness or the benchmarks that defines
+one fails here: a collection literal naming two or more catalogue models, a dict keyed by two or more
+profile names, or a module-level constant that is a model's name. Tests are not scanned: they name
+models as test data and key expectations by profile. Still outside the catalogue (``KNOWN``): the
+engine benchmark's per-profile window statistics, and hack/localcluster/cluster.sh's per-model node
+labels (shell, not scanned).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from gpu_efficiency_sim import gpu_models, profiles
+from gpu_efficiency_sim.gpu_models import MODELS
+from gpu_efficiency_sim.profiles import PROFILES
+
+REPO = Path(__file__).resolve().parents[3]
+SCANNED = ("operator", "harness", "bench")
+#: Tables not yet derived from the catalogue: path -> why.
+KNOWN = {
+    "bench/engine_bench.py": "a table of workload profiles",  # window stats per profile, fed to the engine
+}
+CATALOGUE = {Path(gpu_models.__file__).resolve(), Path(profiles.__file__).resolve()}
+MODEL_NAMES = {m.model_name for m in MODELS} | {m.product for m in MODELS}
+
+
+def _strings(nodes: list[ast.expr | None]) -> set[str]:
+    return {n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def tables(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, what) of every model or profile table, and every model-name constant, in ``tree``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict | ast.List | ast.Tuple | ast.Set):
+            items = node.keys if isinstance(node, ast.Dict) else node.elts
+            models = _strings(list(items)) & MODEL_NAMES
+            if isinstance(node, ast.Dict):
+                models |= _strings(list(node.values)) & MODEL_NAMES
+            if len(models) >= 2:
+                yield node.lineno, f"a table of GPU models {sorted(models)}"
+            if isinstance(node, ast.Dict) and len(_strings(list(node.keys)) & set(PROFILES)) >= 2:
+                yield node.lineno, "a table of workload profiles"
+    for stmt in tree.body:
+        value = stmt.value if isinstance(stmt, ast.Assign | ast.AnnAssign) else None
+        if isinstance(value, ast.Constant) and value.value in MODEL_NAMES:
+            yield stmt.lineno, f"a GPU model constant {value.value!r}"
+
+
+def test_tables_find_what_they_look_for() -> None:
+    source = 'M = "NVIDIA L4"\nT = ("NVIDIA-H200", "Tesla T4")\nP = {"idle": 1, "fake-load": 2}\n'
+    assert sorted(line for line, _ in tables(ast.parse(source))) == [1, 2, 3]
+    assert list(tables(ast.parse('x = ("NVIDIA L4",)\ny = {"idle": 1}\n'))) == []
+
+
+def test_gpu_models_and_profiles_are_defined_once() -> None:
+    found = []
+    for top in SCANNED:
+        for path in sorted((REPO / top).rglob("*.py")):
+            if path.resolve() in CATALOGUE or ".venv" in path.parts:
+                continue
+            name = str(path.relative_to(REPO))
+            for line, what in tables(ast.parse(path.read_text(), name)):
+                if KNOWN.get(name) != what:
+                    found.append(f"{name}:{line}: {what}")
+    assert not found, "define GPU models and profiles only in the catalogue:\n" + "\n".join(found)
