@@ -223,6 +223,7 @@ def reference(
     namespace: str,
     gpu_nodes: GPUNodes,  # noqa: F811
     simulator: RunningSimulator,  # noqa: F811
+    prometheus_url: str,
 ) -> Iterator[Reference]:
     """The workload Running and the pods Running, the policy not yet created (no operator yet)."""
     core = client.CoreV1Api(k8s)
@@ -236,6 +237,11 @@ def reference(
         60,
         what="the reference pods Running",
     )
+    # The XID must rise from a scraped 0, as a real one does. A series Prometheus first sees already
+    # at 79 (the target discovered after the fault began) is an XID older than anything the operator
+    # saw, which by design is never new: without this wait the run raced the target's discovery.
+    xid_zero = f'DCGM_FI_DEV_XID_ERRORS{{simulator="{simulator.target}", Hostname="{second}", gpu="3"}} == 0'
+    wait_for(lambda: prom_query(prometheus_url, xid_zero), 60, what="the faulty GPU's XID scraped at 0")
     ref = Reference(k8s, namespace, gpu_nodes, simulator, f"chaos-{uuid.uuid4().hex[:6]}")
     yield ref
     try:
