@@ -91,6 +91,8 @@ def install(trace_path: str) -> None:
     from gpu_efficiency.sources import prometheus
     from gpu_efficiency.sources.cluster import ClusterReader
     from gpu_efficiency.sources.cluster_cache import CachedClusterReader
+    from gpu_efficiency.sources.prometheus import source as prom_source
+    from gpu_efficiency.sources.prometheus import transport as prom_transport
 
     out = open(trace_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
     threading.Thread(target=_watch_peak, args=(out,), name="peak-rss", daemon=True).start()
@@ -125,15 +127,15 @@ def install(trace_path: str) -> None:
     rest.RESTClientObject.request = request  # type: ignore[method-assign]
 
     local = threading.local()
-    original_prom_request = prometheus.PrometheusSource._request
-    original_iter = prometheus.iter_vector
-    original_decode = prometheus.decode_vector
-    original_run_query = prometheus.PrometheusSource._run
+    original_prom_request = prom_transport.PrometheusClient._request
+    original_iter = prom_source.iter_vector
+    original_decode = prom_transport.decode_vector
+    original_run_query = prom_source.PrometheusSource.run
 
-    def request_(self: Any, text: str, at: float | None, stream: bool) -> Any:
+    def request_(self: Any, text: str, at: float | None, limit: Any) -> Any:
         t0 = time.perf_counter()
         try:
-            return original_prom_request(self, text, at, stream)
+            return original_prom_request(self, text, at, limit)
         finally:  # time to the response headers: Prometheus evaluates before it writes
             local.server = time.perf_counter() - t0
 
@@ -182,10 +184,11 @@ def install(trace_path: str) -> None:
                 },
             )
 
-    prometheus.PrometheusSource._request = request_  # type: ignore[method-assign]
-    prometheus.iter_vector = iter_vector
-    prometheus.decode_vector = decode
-    prometheus.PrometheusSource._run = run_query  # type: ignore[method-assign]
+    # Where the split Prometheus source (sources/prometheus/) looks these names up.
+    prom_transport.PrometheusClient._request = request_  # type: ignore[method-assign]
+    prom_source.iter_vector = iter_vector
+    prom_transport.decode_vector = decode
+    prom_source.PrometheusSource.run = run_query  # type: ignore[method-assign]
 
     ClusterReader.read_nodes = _timed_phase("read_nodes", ClusterReader.read_nodes)  # type: ignore[method-assign]
     ClusterReader.read_pods = _timed_phase("read_pods", ClusterReader.read_pods)  # type: ignore[method-assign]
