@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Self
 
 import orjson
 import yaml
@@ -210,7 +210,34 @@ def node_from_json(obj: Mapping[str, Any]) -> SimNode | None:
     return SimNode(str(meta.get("name", "")), gpus, model, slices)
 
 
-class NodePoller:
+class _Poller:
+    """A daemon thread calling ``poll`` every ``interval_s``; a failed poll keeps the last state."""
+
+    def __init__(self, interval_s: float, name: str, what: str) -> None:
+        self._interval, self._what = interval_s, what
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def poll(self) -> object:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.poll()
+            except Exception:  # keep serving the last state
+                log.warning("%s failed", self._what, exc_info=True)
+
+
+class NodePoller(_Poller):
     """Serve mode: simulate every node matching a label selector; polled, nodes change rarely."""
 
     def __init__(
@@ -221,13 +248,11 @@ class NodePoller:
         label_selector: str,
         interval_s: float = 5.0,
     ) -> None:
+        super().__init__(interval_s, "sim-node-poll", "listing nodes")
         self._core: Any = client.CoreV1Api(api)
         self._on_change = on_change
         self._selector = label_selector
-        self._interval = interval_s
-        self._stop = threading.Event()
         self._last: list[SimNode] | None = None
-        self._thread = threading.Thread(target=self._run, name="sim-node-poll", daemon=True)
 
     def poll(self) -> list[SimNode]:
         response = self._core.list_node(
@@ -241,52 +266,20 @@ class NodePoller:
             self._on_change(nodes)
         return nodes
 
-    def start(self) -> NodePoller:
-        self._thread.start()
-        return self
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self.poll()
-            except Exception:  # keep serving the last known nodes
-                log.warning("listing nodes failed", exc_info=True)
-
-
-class ClaimPoller:
+class ClaimPoller(_Poller):
     """Which DRA GPUs each pod was allocated: ResourceClaims listed every second (the scheduler's
     choice, which the simulator attributes metrics by)."""
 
     def __init__(
         self, api: Any, on_change: Callable[[dict[str, tuple[int, ...]]], None], *, interval_s: float = 1.0
     ) -> None:
+        super().__init__(interval_s, "sim-claim-poll", "listing resource claims")
         self._api: Any = client.CustomObjectsApi(api)
         self._on_change = on_change
-        self._interval = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sim-claim-poll", daemon=True)
 
     def poll(self) -> dict[str, tuple[int, ...]]:
         body = self._api.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")
         devices = claim_devices(body.get("items") or ())
         self._on_change(devices)
         return devices
-
-    def start(self) -> ClaimPoller:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self.poll()
-            except Exception:  # keep the last allocation
-                log.warning("listing resource claims failed", exc_info=True)
