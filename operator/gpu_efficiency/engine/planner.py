@@ -363,9 +363,9 @@ def _act(
             )
         )  # fmt: skip
     if (
-        group is not None
+        idle_enforced  # in Observe mode nothing is reclaimed: "not reclaimed because" would be noise
+        and group is not None
         and group.blocker
-        and verdict.verdict is Verdict.IDLE
         and patch.get(names.RECOMMENDATION) is not None
     ):
         events.append(

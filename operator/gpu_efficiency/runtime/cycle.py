@@ -54,7 +54,7 @@ from gpu_efficiency.engine.pods.budgets import merge_budgets
 from gpu_efficiency.engine.pods.idleledger import IdleLedger
 from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 from gpu_efficiency.engine.pods.notify import notifications, notifications_condition, pending_evictions
-from gpu_efficiency.engine.pods.ownerreads import OwnerRead, owner_read_needed
+from gpu_efficiency.engine.pods.ownerreads import OwnerRead, owner_read_needed, starts_idle_clock
 from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.selection import build_scope
 from gpu_efficiency.engine.timefmt import format_rfc3339
@@ -371,10 +371,7 @@ class CycleRunner:
             | frozenset(spec.selection.excluded_namespaces),
             senior_policies=seniors,
             dropped_samples=result.dropped if result is not None else {},
-            owners=owners.objects if owners is not None else ({} if owners_error else None),
-            autoscaled=owners.autoscaled if owners is not None else frozenset(),
-            owners_error=owners_error,
-            disruption_budgets=owners.disruption_budgets if owners is not None else (),
+            **_owner_fields(owners, owners_error),
             pending=cluster.pending,
             dra_devices=dra.devices,
             device_rules=dra.rules,
@@ -386,15 +383,18 @@ class CycleRunner:
         return snapshot, cluster, result
 
     def _read_owners(
-        self, cluster: ClusterState, spec: GPUEfficiencyPolicySpec
+        self, cluster: ClusterState, spec: GPUEfficiencyPolicySpec, *, at_least: OwnerRead = OwnerRead.NONE
     ) -> tuple[OwnerState | None, str]:
         """The pods' owners when this cycle needs them (``pods/ownerreads.py``): read afresh when an
         in-scope pod is warned or due, else the last read (at most ``OWNER_CACHE_SECONDS`` old), else
-        none. report/explain (``read_owners_always``) and straggler events read them every time."""
+        none. report/explain (``read_owners_always``) and straggler events read them every time;
+        ``at_least``: what the caller knows it needs whatever the pods' clocks say."""
         if self.owners is None:
             return None, ""
         if self.read_owners_always:
             need = OwnerRead.FRESH
+        elif at_least is not OwnerRead.NONE:
+            need = at_least
         else:
             scope = build_scope(
                 spec.selection, self.config.all_protected_namespaces, cluster.namespaces, cluster.nodes
@@ -431,7 +431,25 @@ class CycleRunner:
         with gc_paused():  # ~10^5 acyclic objects: the collector would rescan them for nothing
             snapshot, cluster, fetched = self.observe(name, generation, spec, previous, seniors)
             memo = self._memos.setdefault(name, JudgeMemo())
-            plan = plan_cycle(snapshot, memo, self._ledgers.setdefault(name, IdleLedger()))
+            ledger = self._ledgers.setdefault(name, IdleLedger())
+            before = ledger.checkpoint()
+            plan = plan_cycle(snapshot, memo, ledger)
+            if (
+                snapshot.owners is None
+                and self.owners is not None
+                and starts_idle_clock(snapshot.pods, plan.verdicts)
+            ):
+                # A pod turns idle while no clock ran, so the owners were not read: its first idle
+                # annotation would carry the owner-blind recommendation and the next cycle, with the
+                # owners read, would rewrite it (a second patch and a ReclaimSkipped event per pod).
+                # Judge once more with the owners instead (the judgements come from the memo).
+                owners, owners_error = self._read_owners(cluster, spec, at_least=OwnerRead.CACHED)
+                if owners is not None or owners_error:
+                    snapshot = replace(snapshot, **_owner_fields(owners, owners_error))
+                    if owners is not None:
+                        cluster = replace(cluster, requests=cluster.requests + owners.requests)
+                    ledger.restore(before)
+                    plan = plan_cycle(snapshot, memo, ledger)
         log.debug(
             "policy %s: %d verdicts kept from the previous cycle, %d judged", name, memo.hits, memo.misses
         )
@@ -610,3 +628,13 @@ def _record_metrics(
             metrics.EVICTIONS.labels(name, o.result.value).inc()
         elif isinstance(o.action, ReclaimOwner):
             metrics.RECLAIMS.labels(name, o.action.action, o.result.value).inc()
+
+
+def _owner_fields(owners: OwnerState | None, error: str) -> dict[str, Any]:
+    """The snapshot's owner fields from one read (``None`` and no error: not read this cycle)."""
+    return {
+        "owners": owners.objects if owners is not None else ({} if error else None),
+        "autoscaled": owners.autoscaled if owners is not None else frozenset(),
+        "owners_error": error,
+        "disruption_budgets": owners.disruption_budgets if owners is not None else (),
+    }

@@ -3,13 +3,19 @@ none while no clock runs), and says when it cannot."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
+
+import pytest
+from tests.unit.runtime import cycle_harness as h
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.config import OperatorConfig
+from gpu_efficiency.engine.model import AnnotatePod, PodEvent
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.runtime.cycle import OWNER_CACHE_SECONDS, CycleRunner
+from gpu_efficiency.sources.base import StaticSource
 from gpu_efficiency.sources.cluster import ClusterState, pod_view
 from gpu_efficiency.sources.owners import OwnerState, OwnersUnavailable
 
@@ -143,3 +149,47 @@ def test_pods_out_of_scope_never_cause_a_read() -> None:
     due = cluster({names.IDLE_SINCE: format_rfc3339(NOW - 7200), names.EVICT_AFTER: format_rfc3339(NOW - 60)})
     assert runner(owners)._read_owners(due, other) == (None, "")
     assert owners.reads == 0
+
+
+def _annotated(pod: Any, actions: list[Any]) -> Any:
+    merged = dict(pod.annotations)
+    for action in actions:
+        if isinstance(action, AnnotatePod) and action.name == pod.name:
+            merged.update(action.annotations)
+    return replace(pod, annotations={k: v for k, v in merged.items() if v is not None})
+
+
+@pytest.mark.parametrize("mode", ["Observe", "Enforce"])
+def test_a_pod_turning_idle_gets_its_owners_recommendation_at_once_and_the_next_cycle_writes_nothing(
+    mode: str,
+) -> None:
+    """At 8,000 pods every newly idle bare pod was patched twice (and got a ReclaimSkipped event):
+    the cycle that started its clock had not read the owners, the next one had and rewrote the
+    recommendation. The cycle that starts a clock now reads them first, so a steady idle pod costs
+    nothing after it."""
+    idle_pod = h.b.pod("lonely", controller_kind=None)  # a bare pod: never reclaimed (allowBarePods false)
+    gpu = h.b.gpu("GPU-lonely-0", h.b.idle(), ("team-a", "lonely"))
+    run = h.runner([gpu], [idle_pod])
+    owners, clock = StubOwners(), Clock()
+    clock.now = h.b.NOW
+    run.owners, run.clock = owners, clock  # type: ignore[assignment]
+    spec = {**h.ENFORCE_SPEC, "mode": mode}
+    h.run_cycle(run, spec=spec)
+    applier: Any = run.applier
+    first = list(applier.applied)
+    patches = [a for a in first if isinstance(a, AnnotatePod)]
+    assert len(patches) == 1
+    assert owners.reads == 1
+    assert patches[0].annotations[names.STATE] == "Idle"
+    assert "of pod/lonely" in str(patches[0].annotations[names.RECOMMENDATION])  # the owner's text
+    reasons = sorted(a.reason for a in first if isinstance(a, PodEvent))
+    # Observe reclaims nothing, so nothing is "skipped"; no clock reads as tampered with although the
+    # cycle judged twice (the first judgement's clocks are not remembered)
+    assert reasons == ([names.EV_IDLE, names.EV_RECLAIM_SKIPPED] if mode == "Enforce" else [names.EV_IDLE])
+
+    clock.now += 30
+    run.reader = h.MemoryReader([_annotated(idle_pod, first)], run.reader.nodes)  # type: ignore[attr-defined]
+    run.source_for = h.OneSource(StaticSource([h.b.shift_stats(gpu, clock.now)]))
+    applier.applied.clear()
+    h.run_cycle(run, spec=spec)
+    assert [a for a in applier.applied if getattr(a, "name", "") == "lonely"] == []

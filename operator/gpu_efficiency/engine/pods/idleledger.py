@@ -53,5 +53,13 @@ class IdleLedger:
         """The cycle's clocks of the pods it judged (pods that left are forgotten)."""
         self._clocks = clocks
 
+    def checkpoint(self) -> tuple[dict[str, IdleClock], float | None]:
+        """The ledger as it is, for ``restore``: a cycle that plans twice must not read its own first
+        plan's clocks as remembered (a missing annotation would then look removed by the owner)."""
+        return self._clocks, self._last_now
+
+    def restore(self, checkpoint: tuple[dict[str, IdleClock], float | None]) -> None:
+        self._clocks, self._last_now = checkpoint  # begin/end replace the dict, never mutate it
+
     def __len__(self) -> int:
         return len(self._clocks)

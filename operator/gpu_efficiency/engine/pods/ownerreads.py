@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from enum import Enum
 
 from gpu_efficiency.api import names
-from gpu_efficiency.engine.model import PodView
+from gpu_efficiency.engine.model import PodVerdict, PodView, Verdict
 from gpu_efficiency.engine.selection import Scope
 from gpu_efficiency.engine.timefmt import parse_rfc3339
 
@@ -39,3 +39,12 @@ def owner_read_needed(pods: Iterable[PodView], scope: Scope, now: float, idle_fo
             return OwnerRead.FRESH  # due this cycle
         need = OwnerRead.CACHED
     return need
+
+
+def starts_idle_clock(pods: Iterable[PodView], verdicts: Iterable[PodVerdict]) -> bool:
+    """Whether a pod judged Idle this cycle has no idle clock yet: its first idle annotation carries
+    its owner's recommendation, so the owners are needed before any clock runs."""
+    idle = {(v.namespace, v.name) for v in verdicts if v.verdict is Verdict.IDLE}
+    return bool(idle) and any(
+        (pod.namespace, pod.name) in idle and names.IDLE_SINCE not in pod.annotations for pod in pods
+    )
