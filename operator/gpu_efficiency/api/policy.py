@@ -403,12 +403,25 @@ class PcieFault(Model):
 
 
 class CircuitBreaker(Model):
-    """Never quarantine more than this share of GPU nodes at once: mass faults are more likely bad data."""
+    """Never quarantine more than a share of GPU nodes, and of GPUs, at once: mass faults are more likely bad data.
+
+    Both caps apply: the node share bounds how many nodes hold any quarantine of ours, the GPU share
+    how many GPUs it takes out (a node taint takes all of its GPUs, a device taint one).
+    """
 
     max_tainted_fraction: float = Field(default=0.2, ge=0.0, le=1.0)
     """Largest share of in-scope GPU nodes held tainted at once."""
     max_tainted_nodes: int | None = Field(default=None, ge=0)
     """Optional absolute cap on tainted nodes."""
+    max_quarantined_gpu_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Largest share of in-scope GPUs held quarantined at once: every GPU of a tainted node, plus each GPU under a DeviceTaintRule of ours. Default: maxTaintedFraction. While above zero, at least the GPUs of the largest in-scope node, as one node always may be tainted."""
+
+    @property
+    def gpu_fraction(self) -> float:
+        """The GPU share in force: maxQuarantinedGpuFraction, else maxTaintedFraction."""
+        if self.max_quarantined_gpu_fraction is None:
+            return self.max_tainted_fraction
+        return self.max_quarantined_gpu_fraction
 
 
 class DeviceTaintEffect(StrEnum):

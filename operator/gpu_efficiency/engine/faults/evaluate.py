@@ -30,7 +30,14 @@ from gpu_efficiency.api.names import (
 )
 from gpu_efficiency.api.policy import EccFault, FaultRules, Mode, Recovery, ThermalFault, XidFault
 from gpu_efficiency.engine.conditions import find_condition
-from gpu_efficiency.engine.faults.breaker import BreakerDecision, breaker_message, decide_taints, taint_budget
+from gpu_efficiency.engine.faults.breaker import (
+    BreakerDecision,
+    GpuCost,
+    breaker_message,
+    decide_taints,
+    gpu_budget,
+    taint_budget,
+)
 from gpu_efficiency.engine.faults.data import DataRules, data_rules
 from gpu_efficiency.engine.faults.devices import (
     NO_SCOPE,
@@ -234,6 +241,30 @@ def _taint_actions(decision: NodeDecision, granted: bool) -> list[Action]:
     return actions
 
 
+def gpu_cost(decision: NodeDecision, scope: DeviceScope, capacity: int) -> GpuCost:
+    """GPUs the node's quarantine takes now, and with its wishes granted: all of its GPUs under a
+    node taint, else one per device under our rules."""
+
+    def taken(on_node: bool, keys: set[tuple[str, str, str]]) -> int:
+        return capacity if on_node else min(capacity, len(keys)) if capacity else len(keys)
+
+    now_keys = {key for rules in scope.rules.values() for key in rules}
+    after_keys: set[tuple[str, str, str]] = set()
+    after_node = False
+    for kind in {*decision.present, *decision.wants}:
+        if kind in decision.wants:
+            devices = decision.devices.get(kind)
+            if devices is None:
+                after_node = True
+            else:
+                after_keys.update(d.key for d in devices)
+        elif kind not in decision.untaint:
+            if kind in decision.on_node:
+                after_node = True
+            after_keys.update(scope.rules.get(kind, {}))
+    return GpuCost(now=taken(bool(decision.on_node), now_keys), after=taken(after_node, after_keys))
+
+
 def _quarantined(decision: NodeDecision, granted: bool) -> list[QuarantinedNodeRecord]:
     out = []
     for kind in sorted(decision.held, key=kind_order):
@@ -353,10 +384,17 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
 
     breaker_spec = spec.faults.circuit_breaker
     tainted_now = {d.node for d in decisions if d.present}
+    capacity = {n.name: n.gpu_capacity for n in nodes}
+    gpus_in_scope = sum(capacity.values())
+    costs = {
+        d.node: gpu_cost(d, scope_of(d.node), capacity[d.node]) for d in decisions if d.present or d.wants
+    }
     breaker = decide_taints(
         {d.node: list(d.wants) for d in decisions if d.wants},
         tainted_now,
         taint_budget(len(nodes), breaker_spec),
+        gpus=costs,
+        gpu_cap=gpu_budget(list(capacity.values()), breaker_spec),
     )
     # Nodes granted a taint are decided again knowing it, so their record says our taint is set in
     # the write that goes with the taint: an admin who removes it before the next cycle is then
@@ -372,7 +410,7 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
     by_node = {d.node: d for d in decisions}
     previous = find_condition(snapshot.status.conditions, COND_BREAKER)
     was_open = previous is not None and previous.status == "True"
-    message = breaker_message(breaker, len(nodes), breaker_spec) if breaker.open else ""
+    message = breaker_message(breaker, len(nodes), breaker_spec, gpus_in_scope) if breaker.open else ""
     policy_events: list[Action] = []
     node_events: Mapping[str, list[Action]] = {}
     if ctx.data_ok:
