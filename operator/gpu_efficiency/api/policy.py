@@ -287,7 +287,7 @@ class FaultKindBase(Model):
     enabled: bool = True
     """Detect this fault kind."""
     effect: FaultEffect = FaultEffect.NO_SCHEDULE
-    """Taint effect on a faulty node (Enforce mode only)."""
+    """Taint effect on a faulty node (Enforce mode only); NoExecute drains the node first (see drainTimeout)."""
 
 
 class EccFault(FaultKindBase):
@@ -441,7 +441,7 @@ class DeviceQuarantine(Model):
     enabled: bool = True
     """Quarantine single DRA devices where possible (off: always the node taint)."""
     effect: DeviceTaintEffect = DeviceTaintEffect.NO_SCHEDULE
-    """NoSchedule keeps new claims off the device; NoExecute also has the kube-controller-manager evict the pods using it."""
+    """NoSchedule keeps new claims off the device; NoExecute also removes the pods using it (drained first, see drainTimeout)."""
 
 
 class FaultRules(Model):
@@ -463,6 +463,8 @@ class FaultRules(Model):
     """Cap on quarantined nodes."""
     device_quarantine: DeviceQuarantine = Field(default_factory=DeviceQuarantine)
     """Single-GPU quarantine with DRA device taints (Enforce mode only)."""
+    drain_timeout: Duration = "10m"
+    """Where the effect is NoExecute (a kind's effect, or deviceQuarantine.effect): the operator first sets NoSchedule, evicts the pods on the faulty node (node taint) or those whose ResourceClaims hold the faulty GPU (device taint) through the Eviction API, so PodDisruptionBudgets are honoured and a refusal is retried every cycle, and sets NoExecute once they are gone or after this long (then Kubernetes removes what is left, without PodDisruptionBudgets). 0s sets NoExecute at once."""
 
 
 class StragglerRule(Model):

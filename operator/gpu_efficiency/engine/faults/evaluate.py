@@ -46,6 +46,7 @@ from gpu_efficiency.engine.faults.devices import (
     device_scopes,
     with_dra_capacity,
 )
+from gpu_efficiency.engine.faults.drain import NO_DRAIN, DrainContext
 from gpu_efficiency.engine.faults.ecc import judge_ecc
 from gpu_efficiency.engine.faults.kinds import (
     DEGRADED_REASON_PREFIX,
@@ -67,10 +68,12 @@ from gpu_efficiency.engine.faults.xid_catalogue import XidChoice
 from gpu_efficiency.engine.faults.xid_repeats import XidSighting, screen_xids
 from gpu_efficiency.engine.model import (
     Action,
+    DeviceUse,
     FaultOutcome,
     GPUSample,
     NodeEvent,
     NodeView,
+    PodView,
     PolicyEvent,
     QuarantinedNodeRecord,
     Snapshot,
@@ -127,6 +130,31 @@ def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
         kinds=kinds,
         xid_memory_s=rules.window_s[Window.FAULT] + rules.scrape_interval_s,
     )
+
+
+def drain_contexts(snapshot: Snapshot, nodes: Iterable[NodeView]) -> dict[str, DrainContext]:
+    """Each in-scope node's drain inputs: its GPU pods and the claims holding its devices."""
+    timeout = parse_duration(snapshot.policy.faults.drain_timeout)
+    names = {n.name for n in nodes}
+    pods: dict[str, list[PodView]] = defaultdict(list)
+    for pod in snapshot.pods:
+        if pod.node in names:
+            pods[pod.node].append(pod)
+    uses: dict[tuple[str, str, str], list[DeviceUse]] | None = None
+    if snapshot.device_uses is not None:
+        uses = defaultdict(list)
+        for use in snapshot.device_uses:
+            uses[use.key].append(use)
+    return {
+        name: DrainContext(
+            timeout_s=timeout,
+            pods=tuple(pods.get(name, ())),
+            uses=uses,
+            protected=snapshot.protected_namespaces,
+            priority_threshold=snapshot.policy.eviction.priority_threshold,
+        )
+        for name in names
+    }
 
 
 def in_scope_nodes(snapshot: Snapshot) -> list[NodeView]:
@@ -374,10 +402,17 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
         judged, xid_actions = screen.judged, screen.actions
     else:
         screen = None
+    drains = drain_contexts(snapshot, nodes)
     decisions = [
         NodeDecision(node=node.name, present={}, held={})
         if node.name in quiet and node.name not in judged
-        else decide_node(node, judged.get(node.name, {}), ctx, scope=scope_of(node.name))
+        else decide_node(
+            node,
+            judged.get(node.name, {}),
+            ctx,
+            scope=scope_of(node.name),
+            drain=drains.get(node.name, NO_DRAIN),
+        )
         for node in nodes
     ]
     by_node = {d.node: d for d in decisions}
@@ -402,7 +437,14 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
     # write fails, so a failed taint is retried rather than taken for the admin's).
     views = {n.name: n for n in nodes}
     decisions = [
-        decide_node(views[d.node], judged.get(d.node, {}), ctx, granted=True, scope=scope_of(d.node))
+        decide_node(
+            views[d.node],
+            judged.get(d.node, {}),
+            ctx,
+            granted=True,
+            scope=scope_of(d.node),
+            drain=drains.get(d.node, NO_DRAIN),
+        )
         if d.wants and d.node in breaker.granted
         else d
         for d in decisions
@@ -433,6 +475,7 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
     for decision in decisions:
         granted = decision.node in breaker.granted
         actions.extend(_taint_actions(decision, granted))
+        actions.extend(decision.drains)  # after the taints: nothing new lands while the pods leave
         actions.extend(decision.writes)
         actions.extend(decision.events)
         actions.extend(node_events.get(decision.node, ()))
