@@ -96,6 +96,13 @@ BREAKER_OPEN = Gauge(
     ["policy"],
     registry=REGISTRY,
 )
+DRAIN_EVICTIONS = Counter(
+    "gpu_efficiency_fault_drain_evictions",
+    "Evictions of pods off a faulty GPU or node before a NoExecute fault taint, by result "
+    "(done, blocked: refused by a PodDisruptionBudget and retried, skipped, failed).",
+    ["policy", "result"],
+    registry=REGISTRY,
+)
 TAINTED_NODES = Gauge(
     "gpu_efficiency_tainted_nodes", "Nodes held tainted by kind.", ["policy", "kind"], registry=REGISTRY
 )
@@ -170,6 +177,7 @@ POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
     CYCLES,
     CYCLE_SECONDS,
     EVICTIONS,
+    DRAIN_EVICTIONS,
     IDLE_GPU_HOURS,
     PROM_QUERIES,
     API_WRITES,

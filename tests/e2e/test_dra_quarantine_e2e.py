@@ -4,8 +4,10 @@ The scenario ``procedural/dra-quarantine.yaml`` sets the stage (a DRA node whose
 simulator publishes, a device-plugin node, three claim pods, the policy with NoExecute device
 taints) and checks the node taint, the events and that the DRA node stays untainted; this test
 injects the XID on the GPU the scheduler really gave the victim and checks what the scenario
-format cannot: the DeviceTaintRule, the controller-manager evicting only the victim, a new 4-GPU
-claim on the healthy GPUs, and the rule's removal on recovery. Needs the cluster's DRA device
+format cannot: the DeviceTaintRule (NoSchedule first), the drain before NoExecute (the victim's
+PodDisruptionBudget refuses its eviction, so the rule turns NoExecute only at drainTimeout, and the
+controller-manager then removes only the victim), a new 4-GPU claim on the healthy GPUs, and the
+rule's removal on recovery. Needs the cluster's DRA device
 taints (cluster.sh turns them on by default: GPUEFF_RUNTIME_CONFIG, GPUEFF_FEATURE_GATES).
 """
 
@@ -123,9 +125,18 @@ def test_a_reset_class_xid_on_a_dra_gpu_quarantines_that_device_only(
             {*devices["filler"], *devices["bystander"], gpu}
         ), f"claims share a GPU: {devices}"
         uids = {p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod(ns).items}
+        pdb = client.V1PodDisruptionBudget(
+            metadata=client.V1ObjectMeta(name="victim"),
+            spec=client.V1PodDisruptionBudgetSpec(
+                min_available=1,
+                selector=client.V1LabelSelector(match_labels={"sim.gpuefficiency.io/workload": "victim"}),
+            ),
+        )
+        client.PolicyV1Api(k8s).create_namespaced_pod_disruption_budget(ns, pdb)
         bg.run.sim.add_faults([Fault(FaultKind.XID, at=25.0, node=NODE, gpu=gpu, value=48)])  # type: ignore[union-attr]
 
-        # 2. One DeviceTaintRule, for exactly that device, NoExecute; the node itself stays untainted.
+        # 2. One DeviceTaintRule, for exactly that device, NoSchedule first (the drain); the node
+        # itself stays untainted.
         rules = wait_for(lambda: our_rules(custom), 60, what="our DeviceTaintRule")
         quarantined = bg.elapsed()
         assert len(rules) == 1, rules
@@ -134,13 +145,36 @@ def test_a_reset_class_xid_on_a_dra_gpu_quarantines_that_device_only(
         assert (spec["taint"]["key"], spec["taint"]["value"], spec["taint"]["effect"]) == (
             "gpuefficiency.io/gpu-fault",
             "xid",
-            "NoExecute",
+            "NoSchedule",
         )
         assert not [
             t for t in core.read_node(NODE).spec.taints or [] if t.key == "gpuefficiency.io/gpu-fault"
         ]
 
-        # 3. The controller-manager's device taint eviction removes the victim only.
+        # 3. The drain: the victim's eviction is refused by its PodDisruptionBudget (an EvictionBlocked
+        # event, retried), so it stays until drainTimeout (20s); then the rule becomes NoExecute and
+        # the controller-manager removes the victim. The pods on healthy GPUs are never touched.
+        def rule_effect() -> str:
+            found = our_rules(custom)
+            return str(found[0]["spec"]["taint"]["effect"]) if found else ""
+
+        def victim_events(reason: str) -> list[Any]:
+            return [
+                e
+                for e in core.list_namespaced_event(ns).items
+                if e.involved_object.name == "victim" and e.reason == reason
+            ]
+
+        blocked = wait_for(lambda: victim_events("EvictionBlocked"), 30, what="the drain's eviction refused")
+        assert "retried next cycle until the drain timeout" in blocked[0].message
+        assert rule_effect() == "NoSchedule"
+        assert core.read_namespaced_pod("victim", ns).metadata.uid == uids["victim"]
+        wait_for(
+            lambda: rule_effect() == "NoExecute", 45, what="the rule upgraded to NoExecute after the drain"
+        )
+        upgraded = bg.elapsed()
+        assert upgraded - quarantined >= 20, (quarantined, upgraded)
+
         def victim_gone() -> bool:
             live = {
                 p.metadata.name: p.metadata.uid
@@ -149,9 +183,14 @@ def test_a_reset_class_xid_on_a_dra_gpu_quarantines_that_device_only(
             }
             return "victim" not in live
 
-        wait_for(victim_gone, 30, what="the pod on the faulty GPU evicted")
+        wait_for(victim_gone, 30, what="the pod on the faulty GPU removed by the NoExecute rule")
         live = {p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod(ns).items}
         assert (live.get("filler"), live.get("bystander")) == (uids["filler"], uids["bystander"])
+        for name in ("filler", "bystander"):
+            assert not [
+                e for e in core.list_namespaced_event(ns).items
+                if e.involved_object.name == name and e.reason in ("EvictionBlocked", "GPUFaultEvicted")
+            ], name  # fmt: skip
 
         # 4. A new 4-GPU claim schedules on the node's healthy GPUs, never on the tainted one.
         scenario = bg.run.name
@@ -167,7 +206,10 @@ def test_a_reset_class_xid_on_a_dra_gpu_quarantines_that_device_only(
         # 5. Recovery by hand removes the rule.
         core.patch_node(NODE, {"metadata": {"annotations": {"gpuefficiency.io/fault-recovered": "xid"}}})
         wait_for(lambda: not our_rules(custom), 30, what="the DeviceTaintRule removed on recovery")
-        print(f"XID 48 at t=25s on GPU {gpu}: DeviceTaintRule by t={quarantined:.1f}s")
+        print(
+            f"XID 48 at t=25s on GPU {gpu}: DeviceTaintRule (NoSchedule) by t={quarantined:.1f}s, "
+            f"NoExecute after the blocked drain by t={upgraded:.1f}s"
+        )
         time.sleep(0)
     result = bg.finish()
     assert result.passed, bg.report()

@@ -29,6 +29,7 @@ from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
     AnnotatePod,
+    DrainPod,
     EvictPod,
     NodeEvent,
     OwnerEvent,
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 
 
 #: The follow-up events are exported at 0 from the start, so an alert's rate() sees the first failure.
-for _reason in (names.EV_EVICTED, names.EV_EVICTION_BLOCKED):
+for _reason in (names.EV_EVICTED, names.EV_EVICTION_BLOCKED, names.EV_DRAINED):
     metrics.EVENTS_FAILED.labels(_reason)
 
 
@@ -163,6 +164,25 @@ class Applier:
                 return replace(outcome, obj=first.obj)  # the annotated pod, for read-your-writes
         return outcome
 
+    def _drain(self, action: DrainPod, policy: ObjectRef) -> Outcome:
+        """The idle evictor's front door for a fault drain; its events name the fault, a refusal is
+        retried by the next cycle's plan (the drain timeout bounds it)."""
+        evict = EvictPod(namespace=action.namespace, name=action.name, uid=action.uid, reason=action.reason)
+        outcome = replace(evict_pod(self.core, evict), action=action)
+        pod = pod_ref(action.namespace, action.name, action.uid)
+        if outcome.result is Result.DONE:
+            self._follow_up_event(pod, names.EV_DRAINED, action.reason, "Warning")
+            self._follow_up_event(
+                node_ref(action.node),
+                names.EV_DRAINED,
+                f"evicted {action.namespace}/{action.name}: {action.reason}",
+                "Normal",
+            )
+        elif outcome.result is Result.BLOCKED:
+            message = f"eviction off a faulty GPU refused, retried next cycle until the drain timeout: {outcome.message}"
+            self._follow_up_event(pod, names.EV_EVICTION_BLOCKED, message, "Warning")
+        return outcome
+
     def _reclaim(self, action: ReclaimOwner, policy: ObjectRef) -> Outcome:
         outcome = owners.reclaim_owner(self.custom, action, time.time())
         if outcome.result is Result.DONE:
@@ -216,6 +236,7 @@ class Applier:
 _HANDLERS: dict[type, Callable[[Applier, object, ObjectRef], Outcome]] = {
     AnnotatePod: Applier._annotate_pod,  # type: ignore[dict-item]
     EvictPod: Applier._evict,  # type: ignore[dict-item]
+    DrainPod: Applier._drain,  # type: ignore[dict-item]
     ReclaimOwner: Applier._reclaim,  # type: ignore[dict-item]
     PodEvent: Applier._pod_event,  # type: ignore[dict-item]
     OwnerEvent: Applier._owner_event,  # type: ignore[dict-item]

@@ -287,7 +287,7 @@ class FaultKindBase(Model):
     enabled: bool = True
     """Detect this fault kind."""
     effect: FaultEffect = FaultEffect.NO_SCHEDULE
-    """Taint effect on a faulty node (Enforce mode only)."""
+    """Taint effect on a faulty node (Enforce mode only); NoExecute drains the node first (see drainTimeout)."""
 
 
 class EccFault(FaultKindBase):
@@ -403,12 +403,25 @@ class PcieFault(Model):
 
 
 class CircuitBreaker(Model):
-    """Never quarantine more than this share of GPU nodes at once: mass faults are more likely bad data."""
+    """Never quarantine more than a share of GPU nodes, and of GPUs, at once: mass faults are more likely bad data.
+
+    Both caps apply: the node share bounds how many nodes hold any quarantine of ours, the GPU share
+    how many GPUs it takes out (a node taint takes all of its GPUs, a device taint one).
+    """
 
     max_tainted_fraction: float = Field(default=0.2, ge=0.0, le=1.0)
     """Largest share of in-scope GPU nodes held tainted at once."""
     max_tainted_nodes: int | None = Field(default=None, ge=0)
     """Optional absolute cap on tainted nodes."""
+    max_quarantined_gpu_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Largest share of in-scope GPUs held quarantined at once: every GPU of a tainted node, plus each GPU under a DeviceTaintRule of ours. Default: maxTaintedFraction. While above zero, at least the GPUs of the largest in-scope node, as one node always may be tainted."""
+
+    @property
+    def gpu_fraction(self) -> float:
+        """The GPU share in force: maxQuarantinedGpuFraction, else maxTaintedFraction."""
+        if self.max_quarantined_gpu_fraction is None:
+            return self.max_tainted_fraction
+        return self.max_quarantined_gpu_fraction
 
 
 class DeviceTaintEffect(StrEnum):
@@ -428,7 +441,7 @@ class DeviceQuarantine(Model):
     enabled: bool = True
     """Quarantine single DRA devices where possible (off: always the node taint)."""
     effect: DeviceTaintEffect = DeviceTaintEffect.NO_SCHEDULE
-    """NoSchedule keeps new claims off the device; NoExecute also has the kube-controller-manager evict the pods using it."""
+    """NoSchedule keeps new claims off the device; NoExecute also removes the pods using it (drained first, see drainTimeout)."""
 
 
 class FaultRules(Model):
@@ -450,6 +463,8 @@ class FaultRules(Model):
     """Cap on quarantined nodes."""
     device_quarantine: DeviceQuarantine = Field(default_factory=DeviceQuarantine)
     """Single-GPU quarantine with DRA device taints (Enforce mode only)."""
+    drain_timeout: Duration = "10m"
+    """Where the effect is NoExecute (a kind's effect, or deviceQuarantine.effect): the operator first sets NoSchedule, evicts the pods on the faulty node (node taint) or those whose ResourceClaims hold the faulty GPU (device taint) through the Eviction API, so PodDisruptionBudgets are honoured and a refusal is retried every cycle, and sets NoExecute once they are gone or after this long (then Kubernetes removes what is left, without PodDisruptionBudgets). 0s sets NoExecute at once."""
 
 
 class StragglerRule(Model):

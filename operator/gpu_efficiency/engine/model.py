@@ -183,6 +183,8 @@ class PodView:
     is_static: bool = False  # mirror pod (kubernetes.io/config.mirror annotation)
     deleting: bool = False  # deletionTimestamp set
     controller: OwnerRef | None = None  # the controller reference itself (owner resolution)
+    #: Tolerations that can match our fault taint (its key, or every key): what a drain skips.
+    fault_tolerations: tuple[Toleration, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +193,14 @@ class Toleration:
     operator: str  # Equal | Exists
     value: str
     effect: str  # '' matches every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        """The Kubernetes toleration rule (an empty key with Exists tolerates every taint)."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +277,9 @@ class Snapshot:
     #: GPUs published by DRA drivers (ResourceSlices) and our DeviceTaintRules: single-GPU quarantine.
     dra_devices: tuple[DraDevice, ...] = ()
     device_rules: tuple[DeviceRule, ...] = ()
+    #: The devices ResourceClaims hold and their pods, read while a rule of ours exists; None when
+    #: the read failed (a drain then waits for its timeout: who uses a device is unknown).
+    device_uses: tuple[DeviceUse, ...] | None = ()
 
 
 class Verdict(StrEnum):
@@ -328,6 +341,18 @@ class EvictPod:
     name: str
     uid: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrainPod:
+    """Evict a pod off a faulty GPU (or node) through the Eviction API before a NoExecute taint:
+    the idle evictor's front door, with its own events (engine/faults/drain.py)."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    reason: str  # one sentence: the GPU, the node and the fault (the pod's event)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -428,6 +453,16 @@ class DeviceRule:
         return (self.driver, self.pool, self.device)
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceUse:
+    """A device a ResourceClaim was allocated, and the pods the claim is reserved for."""
+
+    key: tuple[str, str, str]  # (driver, pool, device)
+    pods: tuple[str, ...]  # UIDs (status.reservedFor)
+    #: The allocation's tolerations that can match our fault taint (its key, or every key).
+    tolerations: tuple[Toleration, ...] = ()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaintDevices:
     """Hold exactly ``devices`` of the node under our DeviceTaintRules for ``kind`` with ``effect``;
@@ -468,6 +503,7 @@ class AnnotateNode:
 Action = (
     AnnotatePod
     | EvictPod
+    | DrainPod
     | ReclaimOwner
     | PodEvent
     | OwnerEvent

@@ -38,6 +38,7 @@ from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
     AnnotatePod,
+    DrainPod,
     EvictPod,
     Plan,
     PolicyEvent,
@@ -375,6 +376,7 @@ class CycleRunner:
             pending=cluster.pending,
             dra_devices=dra.devices,
             device_rules=dra.rules,
+            device_uses=dra.uses,
         )
         if owners is not None:
             cluster = replace(cluster, requests=cluster.requests + owners.requests)
@@ -538,7 +540,7 @@ def feed_write(reader: ClusterSource, outcome: Outcome) -> None:
             reader.pod_written(outcome.obj)
         elif isinstance(outcome.action, _NODE_WRITES):
             reader.node_written(outcome.obj)
-    if isinstance(outcome.action, EvictPod) and outcome.result is Result.DONE:
+    if isinstance(outcome.action, (EvictPod, DrainPod)) and outcome.result is Result.DONE:
         reader.pod_evicted(outcome.action.uid)
 
 
@@ -623,9 +625,13 @@ def _record_metrics(
     for seconds in newly_running(snapshot.status.reclamations, status.reclamations):
         to_running.observe(seconds)
     metrics.PENDING_GPU_DEMAND.labels(name).set(status.pending_gpu_demand.gpus)
+    for result in (Result.DONE, Result.BLOCKED, Result.FAILED):  # at 0 from the first cycle, for rate()
+        metrics.DRAIN_EVICTIONS.labels(name, result.value)
     for o in outcomes:
         if isinstance(o.action, EvictPod):
             metrics.EVICTIONS.labels(name, o.result.value).inc()
+        elif isinstance(o.action, DrainPod):
+            metrics.DRAIN_EVICTIONS.labels(name, o.result.value).inc()
         elif isinstance(o.action, ReclaimOwner):
             metrics.RECLAIMS.labels(name, o.action.action, o.result.value).inc()
 

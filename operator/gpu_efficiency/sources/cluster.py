@@ -22,6 +22,7 @@ from kubernetes import client
 
 from gpu_efficiency.api.names import GPU_RESOURCE
 from gpu_efficiency.api.policy import PREFIX
+from gpu_efficiency.engine.faults.device_objects import fault_tolerations
 from gpu_efficiency.engine.model import (
     NamespaceView,
     NodeCondition,
@@ -99,6 +100,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         gpu_request=_gpu_request(spec) or _dra_claims(spec),
         is_static=MIRROR_ANNOTATION in annotations,
         deleting=bool(meta.get("deletionTimestamp")),
+        fault_tolerations=fault_tolerations(spec.get("tolerations")),
         controller=OwnerRef(
             controller.get("apiVersion", ""), controller.get("kind", ""), controller.get("name", ""),
             controller.get("uid", ""),

@@ -5,7 +5,9 @@ whatever the cluster size (what counts as a GPU and as our rule:
 ``engine/faults/device_objects``). When the API server does not serve ``resource.k8s.io/v1beta2``
 DeviceTaintRules (Kubernetes 1.36 needs ``--runtime-config=resource.k8s.io/v1beta2=true`` and the
 ``DRADeviceTaintRules`` feature gate) or RBAC forbids the reads, no device is reported: faults keep
-the node taint, which quarantines more, never less.
+the node taint, which quarantines more, never less. While a rule of ours exists, the ResourceClaims
+are listed too (one more LIST a cycle), so a drain before a NoExecute device taint knows which pods
+hold the faulty device.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.engine.faults.device_objects import (
+    CLAIM_VERSION,
     GROUP,
     OURS,
     RULE_VERSION,
     SLICE_VERSION,
+    parse_claims,
     parse_rules,
     parse_slices,
 )
-from gpu_efficiency.engine.model import DeviceRule, DraDevice
+from gpu_efficiency.engine.model import DeviceRule, DeviceUse, DraDevice
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,9 @@ class DraState:
     rules: tuple[DeviceRule, ...] = ()
     error: str = ""  # why single-GPU quarantine is off or stale this cycle ('' when it is not)
     blind: bool = False  # unread, no earlier read to stand in: no fault may be decided this cycle
+    #: Devices ResourceClaims hold, read only while a rule of ours exists (a drain may need them);
+    #: None when that read failed.
+    uses: tuple[DeviceUse, ...] | None = ()
 
 
 @dataclass
@@ -93,8 +100,23 @@ class DraReader:
             if last is not None and not last.blind:
                 return self._say(DraState(last.devices, last.rules, error=error))
             return self._say(DraState(error=error, blind=True))
-        self._last = DraState(devices=devices, rules=parse_rules(rules.get("items") or []))
-        return self._say(self._last)
+        ours = parse_rules(rules.get("items") or [])
+        self._last = DraState(devices=devices, rules=ours)
+        if not ours:
+            return self._say(self._last)
+        try:
+            self.requests += 1
+            claims = self.api.list_cluster_custom_object(GROUP, CLAIM_VERSION, "resourceclaims")
+        except ApiException as exc:  # a drain then waits for its timeout: who holds a device is unknown
+            return self._say(
+                DraState(
+                    devices,
+                    ours,
+                    error=f"ResourceClaims not read (HTTP {exc.status}: {exc.reason})",
+                    uses=None,
+                )
+            )
+        return self._say(DraState(devices, ours, uses=parse_claims(claims.get("items") or [])))
 
     def _say(self, state: DraState) -> DraState:
         if state.error and state.error != self._said:

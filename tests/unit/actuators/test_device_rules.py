@@ -9,7 +9,14 @@ from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.actuators.devices import taint_devices, untaint_devices
 from gpu_efficiency.actuators.outcomes import Result
-from gpu_efficiency.engine.faults.device_objects import parse_rules, parse_slices, rule_body, rule_name
+from gpu_efficiency.api.names import FAULT_TAINT_KEY
+from gpu_efficiency.engine.faults.device_objects import (
+    parse_claims,
+    parse_rules,
+    parse_slices,
+    rule_body,
+    rule_name,
+)
 from gpu_efficiency.engine.model import DraDevice, TaintDevices, UntaintDevices
 from gpu_efficiency.sources.dra import DraReader
 
@@ -23,6 +30,8 @@ class FakeRules:
     def __init__(self, slices: list[dict[str, Any]] | None = None, fail: int | None = None) -> None:
         self.rules: dict[str, dict[str, Any]] = {}
         self.slices = slices or []
+        self.claims: list[dict[str, Any]] = []
+        self.fail_claims: int | None = None
         self.fail = fail
         self.writes: list[str] = []
 
@@ -33,6 +42,10 @@ class FakeRules:
             raise ApiException(status=self.fail, reason="nope")
         if plural == "resourceslices":
             return {"items": self.slices}
+        if plural == "resourceclaims":
+            if self.fail_claims is not None:
+                raise ApiException(status=self.fail_claims, reason="nope")
+            return {"items": self.claims}
         wanted = dict(p.split("=", 1) for p in (label_selector or "").split(",") if p)
         return {
             "items": [
@@ -239,3 +252,48 @@ def test_not_served_is_asked_again_once_a_minute_not_every_cycle(status: int) ->
         now[0] = t
         assert reader.read().error
     assert len(calls) == 2
+
+
+def claim(uid: str, *devices: str, tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    results = [
+        {
+            "request": "gpus",
+            "driver": "gpu.nvidia.com",
+            "pool": "n1",
+            "device": d,
+            "tolerations": tolerations or [],
+        }
+        for d in devices
+    ]
+    return {
+        "metadata": {"name": f"c-{uid}", "namespace": "team"},
+        "status": {
+            "allocation": {"devices": {"results": results}},
+            "reservedFor": [{"resource": "pods", "name": uid, "uid": uid}],
+        },
+    }
+
+
+def test_claims_name_the_pods_holding_each_device_with_the_tolerations_that_matter() -> None:
+    mine = {"key": FAULT_TAINT_KEY, "operator": "Exists", "effect": "NoExecute"}
+    other = {"key": "example.com/x", "operator": "Exists"}
+    uses = parse_claims([claim("u1", "gpu-3", "gpu-4", tolerations=[mine, other]), {"status": {}}])
+    assert [(u.key[2], u.pods) for u in uses] == [("gpu-3", ("u1",)), ("gpu-4", ("u1",))]
+    assert [t.key for t in uses[0].tolerations] == [FAULT_TAINT_KEY]
+
+
+def test_claims_are_read_only_while_a_rule_of_ours_exists_and_a_failed_read_is_unknown() -> None:
+    api = FakeRules(slices=[slice_("n1", 1, ("gpu-3", {"uuid": {"string": "GPU-3"}}))])
+    api.claims = [claim("u1", "gpu-3")]
+    calls = counted(api)
+    reader = DraReader(api)
+    assert reader.read().uses == ()
+    assert "resourceclaims" not in calls
+    taint_devices(api, TaintDevices(node="n1", kind="xid", effect="NoSchedule", devices=(GPU3,)))
+    state = reader.read()
+    assert [u.pods for u in state.uses or ()] == [("u1",)]
+    api.fail_claims = 500
+    failed = reader.read()
+    assert failed.uses is None
+    assert len(failed.rules) == 1
+    assert not failed.blind

@@ -40,6 +40,8 @@ def test_cluster_role_gets_policies_for_report_and_explain() -> None:
     # delete: only our own DeviceTaintRules (single-GPU quarantine ends by deleting its rule)
     assert {k for k, v in verbs.items() if "delete" in v} == {("resource.k8s.io", "devicetaintrules")}
     assert verbs[("resource.k8s.io", "resourceslices")] == {"list"}
+    assert verbs[("resource.k8s.io", "resourceclaims")] == {"list"}
+    assert verbs[("", "pods/eviction")] == {"create"}
 
 
 def test_notes_dry_run_judges_by_the_admins_policy() -> None:

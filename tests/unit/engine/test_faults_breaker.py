@@ -10,8 +10,9 @@ from hypothesis import strategies as s
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import CircuitBreaker
-from gpu_efficiency.engine.faults.breaker import decide_taints, taint_budget
+from gpu_efficiency.engine.faults.breaker import GpuCost, decide_taints, gpu_budget, taint_budget
 from gpu_efficiency.engine.model import GPUSample, NodeEvent, PolicyEvent, Signal, TaintNode
+from tests.unit.engine.test_faults_devices import XID_48, DraCluster, dra_gpus, dra_node, eight
 from tests.unit.engine.test_faults_support import (
     DBE_ERROR,
     HOT,
@@ -156,3 +157,90 @@ def test_without_data_the_breaker_keeps_its_state() -> None:
     assert down.breaker_open
     assert "at most 2 of 10" in down.breaker_message
     assert writes(down.actions) == []
+
+
+# -- the GPU cap -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("capacities", "fraction", "gpu_fraction", "expected"),
+    [
+        ([8] * 10, 0.2, None, 16),  # defaults to maxTaintedFraction
+        ([8] * 10, 0.5, 0.1, 8),
+        ([8, 1, 1], 0.2, None, 8),  # never less than the largest node: one node may always be tainted
+        ([8] * 10, 0.2, 0.0, 0),
+        ([], 0.2, None, 0),
+        ([8] * 100, 1.0, 0.29, 232),  # no float rounding down
+    ],
+)
+def test_gpu_budget(
+    capacities: list[int], fraction: float, gpu_fraction: float | None, expected: int
+) -> None:
+    breaker = CircuitBreaker(max_tainted_fraction=fraction, max_quarantined_gpu_fraction=gpu_fraction)
+    assert gpu_budget(capacities, breaker) == expected
+
+
+def test_a_node_whose_quarantine_grows_needs_gpu_room_one_that_does_not_passes() -> None:
+    costs = {"a": GpuCost(now=1, after=2), "b": GpuCost(now=1, after=1), "c": GpuCost(now=0, after=1)}
+    decision = decide_taints(
+        {"a": ["xid"], "b": ["xid"], "c": ["xid"]}, tainted_now={"a", "b"}, budget=10, gpus=costs, gpu_cap=2
+    )
+    assert decision.granted == {"b"}  # a stronger effect on b takes no more GPUs
+    assert decision.denied == ("a", "c")
+    assert decision.gpus_now == 2
+    roomier = decide_taints(
+        {"a": ["xid"], "c": ["ecc"]}, tainted_now={"a", "b"}, budget=10, gpus=costs, gpu_cap=3
+    )
+    assert roomier.granted == {"c"}  # worst fault first: ecc before xid
+    assert roomier.denied == ("a",)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    held=s.dictionaries(s.sampled_from([f"n{i}" for i in range(8)]), s.integers(1, 8)),
+    wishes=s.dictionaries(
+        s.sampled_from([f"n{i}" for i in range(8)]),
+        s.tuples(s.sampled_from(["ecc", "xid", "thermal"]), s.integers(0, 8)),
+    ),
+    budget=s.integers(0, 8),
+    gpu_cap=s.integers(0, 64),
+)
+def test_never_more_quarantined_gpus_than_the_gpu_budget_allows(
+    held: dict[str, int], wishes: dict[str, tuple[str, int]], budget: int, gpu_cap: int
+) -> None:
+    costs = {
+        n: GpuCost(now=held.get(n, 0), after=max(held.get(n, 0), extra)) for n, (_, extra) in wishes.items()
+    }
+    costs.update({n: GpuCost(now=c, after=c) for n, c in held.items() if n not in costs})
+    decision = decide_taints(
+        {n: [k] for n, (k, _) in wishes.items()}, set(held), budget, gpus=costs, gpu_cap=gpu_cap
+    )
+    after = sum(costs[n].after if n in decision.granted else costs[n].now for n in costs)
+    assert after <= max(gpu_cap, sum(held.values()))
+    assert len(set(held) | decision.granted) <= max(budget, len(held))
+    assert set(decision.denied) | decision.granted == set(wishes)
+
+
+def test_device_taints_count_against_the_gpu_cap_and_hold_further_quarantines() -> None:
+    spec = policy(circuit_breaker={"max_tainted_fraction": 1.0, "max_quarantined_gpu_fraction": 0.1})
+    cluster = DraCluster.of(*(dra_node(f"n{i}") for i in range(10)), spec=spec)
+    cluster.devices = [d for i in range(10) for d in dra_gpus(f"n{i}")]  # 80 GPUs: 8 may be quarantined
+    gpus = [g for i in range(10) for g in eight(f"n{i}", g0=XID_48 if i < 9 else None)]
+    outcome = cluster.cycle(gpus)
+    assert len(cluster.tainted_devices()) == 8  # n0..n7 get their device rule, n8 waits
+    assert outcome.breaker_open
+    assert "at most 8 of 80 GPUs may be quarantined" in outcome.breaker_message
+    denied = [a for a in outcome.actions if isinstance(a, NodeEvent) and a.reason == names.EV_BREAKER]
+    assert [a.node for a in denied] == ["n8"]
+
+
+def test_a_node_taint_takes_all_of_its_gpus_from_the_gpu_cap() -> None:
+    spec = policy(circuit_breaker={"max_tainted_fraction": 1.0, "max_quarantined_gpu_fraction": 0.1})
+    cluster = DraCluster.of(*(dra_node(f"n{i}") for i in range(10)), spec=spec)
+    cluster.devices = [d for i in range(10) for d in dra_gpus(f"n{i}")]
+    healthy = [g for i in range(2, 10) for g in eight(f"n{i}")]
+    cluster.cycle([*eight("n0", g2=XID_79), *eight("n1"), *healthy])  # reboot class: the whole node
+    assert cluster.tainted_nodes() == {"n0"}
+    outcome = cluster.cycle([*eight("n0"), *eight("n1", g5=XID_48), *healthy])
+    assert cluster.tainted_devices() == []  # 8 GPUs already out: no room for n1's device
+    assert outcome.breaker_open

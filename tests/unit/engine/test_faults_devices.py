@@ -128,6 +128,8 @@ def test_no_execute_when_the_policy_says_so() -> None:
     cluster = DraCluster.of(dra_node("n1"), spec=spec)
     cluster.devices = dra_gpus("n1")
     cluster.cycle(eight("n1", g3=XID_62))
+    assert cluster.tainted_devices() == ["gpu-3:NoSchedule"]  # drained first (test_faults_drain)
+    cluster.cycle(eight("n1"))  # no pod holds the device: nothing to wait for
     assert cluster.tainted_devices() == ["gpu-3:NoExecute"]
 
 

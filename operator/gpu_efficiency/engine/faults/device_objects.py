@@ -6,6 +6,7 @@ gives it a ``uuid`` attribute (NVIDIA's DRA driver does; a driver-qualified ``<d
 which is how the metrics name the GPU; only the newest generation of each pool is read (older
 slices are being replaced). Our rules select one device each by driver, pool and name, carry our
 taint key with the fault kind as value, the managed-by label and the node in an annotation.
+ResourceClaims say which pods hold which device (``parse_claims``): what a drain evicts.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from gpu_efficiency.api.names import (
     MANAGED_BY_LABEL,
     MANAGER,
 )
-from gpu_efficiency.engine.model import DeviceRule, DraDevice
+from gpu_efficiency.engine.model import DeviceRule, DeviceUse, DraDevice, Toleration
 
 GROUP = "resource.k8s.io"
 SLICE_VERSION = "v1"
+CLAIM_VERSION = "v1"
 RULE_VERSION = "v1beta2"
 #: Selects our DeviceTaintRules.
 OURS = f"{MANAGED_BY_LABEL}={MANAGER}"
@@ -117,3 +119,36 @@ def rule_body(kind: str, effect: str, device: DraDevice) -> dict[str, Any]:
             "taint": {"key": FAULT_TAINT_KEY, "value": kind, "effect": effect},
         },
     }
+
+
+def fault_tolerations(items: Iterable[Mapping[str, Any]] | None) -> tuple[Toleration, ...]:
+    """The tolerations that can match our fault taint (its key, or every key with Exists)."""
+    out = []
+    for t in items or ():
+        if not isinstance(t, Mapping):
+            continue
+        key, operator = str(t.get("key") or ""), str(t.get("operator") or "Equal")
+        if key == FAULT_TAINT_KEY or (not key and operator == "Exists"):
+            out.append(Toleration(key, operator, str(t.get("value") or ""), str(t.get("effect") or "")))
+    return tuple(out)
+
+
+def parse_claims(items: Iterable[Mapping[str, Any]]) -> tuple[DeviceUse, ...]:
+    """Each allocated device of each ResourceClaim, with the pods the claim is reserved for."""
+    out = []
+    for item in items:
+        status = item.get("status") or {}
+        pods = tuple(
+            str(r["uid"])
+            for r in status.get("reservedFor") or ()
+            if isinstance(r, Mapping) and r.get("resource") == "pods" and r.get("uid")
+        )
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or ()
+        for result in results:
+            if not isinstance(result, Mapping) or not all(
+                result.get(k) for k in ("driver", "pool", "device")
+            ):
+                continue
+            key = (str(result["driver"]), str(result["pool"]), str(result["device"]))
+            out.append(DeviceUse(key, pods, fault_tolerations(result.get("tolerations"))))
+    return tuple(out)

@@ -30,7 +30,14 @@ from gpu_efficiency.api.names import (
 )
 from gpu_efficiency.api.policy import EccFault, FaultRules, Mode, Recovery, ThermalFault, XidFault
 from gpu_efficiency.engine.conditions import find_condition
-from gpu_efficiency.engine.faults.breaker import BreakerDecision, breaker_message, decide_taints, taint_budget
+from gpu_efficiency.engine.faults.breaker import (
+    BreakerDecision,
+    GpuCost,
+    breaker_message,
+    decide_taints,
+    gpu_budget,
+    taint_budget,
+)
 from gpu_efficiency.engine.faults.data import DataRules, data_rules
 from gpu_efficiency.engine.faults.devices import (
     NO_SCOPE,
@@ -39,6 +46,7 @@ from gpu_efficiency.engine.faults.devices import (
     device_scopes,
     with_dra_capacity,
 )
+from gpu_efficiency.engine.faults.drain import NO_DRAIN, DrainContext
 from gpu_efficiency.engine.faults.ecc import judge_ecc
 from gpu_efficiency.engine.faults.kinds import (
     DEGRADED_REASON_PREFIX,
@@ -60,10 +68,12 @@ from gpu_efficiency.engine.faults.xid_catalogue import XidChoice
 from gpu_efficiency.engine.faults.xid_repeats import XidSighting, screen_xids
 from gpu_efficiency.engine.model import (
     Action,
+    DeviceUse,
     FaultOutcome,
     GPUSample,
     NodeEvent,
     NodeView,
+    PodView,
     PolicyEvent,
     QuarantinedNodeRecord,
     Snapshot,
@@ -120,6 +130,31 @@ def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
         kinds=kinds,
         xid_memory_s=rules.window_s[Window.FAULT] + rules.scrape_interval_s,
     )
+
+
+def drain_contexts(snapshot: Snapshot, nodes: Iterable[NodeView]) -> dict[str, DrainContext]:
+    """Each in-scope node's drain inputs: its GPU pods and the claims holding its devices."""
+    timeout = parse_duration(snapshot.policy.faults.drain_timeout)
+    names = {n.name for n in nodes}
+    pods: dict[str, list[PodView]] = defaultdict(list)
+    for pod in snapshot.pods:
+        if pod.node in names:
+            pods[pod.node].append(pod)
+    uses: dict[tuple[str, str, str], list[DeviceUse]] | None = None
+    if snapshot.device_uses is not None:
+        uses = defaultdict(list)
+        for use in snapshot.device_uses:
+            uses[use.key].append(use)
+    return {
+        name: DrainContext(
+            timeout_s=timeout,
+            pods=tuple(pods.get(name, ())),
+            uses=uses,
+            protected=snapshot.protected_namespaces,
+            priority_threshold=snapshot.policy.eviction.priority_threshold,
+        )
+        for name in names
+    }
 
 
 def in_scope_nodes(snapshot: Snapshot) -> list[NodeView]:
@@ -234,6 +269,30 @@ def _taint_actions(decision: NodeDecision, granted: bool) -> list[Action]:
     return actions
 
 
+def gpu_cost(decision: NodeDecision, scope: DeviceScope, capacity: int) -> GpuCost:
+    """GPUs the node's quarantine takes now, and with its wishes granted: all of its GPUs under a
+    node taint, else one per device under our rules."""
+
+    def taken(on_node: bool, keys: set[tuple[str, str, str]]) -> int:
+        return capacity if on_node else min(capacity, len(keys)) if capacity else len(keys)
+
+    now_keys = {key for rules in scope.rules.values() for key in rules}
+    after_keys: set[tuple[str, str, str]] = set()
+    after_node = False
+    for kind in {*decision.present, *decision.wants}:
+        if kind in decision.wants:
+            devices = decision.devices.get(kind)
+            if devices is None:
+                after_node = True
+            else:
+                after_keys.update(d.key for d in devices)
+        elif kind not in decision.untaint:
+            if kind in decision.on_node:
+                after_node = True
+            after_keys.update(scope.rules.get(kind, {}))
+    return GpuCost(now=taken(bool(decision.on_node), now_keys), after=taken(after_node, after_keys))
+
+
 def _quarantined(decision: NodeDecision, granted: bool) -> list[QuarantinedNodeRecord]:
     out = []
     for kind in sorted(decision.held, key=kind_order):
@@ -343,20 +402,34 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
         judged, xid_actions = screen.judged, screen.actions
     else:
         screen = None
+    drains = drain_contexts(snapshot, nodes)
     decisions = [
         NodeDecision(node=node.name, present={}, held={})
         if node.name in quiet and node.name not in judged
-        else decide_node(node, judged.get(node.name, {}), ctx, scope=scope_of(node.name))
+        else decide_node(
+            node,
+            judged.get(node.name, {}),
+            ctx,
+            scope=scope_of(node.name),
+            drain=drains.get(node.name, NO_DRAIN),
+        )
         for node in nodes
     ]
     by_node = {d.node: d for d in decisions}
 
     breaker_spec = spec.faults.circuit_breaker
     tainted_now = {d.node for d in decisions if d.present}
+    capacity = {n.name: n.gpu_capacity for n in nodes}
+    gpus_in_scope = sum(capacity.values())
+    costs = {
+        d.node: gpu_cost(d, scope_of(d.node), capacity[d.node]) for d in decisions if d.present or d.wants
+    }
     breaker = decide_taints(
         {d.node: list(d.wants) for d in decisions if d.wants},
         tainted_now,
         taint_budget(len(nodes), breaker_spec),
+        gpus=costs,
+        gpu_cap=gpu_budget(list(capacity.values()), breaker_spec),
     )
     # Nodes granted a taint are decided again knowing it, so their record says our taint is set in
     # the write that goes with the taint: an admin who removes it before the next cycle is then
@@ -364,7 +437,14 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
     # write fails, so a failed taint is retried rather than taken for the admin's).
     views = {n.name: n for n in nodes}
     decisions = [
-        decide_node(views[d.node], judged.get(d.node, {}), ctx, granted=True, scope=scope_of(d.node))
+        decide_node(
+            views[d.node],
+            judged.get(d.node, {}),
+            ctx,
+            granted=True,
+            scope=scope_of(d.node),
+            drain=drains.get(d.node, NO_DRAIN),
+        )
         if d.wants and d.node in breaker.granted
         else d
         for d in decisions
@@ -372,7 +452,7 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
     by_node = {d.node: d for d in decisions}
     previous = find_condition(snapshot.status.conditions, COND_BREAKER)
     was_open = previous is not None and previous.status == "True"
-    message = breaker_message(breaker, len(nodes), breaker_spec) if breaker.open else ""
+    message = breaker_message(breaker, len(nodes), breaker_spec, gpus_in_scope) if breaker.open else ""
     policy_events: list[Action] = []
     node_events: Mapping[str, list[Action]] = {}
     if ctx.data_ok:
@@ -395,6 +475,7 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
     for decision in decisions:
         granted = decision.node in breaker.granted
         actions.extend(_taint_actions(decision, granted))
+        actions.extend(decision.drains)  # after the taints: nothing new lands while the pods leave
         actions.extend(decision.writes)
         actions.extend(decision.events)
         actions.extend(node_events.get(decision.node, ()))

@@ -15,14 +15,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.api.names import (
+    EV_DRAIN,
     EV_FAULT,
     EV_UNTAINTED,
     FAULT_RECOVERED,
+    FAULT_TAINT_KEY,
     GPU_DEGRADED,
     GPU_HEALTHY,
     NODE_FAULTS,
 )
 from gpu_efficiency.engine.faults.devices import NO_SCOPE, DeviceScope
+from gpu_efficiency.engine.faults.drain import HARD, NO_DRAIN, SOFT, DrainContext, drain_step
 from gpu_efficiency.engine.faults.kinds import (
     DEGRADED_REASON_PREFIX,
     FAULT_REASON_PREFIX,
@@ -55,6 +58,7 @@ from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
     DraDevice,
+    DrainPod,
     NodeEvent,
     NodeView,
     PolicyEvent,
@@ -104,6 +108,7 @@ class NodeDecision:
     wants: dict[str, str] = field(default_factory=dict)  # kind -> effect, pending the breaker
     new_kinds: list[str] = field(default_factory=list)  # kinds detected or renewed this cycle
     writes: list[Action] = field(default_factory=list)  # condition and record annotation
+    drains: list[Action] = field(default_factory=list)  # evictions before a NoExecute taint (``drain``)
     events: list[Action] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -163,11 +168,13 @@ class _NodeCycle:
         ctx: FaultContext,
         granted: bool = False,
         scope: DeviceScope = NO_SCOPE,
+        drain: DrainContext = NO_DRAIN,
     ):
         self.node = node
         self.ctx = ctx
         self.granted = granted
         self.scope = scope
+        self.drain = drain
         self.now_text = format_rfc3339(ctx.now)
         self.judgements = judgements
         self.by_uuid = {kind: {j.uuid: j for j in js} for kind, js in judgements.items()}
@@ -386,19 +393,75 @@ class _NodeCycle:
             if not (rules.enabled and rules.taints):
                 continue
             devices = self.scope.devices_for(kind, entry)
+            effect = self._drain(
+                kind, entry, devices, self.scope.effect if devices is not None else rules.effect
+            )
             if devices is not None:  # one DeviceTaintRule per faulty GPU, no node taint
-                effect = self.scope.effect
-                wanted = self.scope.wanted(devices)
-                if self.scope.rules.get(kind, {}) == wanted and kind not in self.out.on_node:
+                if self._held_as(kind, devices) == effect:
                     continue
                 self.out.devices[kind] = devices
-            else:
-                effect = rules.effect
-                if self.out.on_node.get(kind) == effect and kind not in self.out.on_devices:
-                    continue
+            elif self._held_as(kind, None) == effect:
+                continue
             self.out.wants[kind] = effect
             if self.granted:  # recorded now: a removal before the next cycle is the admin's
-                self.faults[kind] = replace(entry, tainted=True)
+                self.faults[kind] = replace(self.faults[kind], tainted=True)
+
+    def _held_as(self, kind: str, devices: tuple[DraDevice, ...] | None) -> str | None:
+        """The effect our quarantine for ``kind`` has now on its carrier (the node, or exactly
+        ``devices``), or None when it is not (only) there."""
+        if devices is None:
+            return self.out.on_node.get(kind) if kind not in self.out.on_devices else None
+        rules = self.scope.rules.get(kind, {})
+        effects = set(rules.values())
+        if kind in self.out.on_node or set(rules) != {d.key for d in devices} or len(effects) != 1:
+            return None
+        return effects.pop()
+
+    def _set_drain(self, kind: str, since: str) -> None:
+        entry = self.faults[kind]
+        if entry.drain_since != since:
+            self.faults[kind] = replace(entry, drain_since=since)
+
+    def _drain(self, kind: str, entry: FaultEntry, devices: tuple[DraDevice, ...] | None, target: str) -> str:
+        """The effect to wish for ``kind`` this cycle; a NoExecute target is drained toward (``drain``)."""
+        held_as = self._held_as(kind, devices)
+        if target != HARD or self.drain.timeout_s <= 0 or held_as != SOFT:
+            self._set_drain(kind, "")  # no drain, done (hard in place), or not begun (soft form first)
+            return SOFT if target == HARD and self.drain.timeout_s > 0 and held_as != HARD else target
+        since = parse_rfc3339(entry.drain_since) if entry.drain_since else None
+        where = "its DeviceTaintRule(s)" if devices is not None else "the node taint"
+        if since is None:
+            since = self.ctx.now
+            self._set_drain(kind, self.now_text)
+            self.event(
+                EV_DRAIN,
+                f"draining the pods off the {kind} fault on {describe(entry.gpus)} through the Eviction API "
+                f"(PodDisruptionBudgets honoured) before {where} become(s) NoExecute, "
+                f"at most {self.drain.timeout_s:.0f}s",
+                "Warning",
+            )
+        step = drain_step(kind, devices, since, self.ctx.now, self.drain)
+        if step.upgrade:
+            self.event(
+                EV_DRAIN, f"drain of the {kind} fault over ({step.why}): {where} set to NoExecute", "Warning"
+            )
+            return HARD
+        self.note(f"{kind} fault: {step.why}")
+        for pod in step.evict:
+            gpus = ", ".join(f"GPU {g.label}" for g in entry.gpus)
+            self.out.drains.append(
+                DrainPod(
+                    namespace=pod.namespace,
+                    name=pod.name,
+                    uid=pod.uid,
+                    node=self.node.name,
+                    reason=(
+                        f"evicted: {gpus} on node {self.node.name} has a {kind} fault "
+                        f"({describe(entry.gpus)}); drained before {FAULT_TAINT_KEY}={kind}:NoExecute"
+                    ),
+                )
+            )
+        return SOFT
 
     def condition(self) -> None:
         """GPUHealthy for the faults held, GPUDegraded for the degraded kinds (a straggler, a PCIe link)."""
@@ -488,11 +551,13 @@ def decide_node(
     *,
     granted: bool = False,
     scope: DeviceScope = NO_SCOPE,
+    drain: DrainContext = NO_DRAIN,
 ) -> NodeDecision:
     """The node's fault state after this cycle, and the writes and events it needs (taints excepted).
 
     ``granted``: the circuit breaker lets this node's taint wishes through, so the record marks
     those faults tainted in the same write (see ``evaluate_faults``). ``scope``: the node's DRA
     GPUs and our device rules (``devices``): a single-GPU fault is wished on its devices.
+    ``drain``: the pods a NoExecute wish drains first (``drain``).
     """
-    return _NodeCycle(node, judgements, ctx, granted, scope).run()
+    return _NodeCycle(node, judgements, ctx, granted, scope, drain).run()

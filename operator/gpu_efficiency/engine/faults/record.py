@@ -13,7 +13,9 @@ unchanged record serialises to the same text and the steady state makes no write
 - ``faults``: one entry per kind. ``since`` is the first detection, ``detected`` the last time a
   *new* fault (new GPU or fingerprint beyond the recorded one) was seen. ``tainted`` says our taint
   was seen on the node; ``manualUntaint`` that someone removed it afterwards (respected until a new
-  fault); ``releasing`` that the fault is over and only our taint's removal is still to confirm.
+  fault); ``releasing`` that the fault is over and only our taint's removal is still to confirm;
+  ``drainSince`` (only while it runs) when the drain before a NoExecute taint began
+  (``drain``), so a restarted operator keeps counting toward the drain timeout.
 - ``baselines``: fingerprints of faults already recovered by hand, so the same values (an XID
   still in the gauge, a row-remap failure not yet reset) do not re-trigger.
 
@@ -56,6 +58,7 @@ class FaultEntry:
     tainted: bool = False
     manual_untaint: bool = False
     releasing: bool = False
+    drain_since: str = ""  # when the drain before a NoExecute taint began ('' when none runs)
 
     @property
     def held(self) -> bool:
@@ -120,6 +123,7 @@ def _entry(raw: Any) -> FaultEntry:
         tainted=raw.get("tainted") is True,
         manual_untaint=raw.get("manualUntaint") is True,
         releasing=raw.get("releasing") is True,
+        drain_since=str(raw.get("drainSince") or ""),
     )
 
 
@@ -157,23 +161,27 @@ def _dump_gpu(gpu: GpuFault) -> dict[str, Any]:
     }
 
 
+def _dump_entry(entry: FaultEntry) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "since": entry.since,
+        "detected": entry.detected,
+        "tainted": entry.tainted,
+        "manualUntaint": entry.manual_untaint,
+        "releasing": entry.releasing,
+        "gpus": [_dump_gpu(g) for g in sorted(entry.gpus, key=_gpu_order)],
+    }
+    if entry.drain_since:  # only while a drain runs: older records keep their text
+        doc["drainSince"] = entry.drain_since
+    return doc
+
+
 def dump_record(record: NodeFaultRecord) -> str | None:
     """Canonical JSON of the record, or None when it is empty (the annotation is removed)."""
     if record.empty:
         return None
     doc: dict[str, Any] = {}
     if record.faults:
-        doc["faults"] = {
-            kind: {
-                "since": e.since,
-                "detected": e.detected,
-                "tainted": e.tainted,
-                "manualUntaint": e.manual_untaint,
-                "releasing": e.releasing,
-                "gpus": [_dump_gpu(g) for g in sorted(e.gpus, key=_gpu_order)],
-            }
-            for kind, e in record.faults.items()
-        }
+        doc["faults"] = {kind: _dump_entry(e) for kind, e in record.faults.items()}
     if record.baselines:
         doc["baselines"] = {
             kind: {"at": b.at, "gpus": {u: {k: _num(v) for k, v in fp.items()} for u, fp in b.gpus.items()}}

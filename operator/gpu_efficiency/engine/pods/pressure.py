@@ -47,11 +47,7 @@ def waiting_for_gpus(pod: PendingPod) -> bool:
 
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
     """The Kubernetes toleration rule (an empty key with Exists tolerates every taint)."""
-    if toleration.effect and toleration.effect != taint.effect:
-        return False
-    if toleration.operator == "Exists":
-        return not toleration.key or toleration.key == taint.key
-    return toleration.key == taint.key and toleration.value == taint.value
+    return toleration.tolerates(taint)
 
 
 def _requirement_holds(req: NodeRequirement, node: NodeView) -> bool:
