@@ -10,11 +10,15 @@ by the same catalogue, repeat counting and circuit breaker from the samples. A c
 someone else (or one the agent's snapshot contradicts) costs at most one cycle and taints nothing.
 
 Bounds: wakes that arrive before the cycle runs coalesce into one, and a policy runs at most one early
-cycle per ``min_gap`` seconds (a flood across many nodes runs cycles no more often than that).
+cycle per ``min_gap`` seconds (a flood across many nodes runs cycles no more often than that). A
+report the agent already made on that node wakes nothing: the agent writes its False again after
+the operator's recovery sets True (it keeps every critical XID since it started), and such a repeat
+holds no new fault but would spend the gap a new one may need.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -28,6 +32,8 @@ from gpu_efficiency.api.names import GPU_HEALTHY
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.engine.model import NodeCondition, NodeView
 from gpu_efficiency.engine.selection import compile_selector
+
+log = logging.getLogger(__name__)
 
 #: The reasons the node agent writes with ``GPUHealthy=False`` (agent/nodecondition.py; a unit test
 #: keeps them equal). The operator's own ``GPUFault*`` reasons and other writers' wake nothing.
@@ -83,6 +89,7 @@ class FaultWake:
         self._lock = threading.Lock()
         self._pending: dict[str, float] = {}  # policy -> when its early cycle may run
         self._last_early: dict[str, float] = {}  # policy -> when its last early cycle was taken
+        self._reported: dict[str, tuple[str, str]] = {}  # node -> the agent's last (reason, message)
 
     def node_changed(
         self, before: NodeView | None, after: NodeView | None, policies: Iterable[PolicyRef]
@@ -91,6 +98,14 @@ class FaultWake:
         the policies newly requested (one already pending coalesces)."""
         if after is None or not agent_fault_news(before, after):
             return []
+        condition = _gpu_healthy(after)
+        if condition is None:  # agent_fault_news found one: for the type checker
+            return []
+        report = (condition.reason, condition.message)
+        with self._lock:
+            if self._reported.get(after.name) == report:
+                return []  # the same report again (after a recovery): nothing new to judge
+            self._reported[after.name] = report
         now = self._clock()
         woken: list[str] = []
         for policy in policies:
@@ -104,6 +119,11 @@ class FaultWake:
                 self._pending[policy.name] = now if last is None else max(now, last + self.min_gap)
             metrics.FAULT_WAKES.labels(policy.name, "requested").inc()
             woken.append(policy.name)
+        if woken:
+            log.info(
+                "node %s: the node agent reports %s (%s): early fault cycle of %s",
+                after.name, condition.reason, condition.message[:300], ", ".join(woken),
+            )  # fmt: skip
         return woken
 
     def take_due(self) -> set[str]:

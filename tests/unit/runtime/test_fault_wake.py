@@ -126,9 +126,9 @@ def test_a_flood_coalesces_into_one_cycle_and_early_cycles_keep_the_min_gap() ->
         sched.node_changed(gpu_node(f"n{i}", healthy()), gpu_node(f"n{i}", XID_DOWN))
     assert sched.run_due() == ["covering"]
     early = 1
-    for _ in range(100):  # the storm goes on: a new node reports every 0.1 s for 10 s
+    for i in range(100):  # the storm goes on: a new node reports every 0.1 s for 10 s
         clock.now += 0.1
-        sched.node_changed(gpu_node("late", healthy()), gpu_node("late", XID_DOWN))
+        sched.node_changed(gpu_node(f"late-{i}", healthy()), gpu_node(f"late-{i}", XID_DOWN))
         early += len(sched.run_due())
     assert early == 1 + 5  # one at once, then one per 2 s gap, never more often
     assert len(runner.calls) == 3 + early
@@ -143,6 +143,23 @@ def test_a_wake_inside_the_gap_is_deferred_not_dropped() -> None:
     assert sched.run_due() == []
     clock.now += 1.5
     assert sched.run_due() == ["covering"]
+
+
+def test_the_agents_same_report_again_after_a_recovery_wakes_nothing() -> None:
+    """The agent keeps its critical XIDs: after the operator's recovery sets True, the agent writes
+    the same False again. No new fault: it must not spend the gap a new one may need."""
+    sched, _, _, clock = scheduler()
+    sched.node_changed(gpu_node(condition=healthy()), gpu_node(condition=XID_DOWN))
+    assert sched.run_due() == ["covering"]
+    clock.now += 10
+    cleared = healthy(
+        "True", "GPUFaultCleared", "no GPU fault is held on this node by gpu-efficiency-operator"
+    )
+    sched.node_changed(gpu_node(condition=cleared), gpu_node(condition=XID_DOWN))
+    assert sched.run_due() == []
+    another = healthy("False", "XidCriticalError", "GPU 3: critical XID 79; GPU 5: critical XID 79")
+    sched.node_changed(gpu_node(condition=XID_DOWN), gpu_node(condition=another))
+    assert sched.run_due() == ["covering"]  # a new GPU in the report: news, and the gap is free
 
 
 def test_a_deleted_policy_forgets_its_pending_wake() -> None:
