@@ -235,7 +235,7 @@ def test_an_agent_fault_taints_at_once_and_a_forged_condition_taints_nothing(
         {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUEfficiencyPolicy", "metadata": {"name": name},
             "spec": {
-                "mode": "Enforce", "interval": "10m", "window": "1m",
+                "mode": "Enforce", "interval": "10m", "window": "10m",
                 "metrics": {"prometheus": {"scrapeInterval": "1s"}, "nodeAgent": True},
                 "selection": {"nodeSelector": {"matchLabels": {key: value}}},
                 "faults": {"lookback": "30s", "xid": {"recovery": "Manual"}},

@@ -121,7 +121,7 @@ class FaultWake:
             woken.append(policy.name)
         if woken:
             log.info(
-                "node %s: the node agent reports %s (%s): early fault cycle of %s",
+                "node %s: GPUHealthy=False, the node agent's reason %s (%s): early fault cycle of %s",
                 after.name, condition.reason, condition.message[:300], ", ".join(woken),
             )  # fmt: skip
         return woken
