@@ -1,7 +1,7 @@
 """Fault-to-taint latency: from an injected GPU fault to the operator's taint on the API server.
 
     python bench/fault_latency.py [--runs 60] [--interval 5s] [--scrape-interval 1s] [--keep-cluster]
-                                  [--path node|dra]
+                                  [--path node|dra|agent] [--agent-nodes 3] [--no-early-cycles]
 
 Two paths: ``node`` (default) injects an ECC double-bit error and times the node taint; ``dra``
 publishes every node's GPUs in a ResourceSlice (driver gpu.nvidia.com, as NVIDIA's DRA driver
@@ -9,6 +9,16 @@ would), injects a reset-class XID (48, 62 on a GPU's second visit) and times the
 DeviceTaintRule for that one device (a raw watch of DeviceTaintRules, as for nodes); its recovery
 is ``fault-recovered=xid`` and the rule's deletion. Needs DeviceTaintRules served (cluster.sh's
 default GPUEFF_RUNTIME_CONFIG and GPUEFF_FEATURE_GATES).
+
+``agent`` runs the node agent as real processes (``gpu-efficiency-sim agent``, fake NVML, 1 s samples,
+``--write-node-condition``) on the first --agent-nodes KWOK nodes, which the simulator then leaves
+out (Prometheus holds no series for them: only the agents can report their faults), and the policy
+reads the agents (``metrics.nodeAgent``, the operator's ``--agent-urls``). A run drops a critical XID
+(79, each GPU once) as an NVML event into the agent's ``--fake-inbox``; the agent writes
+``GPUHealthy=False``, the operator's node watch wakes an early cycle (runtime/fault_wake.py), and that
+cycle reads the XID from the agents' snapshots. ``t_sample`` is then the agent's receipt of the event
+(its /snapshot ``events``). ``--no-early-cycles`` starts the operator with ``--fault-wake-min-gap 0``:
+the agents are read at the next regular cycle only.
 
 The operator reads faults from Prometheus, so a fault waits for the next scrape (at most the scrape
 interval), then for the next evaluation cycle (at most the policy's interval), then for the cycle's
@@ -57,6 +67,7 @@ import math
 import os
 import random
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -103,6 +114,8 @@ XID = str(Signal.XID)
 #: Reset-class XIDs (single-GPU quarantine on the dra path): a GPU's n-th visit injects the n-th,
 #: so the XID gauge changes on every visit.
 RESET_XIDS = (48, 62)
+#: The agent path's XID: GPU fell off the bus (reboot class; in the agent's default critical list).
+AGENT_XID = 79
 DRA_DRIVER = "gpu.nvidia.com"
 RULES = ("resource.k8s.io", "v1beta2", "devicetaintrules")
 OURS = "app.kubernetes.io/managed-by=gpu-efficiency-operator"
@@ -154,7 +167,10 @@ def apply_policy(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:
             "mode": "Enforce",
             "interval": args.interval,
             "window": args.window or f"{max(60, math.ceil(parse_duration(args.interval)))}s",
-            "metrics": {"prometheus": {"scrapeInterval": args.scrape_interval}},
+            "metrics": {
+                "prometheus": {"scrapeInterval": args.scrape_interval},
+                "nodeAgent": args.path == "agent",
+            },
             "faults": {
                 "lookback": args.lookback,
                 "ecc": {"enabled": True, "effect": "NoSchedule", "recovery": "Manual"},
@@ -404,7 +420,9 @@ class Cycle:
 
 
 class OperatorProcess:
-    def __init__(self, cluster: Cluster, kubeconfig: str, log_path: Path) -> None:
+    def __init__(
+        self, cluster: Cluster, kubeconfig: str, log_path: Path, extra: tuple[str, ...] = ()
+    ) -> None:
         env = {**cluster.env, "KUBECONFIG": kubeconfig, "PYTHONUNBUFFERED": "1"}
         self.log_path = log_path
         with log_path.open("ab") as log_file:
@@ -413,7 +431,7 @@ class OperatorProcess:
                     sys.executable, "-m", "gpu_efficiency.cli", "run",
                     "--prometheus-url", cluster.prometheus_url, "--namespace", OPERATOR_NAMESPACE,
                     "--no-leader-election", "--metrics-port", "0", "--health-port", "0",
-                    "--log-format", "json",
+                    "--log-format", "json", *extra,
                 ],
                 stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
@@ -626,6 +644,102 @@ def summary_table(aggregates: dict[str, dict[str, float]], floor: float, interva
 # -------------------------------------------------------------------------------------------- main --
 
 
+class AgentFleet:
+    """Node agents as real processes (fake NVML) on some KWOK nodes, each writing its GPUHealthy
+    condition with the cluster's admin kubeconfig; faults go in through each one's inbox."""
+
+    def __init__(self, cluster: Cluster, nodes: list[SimNode], workdir: Path) -> None:
+        self.nodes = nodes
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.urls: dict[str, str] = {}
+        self.inboxes: dict[str, Path] = {}
+        env = {**cluster.env, "KUBECONFIG": cluster.kubeconfig, "PYTHONUNBUFFERED": "1"}
+        for node in nodes:
+            inbox = workdir / f"inbox-{node.name}"
+            inbox.mkdir(parents=True, exist_ok=True)
+            port = free_port()
+            with (workdir / f"agent-{node.name}.log").open("ab") as log_file:
+                self.procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable, "-m", "gpu_efficiency_sim.fake_nvml", "agent",
+                            "--fake-gpus", str(node.gpus), "--fake-profile", "idle",
+                            "--node-name", node.name, "--interval", "1s",
+                            "--listen", f"127.0.0.1:{port}", "--write-node-condition",
+                            "--fake-inbox", str(inbox),
+                        ],
+                        stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                    )
+                )  # fmt: skip
+            self.urls[node.name] = f"http://127.0.0.1:{port}"
+            self.inboxes[node.name] = inbox
+        self.started = time.monotonic()
+
+    def ready(self) -> bool:
+        return all(_status(f"{url}/readyz") == 200 for url in self.urls.values())
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.procs)
+
+    def inject_xid(self, node: str, gpu: int, code: int, name: str) -> float:
+        """Drop the XID event into the node's inbox (renamed into place: read whole or not at all);
+        the time of the rename is the injection's."""
+        inbox = self.inboxes[node]
+        staged = inbox / f"{name}.tmp"
+        staged.write_text(json.dumps({"gpu": gpu, "event": "xid", "xid": code}))
+        t = time.time()
+        staged.rename(inbox / f"{name}.json")
+        return t
+
+    def event_time(self, node: str, gpu: int, code: int, after: float) -> float | None:
+        """When the agent received the event (its /snapshot events), None if it did not."""
+        snap = _get_json(f"{self.urls[node]}/snapshot")
+        if not isinstance(snap, dict):
+            return None
+        uuids = {str(g["index"]): g["uuid"] for g in snap.get("gpus") or ()}
+        for e in snap.get("events") or ():
+            if (
+                e.get("uuid") == uuids.get(str(gpu))
+                and e.get("data") == code
+                and float(e["time"]) >= after - 1
+            ):
+                return float(e["time"])
+        return None
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return int(response.status)
+    except OSError:
+        return None
+
+
+def _get_json(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return orjson.loads(response.read()) if response.status == 200 else None
+    except (OSError, ValueError):
+        return None
+
+
 @dataclass
 class Rig:
     """What the runs act on and watch."""
@@ -636,10 +750,11 @@ class Rig:
     watch: NodeWatch
     op: OperatorProcess
     rules: RuleWatch | None = None  # the dra path: the taints are DeviceTaintRules
+    agents: AgentFleet | None = None  # the agent path: faults come from these agents
 
     @property
     def kind(self) -> str:
-        return "xid" if self.rules is not None else "ecc"
+        return "xid" if self.rules is not None or self.agents is not None else "ecc"
 
     @property
     def taints(self) -> NodeWatch:
@@ -665,9 +780,19 @@ def gpu_nodes(cluster: Cluster) -> list[SimNode]:
 
 
 def wait_ready(rig: Rig, args: argparse.Namespace) -> None:
-    """Prometheus holds enough of every GPU's fault series for the lookback's coverage rule (the
-    policy's default minCoverage 0.6), and the operator runs steady cycles."""
+    """Prometheus (or each agent's history) holds enough of every GPU's fault series for the
+    lookback's coverage rule (the policy's default minCoverage 0.6), and the operator runs steady cycles."""
     lookback = parse_duration(args.lookback)
+    if rig.agents is not None:
+        deadline = time.monotonic() + lookback + 180
+        while time.monotonic() < deadline:
+            if not rig.op.alive() or not rig.agents.alive():
+                raise RuntimeError(f"the operator or an agent exited; see {rig.op.log_path.parent}")
+            covered = time.monotonic() - rig.agents.started >= 0.6 * lookback + 10
+            if covered and rig.agents.ready() and len(rig.op.poll()) >= 3:
+                return
+            time.sleep(2)
+        raise RuntimeError(f"not ready: agents ready {rig.agents.ready()}, {len(rig.op.cycles)} cycles")
     need = math.ceil(0.6 * lookback / parse_duration(args.scrape_interval)) + 3
     gpus = sum(n.gpus for n in rig.nodes)
     series = f'{DBE}{{simulator="{SIM_NAME}"}}'
@@ -706,14 +831,20 @@ def one_run(rig: Rig, run: Run, not_before: float, timeout: float) -> int:
         raise RunError(f"the operator exited ({rig.op.proc.returncode}); see {rig.op.log_path}")
     run.load_avg_1m = os.getloadavg()[0]
     mark = rig.taints.mark()
-    if rig.rules is not None:
-        run.value = run.code
-        fault = Fault(FaultKind.XID, at=rig.sim.elapsed(), node=run.node, gpu=run.gpu, value=run.code)
+    if rig.agents is not None:
+        if not rig.agents.alive():
+            raise RunError("a node agent exited; see its log in the bench's workdir")
+        run.value = run.code = AGENT_XID
+        run.t_inject = rig.agents.inject_xid(run.node, run.gpu, run.code, f"run-{run.label}")
     else:
-        run.value = int((rig.sim.gpu_values(run.node, run.gpu) or {}).get(DBE, 0)) + 1
-        fault = Fault(FaultKind.ECC, at=rig.sim.elapsed(), node=run.node, gpu=run.gpu, value=1)
-    rig.sim.add_faults([fault])
-    run.t_inject = time.time()  # every render from now on serves the new value
+        if rig.rules is not None:
+            run.value = run.code
+            fault = Fault(FaultKind.XID, at=rig.sim.elapsed(), node=run.node, gpu=run.gpu, value=run.code)
+        else:
+            run.value = int((rig.sim.gpu_values(run.node, run.gpu) or {}).get(DBE, 0)) + 1
+            fault = Fault(FaultKind.ECC, at=rig.sim.elapsed(), node=run.node, gpu=run.gpu, value=1)
+        rig.sim.add_faults([fault])
+        run.t_inject = time.time()  # every render from now on serves the new value
     hit = rig.taints.wait_kind(run.node, rig.kind, present=True, since=mark, timeout=timeout)
     if hit is None:
         raise RunError(
@@ -722,6 +853,9 @@ def one_run(rig: Rig, run: Run, not_before: float, timeout: float) -> int:
         )
     run.t_taint, run.time_added = hit[1].t, hit[1].after.time_added
     run.t_recover_requested = request_recovery(rig.cluster.core, run.node, rig.kind)
+    if rig.agents is not None:  # the agent's receipt of the NVML event: its source has it from then
+        run.t_sample = rig.agents.event_time(run.node, run.gpu, run.code, run.t_inject)
+        return hit[0] + 1
     metric = XID if rig.rules is not None else DBE
     found = first_sample(rig.cluster, run.node, run.gpu, run.value, run.t_inject, metric)
     if found is not None:
@@ -813,9 +947,11 @@ def report(
             "warmup": args.warmup,
             "seed": args.seed,
             "path": args.path,
-            "fault": "reset-class XID -> DeviceTaintRule (DRA)"
-            if args.path == "dra"
-            else "ECC double-bit error -> node taint",
+            "fault": {
+                "dra": "reset-class XID -> DeviceTaintRule (DRA)",
+                "agent": f"XID {AGENT_XID} as an NVML event in a node agent -> node taint"
+                + (" (no early cycles)" if args.no_early_cycles else ""),
+            }.get(args.path, "ECC double-bit error -> node taint"),
             "circuit_breaker": "default maxTaintedFraction 0.2 (2 of 10 nodes); at most 2 taints overlap here",
         },
         "measured_runs": len(measured),
@@ -898,11 +1034,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument(
         "--path",
-        choices=("node", "dra"),
+        choices=("node", "dra", "agent"),
         default="node",
-        help="node: ECC error -> node taint; dra: reset-class XID -> DeviceTaintRule for the one GPU",
+        help="node: ECC error -> node taint; dra: reset-class XID -> DeviceTaintRule for the one GPU; "
+        "agent: XID as an NVML event in a node agent -> node taint",
+    )
+    parser.add_argument(
+        "--agent-nodes",
+        type=int,
+        default=3,
+        help="agent path: nodes with an agent (8 GPUs each, one run a GPU)",
+    )
+    parser.add_argument(
+        "--no-early-cycles",
+        action="store_true",
+        help="agent path: the operator with --fault-wake-min-gap 0 (the agents are read at regular cycles only)",
     )
     args = parser.parse_args(argv)
+    if args.path == "agent" and not 1 <= args.agent_nodes < args.nodes:
+        parser.error("--agent-nodes must be at least 1 and fewer than --nodes")
+    if args.path == "agent" and args.warmup + args.runs > 8 * args.agent_nodes:
+        parser.error("the agent path injects each GPU once: raise --agent-nodes to 8 GPUs per run")
     # Stop cleanly (operator, cluster) on SIGTERM, and on SIGINT even when started in the background.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -919,10 +1071,16 @@ def main(argv: list[str] | None = None) -> int:
     server: MetricsServer | None = None
     registered: Path | None = None
     rig: Rig | None = None
+    agents: AgentFleet | None = None
     try:
         cluster = cluster_up(env, args.nodes, args.scrape_interval)
         nodes = gpu_nodes(cluster)
-        sim, server, registered = start_simulator(cluster, nodes)
+        extra: tuple[str, ...] = ()
+        if args.path == "agent":
+            agents = AgentFleet(cluster, nodes[: args.agent_nodes], workdir)
+            extra = ("--agent-urls", ",".join(agents.urls.values()))
+            extra += ("--fault-wake-min-gap", "0") if args.no_early_cycles else ()
+        sim, server, registered = start_simulator(cluster, nodes[args.agent_nodes :] if agents else nodes)
         kubeconfig = install_crd_and_rbac(cluster, workdir)
         policy = apply_policy(cluster, args)
         watch = NodeWatch(cluster.core).start()
@@ -931,9 +1089,17 @@ def main(argv: list[str] | None = None) -> int:
             publish_slices(cluster, sim, nodes)
             rules = RuleWatch(client.CustomObjectsApi(cluster.core.api_client)).start()
         rig = Rig(
-            cluster, sim, nodes, watch, OperatorProcess(cluster, kubeconfig, workdir / "operator.log"), rules
+            cluster,
+            sim,
+            agents.nodes if agents else nodes,
+            watch,
+            OperatorProcess(cluster, kubeconfig, workdir / "operator.log", extra),
+            rules,
+            agents,
         )
-        log(f"simulator on {server.url} ({len(nodes)} nodes); waiting for a full lookback of samples")
+        log(
+            f"simulator on {server.url}; runs on {len(rig.nodes)} nodes; waiting for a full lookback of samples"
+        )
         wait_ready(rig, args)
         log(f"ready after {len(rig.op.cycles)} operator cycles: {args.warmup} warm-up + {args.runs} runs")
         runs, failure = measure(rig, args, timeout)
@@ -952,6 +1118,8 @@ def main(argv: list[str] | None = None) -> int:
             rig.watch.stop()
             if rig.rules is not None:
                 rig.rules.stop()
+        if agents is not None:
+            agents.stop()
         if registered is not None:
             unregister(registered)
         if server is not None:

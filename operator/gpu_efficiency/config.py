@@ -125,6 +125,14 @@ class OperatorConfig:
         scope="run",
         negation="--no-watch-cache",
     )
+    fault_wake_min_gap: float = setting(
+        2.0,
+        "a node agent's GPUHealthy=False runs the cycle of each policy covering the node at once "
+        "(faults enabled, metrics.nodeAgent): at most one such early cycle per policy every this many "
+        "seconds; 0 turns early cycles off",
+        scope="run",
+        minimum=0,
+    )
     log_level: str = setting("INFO", "log level (DEBUG, INFO, WARNING, ERROR)", scope="run")
     log_format: str = setting("text", "log format", scope="run", choices=("text", "json"))
     notify_secret_dir: str = setting(

@@ -153,6 +153,13 @@ LAST_CYCLE = Gauge(
 POLICIES = Gauge(
     "gpu_efficiency_policies", "Policies the scheduler runs (seen by this replica).", registry=REGISTRY
 )
+FAULT_WAKES = Counter(
+    "gpu_efficiency_fault_wakes",
+    "Early fault cycles a node agent's GPUHealthy=False asked for, by outcome (requested; coalesced "
+    "into one already pending; ran).",
+    ["policy", "outcome"],
+    registry=REGISTRY,
+)
 LEADER = Gauge(
     "gpu_efficiency_leader",
     "1 while this replica holds the leader lease (and acts), 0 on a standby replica.",
@@ -188,6 +195,7 @@ POLICY_METRICS: tuple[Counter | Gauge | Histogram, ...] = (
     RECLAIM_TO_RUNNING,
     NOTIFICATIONS,
     LAST_CYCLE,
+    FAULT_WAKES,
     *POLICY_GAUGES,
 )
 

@@ -1,13 +1,16 @@
 """The node agent as a real process (fake NVML backend), and the operator judging pods from its data
 alone: once through Prometheus scraping the agent, once reading the agent directly while Prometheus
-is unreachable. No simulator runs."""
+is unreachable; and its faults reaching a taint through the agent's node condition, without a scrape
+or a regular cycle. No simulator runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,5 +179,89 @@ def test_operator_reads_the_agent_directly_when_prometheus_is_down(
         ]
         metrics_cond = next(c for c in status["conditions"] if c["type"] == names.COND_METRICS)
         assert metrics_cond["status"] == "True"
+    finally:
+        _delete(k8s, name)
+
+
+@pytest.fixture
+def fault_agent(cluster: Cluster, gpu_nodes: GPUNodes, tmp_path: Path) -> Iterator[tuple[str, Path]]:  # noqa: F811
+    """An agent on the second fake node that writes its GPUHealthy condition; NVML events go in
+    through its inbox: (URL, inbox). Prometheus does not scrape it."""
+    port, inbox = free_port(), tmp_path / "inbox"
+    inbox.mkdir()
+    log = (tmp_path / "fault-agent.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "gpu_efficiency_sim", "agent",
+            "--fake-gpus", "4", "--node-name", gpu_nodes.names[1], "--interval", "1s",
+            "--listen", f"127.0.0.1:{port}", "--write-node-condition", "--fake-inbox", str(inbox),
+        ],
+        stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "KUBECONFIG": cluster.kubeconfig, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _ready(url), 30, what="the fault agent ready")
+        yield url, inbox
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _cycles(op: Any, policy: str) -> int:
+    return int(op.log().count(f"policy {policy}: cycle "))
+
+
+def _our_taint(core: client.CoreV1Api, node: str) -> str | None:
+    taints = core.read_node(node).spec.taints or []
+    return next((t.value for t in taints if t.key == names.FAULT_TAINT_KEY), None)
+
+
+def test_an_agent_fault_taints_at_once_and_a_forged_condition_taints_nothing(
+    k8s: client.ApiClient,
+    gpu_nodes: GPUNodes,  # noqa: F811
+    fault_agent: tuple[str, Path],
+    start_operator: Any,
+) -> None:
+    """The policy's interval is 10 minutes and Prometheus has no series of the node: only the early
+    cycle the agent's GPUHealthy=False wakes, reading the agent's snapshot, can taint within seconds.
+    A GPUHealthy=False someone else writes with the agent's reason wakes a cycle too, which taints nothing."""
+    url, inbox = fault_agent
+    node, core = gpu_nodes.names[1], client.CoreV1Api(k8s)
+    key, value = gpu_nodes.label
+    name = f"agentfast-{uuid.uuid4().hex[:6]}"
+    client.CustomObjectsApi(k8s).create_cluster_custom_object(
+        GROUP, VERSION, PLURAL,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUEfficiencyPolicy", "metadata": {"name": name},
+            "spec": {
+                "mode": "Enforce", "interval": "10m", "window": "10m",
+                "metrics": {"prometheus": {"scrapeInterval": "1s"}, "nodeAgent": True},
+                "selection": {"nodeSelector": {"matchLabels": {key: value}}},
+                "faults": {"lookback": "30s", "xid": {"recovery": "Manual"}},
+            },
+        },
+    )  # fmt: skip
+    try:
+        op = start_operator("--agent-urls", url)
+        wait_for(lambda: _cycles(op, name) >= 1, 60, what="the policy's first cycle")
+        time.sleep(25)  # the agent's history covers the lookback (minCoverage 0.6 of 30 s)
+        before = _cycles(op, name)
+        forged = {"type": names.GPU_HEALTHY, "status": "False", "reason": "XidCriticalError",
+                  "message": "forged", "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+        core.patch_node_status(node, {"status": {"conditions": [forged]}})
+        wait_for(lambda: _cycles(op, name) > before, 15, what="an early cycle woken by the forged condition")
+        assert _our_taint(core, node) is None
+
+        staged = inbox / "xid.tmp"
+        staged.write_text(json.dumps({"gpu": 2, "event": "xid", "xid": 79}))
+        injected = time.monotonic()
+        staged.rename(inbox / "xid.json")
+        wait_for(lambda: _our_taint(core, node), 15, what="the taint from the agent's XID")
+        took = time.monotonic() - injected
+        assert took < 10, f"tainted {took:.1f}s after the XID: not by an early cycle"
+        assert "xid" in str(_our_taint(core, node))
+        condition = next(c for c in core.read_node(node).status.conditions if c.type == names.GPU_HEALTHY)
+        assert condition.reason == "GPUFaultXID"  # the operator's, taken over from the agent's report
     finally:
         _delete(k8s, name)

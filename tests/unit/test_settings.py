@@ -72,6 +72,7 @@ def test_names_and_defaults_are_those_the_chart_and_users_rely_on() -> None:
         "--agent-urls": (),
         "--agent-token-file": None,
         "--watch-cache": True,
+        "--fault-wake-min-gap": 2.0,
         "--log-level": "INFO",
         "--log-format": "text",
         "--notify-secret-dir": "/etc/gpu-efficiency/notify",

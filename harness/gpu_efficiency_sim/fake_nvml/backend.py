@@ -141,7 +141,10 @@ class FakeBackend:
         driver: str = "550.54.15",
         steps: Iterable[TimedStep] = (),
         clock: Callable[[], float] = time.monotonic,
+        pollers: Iterable[Callable[[FakeBackend], None]] = (),
     ) -> None:
+        """``pollers`` run whenever timed steps are checked (every 50 ms while the event thread
+        waits): a way to script the fake from outside its process (``scenario.inbox_poller``)."""
         self.gpus = list(gpus)
         self.driver = driver
         self.initialised = False
@@ -152,6 +155,7 @@ class FakeBackend:
         self._registered: set[str] = set()
         self._gpm_primed: set[str] = set()
         self._steps = sorted(steps, key=lambda s: s.at)
+        self._pollers = tuple(pollers)
         self._clock = clock
         self._started: float | None = None
         self._lock = threading.RLock()
@@ -313,7 +317,8 @@ class FakeBackend:
             self._tick()
             left = deadline - time.monotonic()
             try:
-                return self._events.get(timeout=max(0.0, min(0.05, left) if self._steps else left))
+                slice_ = min(0.05, left) if self._steps or self._pollers else left
+                return self._events.get(timeout=max(0.0, slice_))
             except queue.Empty:
                 if left <= 0:
                     return None
@@ -351,7 +356,10 @@ class FakeBackend:
         return g
 
     def _tick(self) -> None:
-        """Apply the timed steps that are due."""
+        """Apply the timed steps that are due, and whatever the pollers bring."""
+        for poll in self._pollers:
+            if self._started is not None:
+                poll(self)
         if not self._steps or self._started is None:
             return
         with self._lock:

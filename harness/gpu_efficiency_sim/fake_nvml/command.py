@@ -21,6 +21,7 @@ def fake_backend(args: argparse.Namespace) -> tuple[NvmlBackend, Attribution]:
         gpus=args.fake_gpus,
         profile=args.fake_profile,
         pods=args.fake_pods,
+        inbox=args.fake_inbox,
     )
 
 
@@ -32,6 +33,11 @@ def add_fake_agent_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--fake-gpus", type=int, default=8, help="without a scenario: GPU count")
     p.add_argument("--fake-profile", choices=sorted(PROFILES), default="idle", help="workload profile")
     p.add_argument("--fake-pods", default="", help="ns/pod[/container]=GPU-uuid-or-index,...")
+    p.add_argument(
+        "--fake-inbox",
+        type=Path,
+        help='directory polled every 50 ms for *.json steps applied at once, e.g. {"gpu": 3, "event": "xid", "xid": 48}',
+    )
     return p
 
 

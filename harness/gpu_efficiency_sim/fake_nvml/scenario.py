@@ -21,7 +21,12 @@ Used by ``gpu-efficiency-sim agent`` (the e2e hook) and the benchmark::
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
+import logging
+import os
+import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping
@@ -38,6 +43,8 @@ from gpu_efficiency_sim import catalog
 from gpu_efficiency_sim.fake_nvml.backend import MIB, FakeBackend, FakeGpu, TimedStep, fake_gpu, fake_uuid
 from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL, GPUModel, find_model
 from gpu_efficiency_sim.profiles import PROFILES, sample
+
+log = logging.getLogger(__name__)
 
 #: Seconds of a profile the fake's static values average: a minute, an activity window's length.
 PROFILE_SECONDS = 60
@@ -146,6 +153,45 @@ def _step(at: float, spec: Mapping[str, Any]) -> TimedStep:
     return TimedStep(at, apply)
 
 
+def inbox_poller(directory: Path) -> Callable[[FakeBackend], None]:
+    """Apply each ``*.json`` file dropped into ``directory`` once, as a timeline step due now (e.g.
+    ``{"gpu": 3, "event": "xid", "xid": 48}``), oldest name first, then delete it: how a benchmark
+    or test in another process injects an NVML event at a moment it knows (write to a temporary
+    name, then rename into place). A file that is not such a step is renamed ``*.rejected``."""
+
+    busy = threading.Lock()  # the sampler and the event thread both tick: one of them reads a file
+
+    def poll(backend: FakeBackend) -> None:
+        if not busy.acquire(blocking=False):
+            return
+        try:
+            _drain(backend)
+        finally:
+            busy.release()
+
+    def _drain(backend: FakeBackend) -> None:
+        try:
+            names = sorted(p for p in os.listdir(directory) if p.endswith(".json"))
+        except FileNotFoundError:
+            return
+        for name in names:
+            path = directory / name
+            try:
+                spec = json.loads(path.read_text())
+                if not isinstance(spec, dict):
+                    raise ValueError("not a JSON object")
+                _step(0.0, spec).apply(backend)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("fake NVML inbox: %s rejected: %s", name, exc)
+                with contextlib.suppress(OSError):
+                    path.rename(path.with_suffix(".rejected"))
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    return poll
+
+
 def build_fake(
     node: str,
     *,
@@ -154,8 +200,10 @@ def build_fake(
     profile: str = "idle",
     pods: str = "",
     clock: Callable[[], float] = time.monotonic,
+    inbox: Path | None = None,
 ) -> tuple[FakeBackend, dict[str, tuple[PodAttribution, ...]]]:
-    """The fake backend and its static pod attribution, from a scenario file or ``gpus`` x ``profile``."""
+    """The fake backend and its static pod attribution, from a scenario file or ``gpus`` x ``profile``;
+    ``inbox``: a directory polled for steps to apply at once (``inbox_poller``)."""
     doc: dict[str, Any] = {}
     if scenario is not None:
         doc = yaml.safe_load(Path(scenario).read_text()) or {}
@@ -176,4 +224,5 @@ def build_fake(
         key = fakes[int(device)].uuid if device.isdigit() and int(device) < len(fakes) else device
         attribution[key] = attribution.get(key, ()) + found
     steps = [_step(_seconds(s["at"]), s) for s in doc.get("timeline") or ()]
-    return FakeBackend(fakes, steps=steps, clock=clock), attribution
+    pollers = [inbox_poller(inbox)] if inbox is not None else []
+    return FakeBackend(fakes, steps=steps, clock=clock, pollers=pollers), attribution

@@ -15,7 +15,9 @@ from gpu_efficiency import malloc_tuning, metrics
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.runtime.deps import build_runner
+from gpu_efficiency.runtime.fault_wake import FaultWake
 from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
+from gpu_efficiency.sources.cluster_cache import CachedClusterReader
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,10 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.networking.request_timeout = 60
     runner = build_runner(config, watch=True)
     registry = PolicyRegistry()
-    scheduler = Scheduler(runner, registry)
+    wake = FaultWake(config.fault_wake_min_gap) if config.fault_wake_min_gap > 0 else None
+    scheduler = Scheduler(runner, registry, wake=wake)
+    if wake is not None and isinstance(runner.reader, CachedClusterReader):
+        runner.reader.cache.nodes.on_change = scheduler.node_changed  # early fault cycles
     runner.reader.start()  # every replica, leader or not: a failover starts with a warm cache
     runner.leader.start()
     scheduler.start()

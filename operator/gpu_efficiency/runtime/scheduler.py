@@ -23,8 +23,9 @@ from gpu_efficiency import metrics
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.cyclic_gc import gc_paused
-from gpu_efficiency.engine.model import SeniorPolicy
+from gpu_efficiency.engine.model import NodeView, SeniorPolicy
 from gpu_efficiency.runtime.cycle import CycleRunner
+from gpu_efficiency.runtime.fault_wake import FaultWake, PolicyRef
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 60.0
@@ -110,8 +111,10 @@ class Scheduler:
         registry: PolicyRegistry,
         tick: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        wake: FaultWake | None = None,
     ) -> None:
         self.runner, self.registry, self.tick, self.clock = runner, registry, tick, clock
+        self.wake = wake  # early fault cycles on a node agent's report (runtime/fault_wake.py)
         self._due: dict[str, float] = {}
         self._generation: dict[str, int] = {}
         self._stop = threading.Event()
@@ -146,15 +149,26 @@ class Scheduler:
             self.registry.changed.wait(self.tick)
             self.registry.changed.clear()
 
+    def node_changed(self, before: NodeView | None, after: NodeView | None) -> None:
+        """The node watch's hook: a node agent's fault report wakes the policies covering the node."""
+        if self.wake is None:
+            return
+        policies = [PolicyRef(e.name, e.spec) for e in self.registry.entries()]
+        if self.wake.node_changed(before, after, policies):
+            self.registry.changed.set()
+
     def run_due(self) -> list[str]:
-        """Run the cycles that are due (a new or edited policy at once); return their names."""
+        """Run the cycles that are due (a new or edited policy, or one woken early, at once)."""
         self.export_leadership()
         now = self.clock()
         entries = self.registry.entries()
+        early = self.wake.take_due() if self.wake is not None else set()
         live = {e.name for e in entries}
         for gone in set(self._due) - live:
             self._due.pop(gone, None)
             self._generation.pop(gone, None)
+            if self.wake is not None:
+                self.wake.forget(gone)
             self.runner.forget(gone)
             with contextlib.suppress(KeyError):
                 metrics.LAST_CYCLE.remove(gone)
@@ -162,7 +176,9 @@ class Scheduler:
         seniors: list[SeniorPolicy] = []
         for entry in entries:
             edited = self._generation.get(entry.name) != entry.generation
-            if edited or now >= self._due.get(entry.name, 0.0):
+            if edited or now >= self._due.get(entry.name, 0.0) or entry.name in early:
+                if entry.name in early:
+                    metrics.FAULT_WAKES.labels(entry.name, "ran").inc()
                 started = self.clock()
                 self._run(entry, tuple(seniors))
                 ran.append(entry.name)

@@ -341,7 +341,9 @@ def merge_samples(
     whole (never mixed signal by signal: their sample densities differ); ``source`` tells which won.
     Where Prometheus places a GPU on another node than its agent (NODE_CONFLICT), or reads it less
     active than the agent's fresh busy reading allows (CONTRADICTS_AGENT), the agent's sample is
-    taken and the Prometheus one counted in ``drops``."""
+    taken and the Prometheus one counted in ``drops``. Where the agent's fault window holds a fault
+    reading Prometheus has not scraped yet (``_fault_news``), the agent's sample is taken too: the
+    fault is judged now, not after the next scrape."""
     chosen: dict[str, GPUSample] = {g.uuid: g for g in prometheus}
     for g in agent:
         other = chosen.get(g.uuid)
@@ -357,9 +359,36 @@ def merge_samples(
             chosen[g.uuid] = g
             if drops is not None:
                 drops.add(CONTRADICTS_AGENT)
-        elif other is None or _quality(g, now, max_staleness) >= _quality(other, now, max_staleness):
+        elif (
+            other is None
+            or _fault_news(g, other, now - max_staleness)
+            or _quality(g, now, max_staleness) >= _quality(other, now, max_staleness)
+        ):
             chosen[g.uuid] = g
     return sorted(chosen.values(), key=lambda g: (g.node, g.index, g.uuid))
+
+
+#: Fault signals the agent reads from NVML events and counters as they happen.
+_FAULT_SIGNALS = (
+    Signal.XID,
+    Signal.ECC_DBE_VOLATILE,
+    Signal.REMAPPED_ROWS_UNCORRECTABLE,
+    Signal.ROW_REMAP_FAILURE,
+)
+
+
+def _fault_news(agent: GPUSample, prometheus: GPUSample, oldest: float) -> bool:
+    """Does the agent's fresh fault window show a change (a new XID, an ECC counter step) whose value
+    Prometheus' samples, all older than the agent's newest, do not hold yet? A Prometheus sample as
+    new as the agent's with another value contradicts it: then neither is preferred for it."""
+    for signal in _FAULT_SIGNALS:
+        mine = agent.get(Window.FAULT, signal)
+        if mine is None or mine.changes <= 0 or not mine.last_timestamp >= oldest:
+            continue
+        theirs = prometheus.get(Window.FAULT, signal)
+        if theirs is None or (theirs.last != mine.last and theirs.last_timestamp < mine.last_timestamp):
+            return True
+    return False
 
 
 #: ``DropTally`` reason of a Prometheus sample whose activity its GPU's agent contradicts.

@@ -165,6 +165,9 @@ class Informer(Generic[V]):
         self._relist_reason = "start"
         self._response: Any = None
         self._thread: threading.Thread | None = None
+        #: Called as (view before, view after; None: absent) on the watch thread for each watched
+        #: ADDED/MODIFIED event that changed the map (not for relists): keep it quick.
+        self.on_change: Callable[[V | None, V | None], None] | None = None
         self.relists = 0  # LISTs that filled the map
         self.watches = 0  # watch requests the server accepted
         self.events = 0
@@ -419,6 +422,15 @@ class Informer(Generic[V]):
             # A served watch gets a bookmark just before its deadline: an empty one was not served.
             raise SilentError("ended empty")
 
+    def _notify(self, before: V | None, after: V | None) -> None:
+        listener = self.on_change
+        if listener is None:
+            return
+        try:
+            listener(before, after)
+        except Exception:  # a listener's bug must not break the watch
+            log.exception("%s: change listener failed", self.resource)
+
     def _apply(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         obj = event.get("object") or {}
@@ -429,13 +441,18 @@ class Informer(Generic[V]):
             raise WatchError(f"HTTP {code}: {message}")
         meta = obj.get("metadata") or {}
         if kind in ("ADDED", "MODIFIED"):
+            uid = str(meta.get("uid") or "")
             with self._lock:
-                before = self._items.get(str(meta.get("uid") or ""))
+                before = self._items.get(uid)
                 version = _version(meta.get("resourceVersion"))
                 # An event older than what our own write returned (read-your-writes) is skipped.
                 stale = before and before.version and version and version < before.version
-                if not stale and self._put(self._items, obj):
+                changed = not stale and self._put(self._items, obj)
+                if changed:
                     self._snapshot = None
+                after = self._items.get(uid) if changed else None
+            if changed:
+                self._notify(before.view if before else None, after.view if after else None)
         elif kind == "DELETED":
             with self._lock:
                 if self._items.pop(str(meta.get("uid") or ""), None) is not None:

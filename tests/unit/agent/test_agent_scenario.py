@@ -17,7 +17,7 @@ import pytest
 
 from gpu_efficiency.agent.cli import add_agent_command, build_agent, nvml_backend
 from gpu_efficiency.agent.collect import Collector
-from gpu_efficiency.agent.nvml.types import EventKind
+from gpu_efficiency.agent.nvml.types import EccCounter, EventKind
 from gpu_efficiency.agent.pods import PodAttribution
 from gpu_efficiency_sim.fake_nvml.backend import fake_gpu, fake_uuid
 from gpu_efficiency_sim.fake_nvml.command import add_fake_agent_command, fake_backend
@@ -80,6 +80,27 @@ def test_scenario_file_drives_values_faults_and_attribution(tmp_path: Path) -> N
     reading = Collector(backend).read(fixed.info())
     assert "memory_temp_c" in reading.values
     assert reading.failures["power_w"] == "NVML_ERROR_NOT_SUPPORTED"
+
+
+def test_inbox_files_apply_once_as_steps_due_now(tmp_path: Path) -> None:
+    """How a bench or test in another process injects an NVML event at a moment it knows."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    backend, _ = build_fake("n", gpus=2, inbox=inbox)
+    backend.init()
+    backend.open_events([g.uuid for g in backend.gpus])
+    assert backend.wait_event(0.06) is None
+    (inbox / "1.json").write_text('{"gpu": 1, "event": "xid", "xid": 48}')
+    (inbox / "2.json").write_text('{"gpu": 0, "event": "dbe"}')
+    (inbox / "3.json").write_text('["not", "a", "step"]')
+    first, second = backend.wait_event(0.5), backend.wait_event(0.5)
+    assert first is not None
+    assert second is not None
+    assert (first.uuid, first.kind, first.data) == (fake_uuid("n", 1), EventKind.XID, 48)
+    assert (second.uuid, second.kind) == (fake_uuid("n", 0), EventKind.DBE)
+    assert backend.ecc_uncorrected(fake_uuid("n", 0), EccCounter.VOLATILE) == 1
+    assert backend.wait_event(0.1) is None  # each file applied once
+    assert sorted(p.name for p in inbox.iterdir()) == ["3.rejected"]
 
 
 def test_count_profile_and_fake_pods_by_index_or_uuid() -> None:

@@ -21,6 +21,7 @@ from gpu_efficiency.engine.faults.kinds import REASON_CLEARED, REASON_DEGRADED_C
 from gpu_efficiency.engine.model import Verdict
 from gpu_efficiency.engine.pods.annotations import STATE_WARNED
 from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.runtime.fault_wake import AGENT_FAULT_REASONS
 from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
 
 from .cycle_harness import ENFORCE_SPEC, SwitchLeader, run_cycle, runner, warned_idle_pod
@@ -249,6 +250,7 @@ def test_documented_conditions_and_event_reasons_exist_in_code_and_the_reverse()
         conditions | reasons | {v.value for v in Verdict} | {m.value for m in Mode}
         | {STATE_WARNED, names.GPU_HEALTHY, names.GPU_DEGRADED, KIND} | KUBERNETES_WORDS
         | {k.condition_reason for k in FaultKind} | {REASON_CLEARED, REASON_DEGRADED_CLEARED}
+        | AGENT_FAULT_REASONS
     )  # fmt: skip
     documented = set(BACKTICKED.findall(readme))
     assert sorted(documented - vocabulary) == [], "README names a condition or reason the code lacks"

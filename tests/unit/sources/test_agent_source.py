@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 from collections.abc import Iterator
@@ -324,3 +325,42 @@ def test_the_source_sends_its_token_to_agents_that_require_one(tmp_path: Any) ->
     finally:
         agent.stop()
         server.stop()
+
+
+def _with_fault(sample: GPUSample, **signals: tuple[float, int, float]) -> GPUSample:
+    """``sample`` with fault-window stats: signal name -> (last value, changes, newest sample time)."""
+    fault = {
+        Signal[name]: Stats(avg=v, max=v, min=0.0, last=v, count=120, last_timestamp=t, changes=c)
+        for name, (v, c, t) in signals.items()
+    }
+    return dataclasses.replace(sample, stats={**sample.stats, Window.FAULT: fault})
+
+
+@pytest.mark.parametrize(
+    ("prom_fault", "agent_fault", "winner"),
+    [
+        # Prometheus has not scraped the XID the agent's event already put in its window: the agent
+        ({"XID": (0, 0, 995.0)}, {"XID": (79, 1, 999.0)}, "agent"),
+        # nor the double-bit error
+        ({"ECC_DBE_VOLATILE": (0, 0, 995.0)}, {"ECC_DBE_VOLATILE": (1, 1, 999.0)}, "agent"),
+        # Prometheus fetched no fault window for this GPU (its hints): the agent's news wins
+        ({}, {"XID": (79, 1, 999.0)}, "agent"),
+        # Prometheus already holds the same value: no news, the usual rules (its SM active wins)
+        ({"XID": (79, 1, 998.0)}, {"XID": (79, 1, 999.0)}, "prometheus"),
+        # a Prometheus sample newer than the agent's with another value contradicts it: usual rules
+        ({"XID": (0, 0, 999.5)}, {"XID": (79, 1, 999.0)}, "prometheus"),
+        # no change in the agent's window: an old XID is no news
+        ({"XID": (0, 0, 995.0)}, {"XID": (79, 0, 999.0)}, "prometheus"),
+        # a stale agent window is no news either
+        ({"XID": (0, 0, 500.0)}, {"XID": (79, 1, 800.0)}, "prometheus"),
+    ],
+)
+def test_merge_takes_the_agents_sample_when_it_holds_a_fault_prometheus_has_not_scraped(
+    prom_fault: dict[str, tuple[float, int, float]],
+    agent_fault: dict[str, tuple[float, int, float]],
+    winner: str,
+) -> None:
+    p = _with_fault(_sample("prometheus", signal=SM, count=40, last=995), **prom_fault)
+    a = _with_fault(_sample("agent", signal=UTIL, count=600, last=999, expected=600.0), **agent_fault)
+    (merged,) = merge_samples([p], [a], now=1000.0, max_staleness=120.0)
+    assert merged.source == winner

@@ -109,6 +109,34 @@ def test_added_modified_deleted_update_the_map(started: list[Informer[Any]]) -> 
     assert inf.relists == 1
 
 
+def test_the_change_listener_sees_each_watched_change_before_and_after(started: list[Informer[Any]]) -> None:
+    """The hook early fault cycles hang on (runtime/fault_wake.py): not the LIST, every watched
+    change with the view before it, and a listener's exception does not stop the watch."""
+    api = FakeListApi([pod("a", "ua", 50)])
+    stream = api.next_watch()
+    inf = informer(api)
+    seen: list[tuple[str | None, str | None, str | None]] = []
+
+    def listener(before: PodView | None, after: PodView | None) -> None:
+        seen.append(
+            (
+                before and before.name,
+                after and after.name,
+                after and after.annotations.get("gpuefficiency.io/state"),
+            )
+        )
+        if after is not None and after.name == "b" and len(seen) == 1:
+            raise RuntimeError("a listener bug")
+
+    inf.on_change = listener
+    start(inf, started)
+    stream.put(event("ADDED", pod("b", "ub", 101)))
+    stream.put(event("MODIFIED", pod("b", "ub", 102, annotations={"gpuefficiency.io/state": "Idle"})))
+    stream.put(event("MODIFIED", pod("a", "ua", 103, gpus=0)))  # no longer kept: gone from the map
+    wait_until(lambda: inf.resource_version == "103")
+    assert seen == [(None, "b", None), ("b", "b", "Idle"), ("a", None, None)]
+
+
 def test_a_pod_no_longer_kept_is_dropped_and_one_leaving_the_selector_arrives_deleted(
     started: list[Informer[Any]],
 ) -> None:
