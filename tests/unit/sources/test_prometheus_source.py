@@ -7,10 +7,13 @@ import base64
 import gzip
 import json
 import math
+import ssl
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+import certifi
 import httpx
 import pytest
 from tests.unit.sources.fake_http import QuietHandler, form, json_answer, serving
@@ -18,7 +21,13 @@ from tests.unit.sources.fake_http import QuietHandler, form, json_answer, servin
 from gpu_efficiency.engine.model import PodRef, Signal, Window
 from gpu_efficiency.sources.base import FaultHints, FetchRequest, FetchResult, SourceUnavailable
 from gpu_efficiency.sources.labels import pod_of
-from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource, decode_vector, form_value
+from gpu_efficiency.sources.prometheus import (
+    PrometheusClient,
+    PrometheusConfig,
+    PrometheusSource,
+    decode_vector,
+    form_value,
+)
 from gpu_efficiency.sources.promql import AGG_LABEL, QUERY_PLAN, cycle_queries
 
 WINDOWS = {
@@ -272,3 +281,30 @@ def test_unreachable_is_unavailable() -> None:
     source = PrometheusSource(PrometheusConfig(url="http://127.0.0.1:9", retries=0, timeout=1))
     with pytest.raises(SourceUnavailable, match="unreachable"):
         source.fetch(FetchRequest(now=1.0, windows=WINDOWS, scrape_interval=15.0))
+
+
+def test_the_ca_file_is_trusted_alone_and_read_again_when_it_rotates(tmp_path: Any) -> None:
+    ca = tmp_path / "ca.crt"
+    fake = FakePrometheus()
+    source = fake.source(ca_file=str(ca))
+    with pytest.raises(SourceUnavailable, match=r"CA file .*ca\.crt"):  # not mounted yet: this query fails
+        source.query("up")
+    assert fake.queries == []
+    ca.write_bytes(Path(certifi.where()).read_bytes())
+    source.query("up")
+    first = source.client._session()
+    assert source.client._session() is first  # unchanged file: the same client and connections
+    ca.write_bytes(Path(certifi.where()).read_bytes() + b"\n")
+    assert source.client._session() is not first
+    ca.write_text("not a certificate\n")
+    with pytest.raises(SourceUnavailable, match="CA file"):
+        source.query("up")
+    assert fake.queries == ["up"]
+
+
+@pytest.mark.parametrize(("insecure", "verify_mode"), [(False, ssl.CERT_REQUIRED), (True, ssl.CERT_NONE)])
+def test_tls_verification_follows_insecure_skip_verify(insecure: bool, verify_mode: ssl.VerifyMode) -> None:
+    client = PrometheusClient(PrometheusConfig(url="https://prometheus.test", insecure_skip_verify=insecure))
+    transport = client._session()._transport
+    assert isinstance(transport, httpx.HTTPTransport)
+    assert transport._pool._ssl_context.verify_mode == verify_mode

@@ -10,7 +10,9 @@ client takes an ``httpx`` transport: tests pass ``httpx.MockTransport`` instead 
 
 from __future__ import annotations
 
+import os
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -66,13 +68,6 @@ KEEPALIVE_CONNECTIONS = 10
 RETRY_BACKOFF_S = 0.2
 
 
-def _verify(config: PrometheusConfig) -> ssl.SSLContext | bool:
-    """TLS trust: the CA file alone when given (not the system's too), else none or the defaults."""
-    if config.ca_file:
-        return ssl.create_default_context(cafile=config.ca_file)
-    return not config.insecure_skip_verify
-
-
 class PrometheusClient:
     """Instant queries against one Prometheus, each by the wall-clock deadline ``config.timeout``.
 
@@ -86,12 +81,37 @@ class PrometheusClient:
         proxies); tests pass an ``httpx.MockTransport``."""
         self.config = config
         self.url = config.url.rstrip("/")
-        self._client = httpx.Client(
-            verify=_verify(config),
+        self._transport = transport
+        self._lock = threading.Lock()
+        self._ca_stamp: tuple[int, int] | None = None
+        self._client = self._new_client(not config.insecure_skip_verify)
+
+    def _new_client(self, verify: ssl.SSLContext | bool) -> httpx.Client:
+        return httpx.Client(
+            verify=verify,
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS),
             follow_redirects=True,
-            transport=transport,
+            transport=self._transport,
         )
+
+    def _session(self) -> httpx.Client:
+        """The client, trusting the CA file as it is now: a rotated file (a new mtime or size) gets a
+        new client (and new connections), a missing or unreadable one SourceUnavailable, as the
+        ``requests`` session read it at each new connection."""
+        ca_file = self.config.ca_file
+        if not ca_file:
+            return self._client
+        try:
+            info = os.stat(ca_file)
+            stamp = (info.st_mtime_ns, info.st_size)
+            with self._lock:
+                if stamp != self._ca_stamp:
+                    # The old client is left to the collector: another thread may be reading from it.
+                    self._client = self._new_client(ssl.create_default_context(cafile=ca_file))
+                    self._ca_stamp = stamp
+                return self._client
+        except (OSError, ssl.SSLError) as exc:
+            raise SourceUnavailable(f"Prometheus CA file {ca_file}: {exc}") from exc
 
     def close(self) -> None:
         """Close the pooled connections."""
@@ -119,11 +139,12 @@ class PrometheusClient:
         headers = {**self.headers(), "Content-Type": FORM}
         attempt = 0
         while True:
-            request = self._client.build_request(
+            client = self._session()
+            request = client.build_request(
                 "POST", f"{self.url}/api/v1/query", content=body, headers=headers, timeout=limit.remaining()
             )
             try:
-                response = self._client.send(request, auth=self.auth(), stream=True)
+                response = client.send(request, auth=self.auth(), stream=True)
                 break
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 attempt += 1
