@@ -34,6 +34,7 @@ from gpu_efficiency.agent.nvml.real import PynvmlBackend
 from gpu_efficiency.agent.nvml.types import NvmlBackend, NvmlError
 from gpu_efficiency.agent.runtime import Agent, AgentConfig
 from gpu_efficiency_sim.fake_nvml.scenario import build_fake
+from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL
 
 # nvidia-smi's names for the fields the agent reads without GPM (nvidia-smi --help-query-gpu);
 # nvidia-smi has no GPM fields in --query-gpu, so the baseline does less work than the agent.
@@ -117,10 +118,12 @@ def deployed_agent(gpus: int, seconds: float) -> tuple[float, float]:
 
 
 def _stand_in(gpus: int, directory: str) -> str:
+    """An ``nvidia-smi`` that prints a busy default-model GPU per line, as the real one would."""
+    m, used = DEFAULT_MODEL, 62000
     line = (
-        "{i}, GPU-00000000-0000-0000-0000-00000000000{i}, NVIDIA H100 80GB HBM3, 00000000:1{i}:00.0, 98, 45, "
-        "62000, 19559, 81559, 640.12, 700.00, 68, 72, 0x0000000000000000, Enabled, Enabled, 0, 0, 0, 0, No, "
-        "No, No"
+        f"{{i}}, GPU-00000000-0000-0000-0000-00000000000{{i}}, {m.model_name}, 00000000:1{{i}}:00.0, 98, 45, "
+        f"{used}, {m.fb_total_mib - used}, {m.fb_total_mib}, {0.91 * m.max_power_w:.2f}, {m.max_power_w:.2f}, "
+        "68, 72, 0x0000000000000000, Enabled, Enabled, 0, 0, 0, 0, No, No, No"
     )
     path = Path(directory, "nvidia-smi")
     body = "\n".join(f"echo '{line.format(i=i)}'" for i in range(gpus))

@@ -59,6 +59,7 @@ from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL
+from gpu_efficiency_sim.profiles import sample as profile_sample
 
 try:  # the real source's decoder, once it exists
     from gpu_efficiency.sources.prometheus import decode_vector as _decode_vector
@@ -108,42 +109,40 @@ except ImportError:
 #: Stats field behind each aggregation name of the query plan.
 FIELD = {"ts": "last_timestamp"}
 
-# Profile -> share of GPUs, and readings as (avg, max, stddev) per signal, jittered per GPU.
+# Profile -> share of GPUs; "metric-gap" is compute-bound with too few activity samples.
+METRIC_GAP = "metric-gap"
 PROFILE_MIX: list[tuple[str, float]] = [
     ("compute-bound", 0.30), ("idle", 0.12), ("input-starved", 0.10), ("memory-bound", 0.08),
     ("no-tensor-cores", 0.08), ("low-occupancy", 0.07), ("idle-holding-memory", 0.06),
     ("bursty-inference", 0.06), ("communication-bound", 0.05), ("fake-load", 0.05),
-    ("thermal-throttled", 0.01), ("metric-gap", 0.02),
+    ("thermal-throttled", 0.01), (METRIC_GAP, 0.02),
 ]  # fmt: skip
-BASE = {
-    S.SM_ACTIVE: (0.85, 0.95, 0.03), S.GR_ENGINE_ACTIVE: (0.9, 0.97, 0.03), S.GPU_UTIL: (98.0, 100.0, 2.0),
-    S.SM_OCCUPANCY: (0.5, 0.6, 0.05), S.TENSOR_ACTIVE: (0.45, 0.6, 0.05), S.DRAM_ACTIVE: (0.4, 0.5, 0.05),
-    S.PCIE_RX_BYTES: (2e8, 5e8, 5e7), S.NVLINK_RX_BYTES: (1e8, 2e8, 1e7), S.NVLINK_TX_BYTES: (1e8, 2e8, 1e7),
-    S.FB_USED: (40000.0, 41000.0, 100.0), S.FB_FREE: (41559.0, 41600.0, 100.0), S.POWER: (600.0, 680.0, 20.0),
-    S.GPU_TEMP: (70.0, 74.0, 1.0), S.CLOCK_EVENTS: (0.0, 0.0, 0.0),
-}  # fmt: skip
-IDLE = {
-    S.SM_ACTIVE: (0.0, 0.001, 0.0), S.GR_ENGINE_ACTIVE: (0.0, 0.002, 0.0), S.GPU_UTIL: (0.0, 0.0, 0.0),
-    S.SM_OCCUPANCY: (0.0, 0.0, 0.0), S.TENSOR_ACTIVE: (0.0, 0.0, 0.0), S.DRAM_ACTIVE: (0.0, 0.0, 0.0),
-    S.PCIE_RX_BYTES: (1e3, 1e4, 1e3), S.FB_USED: (0.0, 0.0, 0.0), S.FB_FREE: (FB_TOTAL, FB_TOTAL, 0.0),
-    S.POWER: (70.0, 72.0, 1.0), S.CLOCK_EVENTS: (1.0, 1.0, 0.0),
-}  # fmt: skip
-LOW = {S.SM_ACTIVE: (0.15, 0.3, 0.05), S.GR_ENGINE_ACTIVE: (0.2, 0.35, 0.05), S.GPU_UTIL: (50.0, 70.0, 5.0),
-       S.TENSOR_ACTIVE: (0.1, 0.2, 0.02), S.SM_OCCUPANCY: (0.3, 0.4, 0.02)}  # fmt: skip
-PROFILES: dict[str, dict[Signal, tuple[float, float, float]]] = {
-    "compute-bound": BASE,
-    "idle": BASE | IDLE,
-    "idle-holding-memory": BASE | IDLE | {S.FB_USED: (6e4, 6e4, 0.0), S.FB_FREE: (21559.0, 21559.0, 0.0)},
-    "input-starved": BASE | LOW | {S.GPU_UTIL: (45.0, 100.0, 35.0), S.PCIE_RX_BYTES: (1e9, 1.2e10, 2e9)},
-    "memory-bound": BASE | LOW | {S.DRAM_ACTIVE: (0.9, 0.95, 0.02), S.GPU_UTIL: (100.0, 100.0, 0.0)},
-    "communication-bound": BASE | LOW | {S.NVLINK_RX_BYTES: (4e9, 8e9, 1e9), S.NVLINK_TX_BYTES: (4e9, 8e9, 1e9)},
-    "low-occupancy": BASE | {S.SM_ACTIVE: (0.7, 0.8, 0.03), S.SM_OCCUPANCY: (0.1, 0.15, 0.02)},
-    "no-tensor-cores": BASE | {S.SM_ACTIVE: (0.5, 0.6, 0.03), S.TENSOR_ACTIVE: (0.0, 0.0, 0.0)},
-    "fake-load": BASE | LOW | {S.SM_ACTIVE: (0.05, 0.08, 0.01), S.GPU_UTIL: (100.0, 100.0, 0.0)},
-    "bursty-inference": BASE | LOW | {S.SM_ACTIVE: (0.03, 0.6, 0.1), S.GPU_UTIL: (10.0, 100.0, 25.0)},
-    "thermal-throttled": BASE | {S.CLOCK_EVENTS: (64.0, 64.0, 0.0), S.GPU_TEMP: (89.0, 92.0, 1.0)},
-    "metric-gap": BASE,
-}  # fmt: skip
+#: The activity window's signals, as the simulator's profiles read them (the catalogue, sampled).
+WINDOW_SIGNALS = (
+    S.SM_ACTIVE, S.GR_ENGINE_ACTIVE, S.GPU_UTIL, S.SM_OCCUPANCY, S.TENSOR_ACTIVE, S.DRAM_ACTIVE,
+    S.PCIE_RX_BYTES, S.NVLINK_RX_BYTES, S.NVLINK_TX_BYTES, S.FB_USED, S.FB_FREE, S.POWER, S.GPU_TEMP,
+    S.CLOCK_EVENTS,
+)  # fmt: skip
+WINDOW_SAMPLES, SAMPLE_STEP_S = 40, 15.0  # the activity window's expected samples, 10 minutes
+
+
+def profile_window(profile: str, seed: int = 1) -> dict[Signal, tuple[float, float, float]]:
+    """(avg, max, stddev) of each activity signal over one window of the catalogue's ``profile``."""
+    readings = [
+        profile_sample(profile, i * SAMPLE_STEP_S, seed, DEFAULT_MODEL) for i in range(WINDOW_SAMPLES)
+    ]
+    window = {}
+    for signal in WINDOW_SIGNALS:
+        values = [float(r[signal.value]) for r in readings]
+        window[signal] = (statistics.fmean(values), max(values), statistics.pstdev(values))
+    return window
+
+
+def profile_windows() -> dict[str, dict[Signal, tuple[float, float, float]]]:
+    """Each mixed profile's window, jittered per GPU by ``build_cluster``."""
+    windows = {name: profile_window(name) for name, _ in PROFILE_MIX if name != METRIC_GAP}
+    windows[METRIC_GAP] = windows["compute-bound"]
+    return windows
 
 
 def _stats(avg: float, peak: float, stddev: float, count: int, age: float) -> Stats:
@@ -153,6 +152,7 @@ def _stats(avg: float, peak: float, stddev: float, count: int, age: float) -> St
 def build_cluster(nodes: int, per_node: int, seed: int = 7) -> Snapshot:
     """``nodes x per_node`` GPUs, one pod each, profiles drawn from ``PROFILE_MIX``."""
     rng = random.Random(seed)
+    windows = profile_windows()
     profiles = [name for name, _ in PROFILE_MIX]
     weights = [w for _, w in PROFILE_MIX]
     gpus: list[GPUSample] = []
@@ -170,8 +170,8 @@ def build_cluster(nodes: int, per_node: int, seed: int = 7) -> Snapshot:
             pod = f"job-{n:05d}-{i}"
             jitter = 1.0 + rng.uniform(-0.02, 0.02)
             activity: dict[Signal, Stats] = {}
-            gap = profile == "metric-gap"
-            for signal, (avg, peak, sd) in PROFILES[profile].items():
+            gap = profile == METRIC_GAP
+            for signal, (avg, peak, sd) in windows[profile].items():
                 count = 5 if gap and signal in (S.SM_ACTIVE, S.GR_ENGINE_ACTIVE, S.GPU_UTIL) else 40
                 top = 100.0 if signal is S.GPU_UTIL else (1.0 if peak <= 1.0 else float("inf"))
                 activity[signal] = _stats(min(avg * jitter, top), min(peak * jitter, top), sd, count, 10.0)

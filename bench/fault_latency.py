@@ -133,6 +133,7 @@ def cluster_env(scrape: str) -> dict[str, str]:
     for key, value in BENCH_ENV.items():
         env.setdefault(key, value)
     env["GPUEFF_PROM_SCRAPE_INTERVAL"] = scrape
+    env.setdefault("GPUEFF_PYTHON", sys.executable)  # cluster.sh builds its GPU nodes with the harness
     if env["GPUEFF_STATE_DIR"].rstrip("/") == "/tmp/gpueff-localcluster":
         raise SystemExit("refusing to use the default local cluster's state dir: set GPUEFF_STATE_DIR")
     return env

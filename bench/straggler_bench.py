@@ -50,9 +50,10 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.stragglers import StragglerOutcome
+from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL
 
 S = Signal
-CLOCK_BUSY, CLOCK_IDLE = 1980.0, 345.0
+CLOCK_BUSY, CLOCK_IDLE = float(DEFAULT_MODEL.sm_clock_max_mhz), float(DEFAULT_MODEL.sm_clock_idle_mhz)
 THERMAL_BITS = 0x20 | 0x40  # SW and HW thermal slowdown
 
 

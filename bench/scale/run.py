@@ -54,7 +54,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import zlib
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -69,6 +68,8 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.sources.prometheus import PrometheusClient, PrometheusConfig
+from gpu_efficiency_sim.gpu_models import CLUSTER_MODELS
+from gpu_efficiency_sim.manifests import cluster_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = ROOT / "hack" / "localcluster" / "cluster.sh"
@@ -328,46 +329,11 @@ def node_names(cluster: Cluster) -> list[str]:
     ]
 
 
-MODELS = (("NVIDIA-H100-80GB-HBM3", "81559", "hopper"), ("NVIDIA-A100-SXM4-80GB", "81920", "ampere"))
-
-
-def node_body(name: str, index: int, gpus: int) -> dict[str, Any]:
-    """The fake GPU node cluster.sh add-nodes creates (hack/localcluster/README.md), models alternating."""
-    product, memory, family = MODELS[index % len(MODELS)]
-    digest = zlib.crc32(name.encode())
-    ip = f"10.{128 + digest % 128}.{digest // 128 % 256}.{digest // 32768 % 254 + 1}"
-    resources = {
-        "cpu": "64",
-        "memory": "512Gi",
-        "pods": "110",
-        "ephemeral-storage": "1Ti",
-        "nvidia.com/gpu": str(gpus),
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {
-                "type": "kwok",
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": product,
-                "nvidia.com/gpu.count": str(gpus),
-                "nvidia.com/gpu.memory": memory,
-                "nvidia.com/gpu.family": family,
-                PART_OF: BENCH,
-            },
-        },
-        "status": {
-            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
-            "capacity": resources,
-            "allocatable": resources,
-        },
-    }
+def node_body(index: int, gpus: int) -> dict[str, Any]:
+    """Node ``index`` as cluster.sh add-nodes creates it (the harness's catalogue), models alternating."""
+    body = cluster_nodes(NODE_PREFIX, index, 1, [m.product for m in CLUSTER_MODELS], gpus)[0]
+    body["metadata"]["labels"][PART_OF] = BENCH
+    return body
 
 
 def add_nodes(cluster: Cluster, total: int, gpus: int, workers: int, timeout: float = 300) -> None:
@@ -379,7 +345,7 @@ def add_nodes(cluster: Cluster, total: int, gpus: int, workers: int, timeout: fl
 
     def create(i: int) -> None:
         try:
-            core.create_node(node_body(f"{NODE_PREFIX}{i}", i, gpus), _preload_content=False)
+            core.create_node(node_body(i, gpus), _preload_content=False)
         except ApiException as exc:
             if exc.status != 409:
                 raise

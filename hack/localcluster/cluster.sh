@@ -5,6 +5,7 @@
 #
 # Usage: cluster.sh up [--nodes N] | down [--purge] | status | env | logs [COMPONENT] [-f]
 #        cluster.sh add-nodes N [--gpus 8] [--models "M1,M2"] [--prefix gpu-node-]
+#          (models: `gpu-efficiency-sim models`; default a Hopper and an Ampere node, round-robin)
 #        cluster.sh delete-nodes PREFIX
 #        cluster.sh prometheus-up | prometheus-down
 #        cluster.sh kubectl ARGS...     (kubectl from the cache, with our kubeconfig)
@@ -12,6 +13,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
 STATE="${GPUEFF_STATE_DIR:-/tmp/gpueff-localcluster}"
 HOST=127.0.0.1
 # GPUEFF_PORT_OFFSET moves every default port at once, so several clusters (each with its own
@@ -41,7 +43,6 @@ gates() { [[ -n "$FEATURE_GATES" ]] && echo "--feature-gates=$FEATURE_GATES"; re
 
 DEFAULT_NODES=2
 DEFAULT_GPUS=8
-DEFAULT_MODELS="NVIDIA-H100-80GB-HBM3,NVIDIA-A100-SXM4-80GB"
 DEFAULT_PREFIX="gpu-node-"
 
 PKI="$STATE/pki"
@@ -460,46 +461,24 @@ wait_cluster_ready() {
 }
 
 # ------------------------------------------------------------------ nodes --
-gpu_family() {
-  case "$1" in
-    *GH200* | *H100* | *H200* | *H800* | *H20*) echo hopper ;;
-    *B200* | *B100* | *B300*) echo blackwell ;;
-    *A100* | *A800* | *A10* | *A30* | *A40* | *A16* | *A2-* | *RTX-A*) echo ampere ;;
-    *L4* | *RTX-40* | *RTX-6000-Ada*) echo ada-lovelace ;;
-    *V100*) echo volta ;;
-    *T4*) echo turing ;;
-    *) echo unknown ;;
-  esac
-}
-gpu_memory_mib() { # as GPU feature discovery reports it (MiB)
-  case "$1" in
-    NVIDIA-H100-80GB-HBM3) echo 81559 ;;
-    NVIDIA-H100-NVL) echo 95830 ;;
-    NVIDIA-H200) echo 143771 ;;
-    NVIDIA-A100-SXM4-80GB) echo 81920 ;;
-    NVIDIA-A100-SXM4-40GB) echo 40960 ;;
-    NVIDIA-A100-PCIE-40GB) echo 40960 ;;
-    NVIDIA-L4) echo 23034 ;;
-    Tesla-T4) echo 15360 ;;
-    *)
-      if [[ "$1" =~ ([0-9]+)GB ]]; then echo $((BASH_REMATCH[1] * 1024)); else echo 16384; fi ;;
-  esac
-}
-
-# A stable, (almost surely) unique InternalIP per node name in 10.128.0.0/9, so
-# pods' hostIP differs per node (kwok's default would give every node 10.0.0.1).
-node_ip() {
-  local h
-  h=$(printf '%s' "$1" | cksum | cut -d' ' -f1)
-  echo "10.$((128 + h % 128)).$((h / 128 % 256)).$((h / 32768 % 254 + 1))"
+# The fake GPU nodes come from the harness's GPU catalogue (gpu-efficiency-sim node-manifests), so
+# their labels match what the simulator serves. GPUEFF_PYTHON picks the interpreter (default: the
+# repo's .venv, which `make` creates before the cluster, else python3); this checkout's packages come
+# first on PYTHONPATH.
+sim() {
+  local py="${GPUEFF_PYTHON:-}"
+  if [[ -z "$py" ]]; then
+    if [[ -x "$ROOT/.venv/bin/python" ]]; then py="$ROOT/.venv/bin/python"; else py=python3; fi
+  fi
+  PYTHONPATH="$ROOT/operator:$ROOT/harness${PYTHONPATH:+:$PYTHONPATH}" "$py" -m gpu_efficiency_sim "$@"
 }
 
 cmd_add_nodes() {
-  local n="" gpus=$DEFAULT_GPUS models=$DEFAULT_MODELS prefix=$DEFAULT_PREFIX
+  local n="" gpus=$DEFAULT_GPUS models=() prefix=$DEFAULT_PREFIX
   while (($#)); do
     case "$1" in
       --gpus) gpus=$2; shift 2 ;;
-      --models) models=$2; shift 2 ;;
+      --models) models=(--models "$2"); shift 2 ;;
       --prefix) prefix=$2; shift 2 ;;
       -*) die "add-nodes: unknown flag $1" ;;
       *) n=$1; shift ;;
@@ -507,43 +486,16 @@ cmd_add_nodes() {
   done
   [[ "$n" =~ ^[0-9]+$ ]] || die "usage: cluster.sh add-nodes N [--gpus 8] [--models M1,M2] [--prefix gpu-node-]"
   ((n > 0)) || return 0
-  local -a model_list
-  IFS=, read -r -a model_list <<< "$models"
   # next free index for this prefix
   local next=0 name idx
   while read -r name; do
     idx=${name#"$prefix"}
     [[ "$name" == "$prefix"* && "$idx" =~ ^[0-9]+$ ]] && ((idx >= next)) && next=$((idx + 1))
   done < <(kubectl_ get nodes -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}')
-  local i model manifest="" names=()
-  for ((i = 0; i < n; i++)); do
-    name="$prefix$((next + i))"
-    model="${model_list[$(((next + i) % ${#model_list[@]}))]}"
-    names+=("$name")
-    manifest+="---
-apiVersion: v1
-kind: Node
-metadata:
-  name: $name
-  annotations:
-    kwok.x-k8s.io/node: fake
-    node.alpha.kubernetes.io/ttl: \"0\"
-  labels:
-    type: kwok
-    kubernetes.io/hostname: $name
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    nvidia.com/gpu.present: \"true\"
-    nvidia.com/gpu.product: $model
-    nvidia.com/gpu.count: \"$gpus\"
-    nvidia.com/gpu.memory: \"$(gpu_memory_mib "$model")\"
-    nvidia.com/gpu.family: $(gpu_family "$model")
-status:
-  addresses: [{type: InternalIP, address: $(node_ip "$name")}, {type: Hostname, address: $name}]
-  capacity: {cpu: \"64\", memory: 512Gi, pods: \"110\", ephemeral-storage: 1Ti, nvidia.com/gpu: \"$gpus\"}
-  allocatable: {cpu: \"64\", memory: 512Gi, pods: \"110\", ephemeral-storage: 1Ti, nvidia.com/gpu: \"$gpus\"}
-"
-  done
+  local i manifest names=()
+  for ((i = 0; i < n; i++)); do names+=("$prefix$((next + i))"); done
+  manifest="$(sim node-manifests "$n" --first "$next" --prefix "$prefix" --gpus "$gpus" "${models[@]}")" \
+    || die "add-nodes: gpu-efficiency-sim node-manifests failed (GPUEFF_PYTHON=${GPUEFF_PYTHON:-})"
   printf '%s' "$manifest" | kubectl_ create -f - > /dev/null
   local deadline=$((SECONDS + WAIT_TIMEOUT))
   for name in "${names[@]}"; do

@@ -19,7 +19,7 @@ from typing import Any
 from gpu_efficiency_sim import catalog
 from gpu_efficiency_sim.exposition import PodLabels
 from gpu_efficiency_sim.fake_nvml.command import add_fake_agent_command
-from gpu_efficiency_sim.gpu_models import MODELS, find_model
+from gpu_efficiency_sim.gpu_models import CLUSTER_MODELS, MODELS, find_model
 from gpu_efficiency_sim.operator_process import DEFAULT_OPERATOR_CMD
 from gpu_efficiency_sim.profiles import PROFILES
 from gpu_efficiency_sim.scenario import ScenarioError, json_schema, load_scenario
@@ -118,6 +118,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     models = sub.add_parser("models", help="list the GPU models")
     models.set_defaults(func=cmd_models)
+
+    nodes = sub.add_parser(
+        "node-manifests",
+        help="print the local cluster's fake GPU nodes as a JSON List (cluster.sh up/add-nodes applies it)",
+    )
+    nodes.add_argument("count", type=int, help="how many nodes")
+    nodes.add_argument("--first", type=int, default=0, help="index of the first node (name suffix)")
+    nodes.add_argument("--prefix", default="gpu-node-")
+    nodes.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    nodes.add_argument(
+        "--models",
+        default=",".join(m.product for m in CLUSTER_MODELS),
+        help="comma-separated GPU models, round-robin by node index (default: %(default)s)",
+    )
+    nodes.set_defaults(func=cmd_node_manifests)
 
     sample = sub.add_parser("sample", help="print a profile's readings over time (CSV)")
     sample.add_argument("profile", choices=sorted(PROFILES))
@@ -264,6 +279,22 @@ def cmd_models(args: argparse.Namespace) -> int:
             f"{m.product:<24} modelName={m.model_name!r} memory={m.fb_total_mib}MiB "
             f"power={m.idle_power_w:g}-{m.max_power_w:g}W nvlink={'yes' if m.has_nvlink else 'no'}"
         )
+    return 0
+
+
+def cmd_node_manifests(args: argparse.Namespace) -> int:
+    from gpu_efficiency_sim.manifests import cluster_nodes
+
+    if args.count < 0 or args.first < 0 or args.gpus < 1:
+        print("node-manifests: count and --first must be >= 0, --gpus >= 1", file=sys.stderr)
+        return 2
+    try:
+        items = cluster_nodes(args.prefix, args.first, args.count, args.models.split(","), args.gpus)
+    except ValueError as error:
+        print(f"node-manifests: {error}", file=sys.stderr)
+        return 2
+    json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout, indent=1)
+    print()
     return 0
 
 

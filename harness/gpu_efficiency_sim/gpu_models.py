@@ -71,6 +71,8 @@ MODELS: Final[tuple[GPUModel, ...]] = (
 )  # fmt: skip
 
 DEFAULT_MODEL: Final = MODELS[0]
+#: The local cluster's own nodes (``cluster.sh up``), round-robin: a Hopper and an Ampere node.
+CLUSTER_MODELS: Final = (MODELS[0], MODELS[3])
 
 
 def _key(text: str) -> str:

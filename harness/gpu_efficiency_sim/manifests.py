@@ -8,12 +8,14 @@ label, and a scenario's pods are pinned to its own nodes by a node selector.
 from __future__ import annotations
 
 import copy
+import zlib
 from collections.abc import Mapping
 from typing import Any, Final
 
 from gpu_efficiency.api.names import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from gpu_efficiency.api.policy import GROUP, KIND, VERSION
 from gpu_efficiency_sim.allocation import DRA_DEVICE_PREFIX, DRA_DRIVER
+from gpu_efficiency_sim.gpu_models import GPUModel, find_model
 from gpu_efficiency_sim.scenario import NodeSpec, PDBSpec, WorkloadKind, WorkloadSpec
 from gpu_efficiency_sim.simulator import SLICES_LABEL, WORKLOAD_LABEL
 
@@ -34,18 +36,23 @@ def isolation_taint(scenario: str) -> dict[str, str]:
     return {"key": SCENARIO_LABEL, "value": scenario, "effect": "NoSchedule"}
 
 
-def node(name: str, spec: NodeSpec, scenario: str, run_id: str, *, isolate: bool = True) -> dict[str, Any]:
-    """A KWOK-managed node with GPU feature discovery's labels and nvidia.com/gpu capacity."""
-    taints = [t.model_dump() for t in spec.taints] + ([isolation_taint(scenario)] if isolate else [])
-    model = spec.gpu_model
-    resources = {
-        "cpu": "64",
-        "memory": "512Gi",
-        "pods": "110",
-        "ephemeral-storage": "1Ti",
-    }
-    if not spec.dra:  # a DRA driver publishes ResourceSlices, not an extended resource
-        resources[GPU_RESOURCE] = str(spec.gpus * spec.time_slicing)
+def gpu_node(
+    name: str,
+    model: GPUModel,
+    gpus: int,
+    *,
+    labels: Mapping[str, str],
+    extended_gpus: int | None,
+    taints: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A KWOK-managed node with GPU feature discovery's labels: the shape every fake GPU node shares.
+
+    ``extended_gpus`` is the nvidia.com/gpu capacity (None: a DRA node, whose driver publishes
+    ResourceSlices instead); ``labels`` come after GPU feature discovery's.
+    """
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+    if extended_gpus is not None:
+        resources[GPU_RESOURCE] = str(extended_gpus)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -59,17 +66,58 @@ def node(name: str, spec: NodeSpec, scenario: str, run_id: str, *, isolate: bool
                 "kubernetes.io/arch": "amd64",
                 "nvidia.com/gpu.present": "true",
                 GPU_PRODUCT_LABEL: model.product,
-                "nvidia.com/gpu.count": str(spec.gpus),
-                SLICES_LABEL: str(spec.time_slicing),
+                "nvidia.com/gpu.count": str(gpus),
                 "nvidia.com/gpu.memory": str(model.fb_total_mib),
                 "nvidia.com/gpu.family": model.family,
-                **ownership(scenario, run_id),
-                **spec.labels,
+                **labels,
             },
         },
         "spec": {"taints": taints} if taints else {},
         "status": {"capacity": resources, "allocatable": dict(resources)},
     }
+
+
+def node(name: str, spec: NodeSpec, scenario: str, run_id: str, *, isolate: bool = True) -> dict[str, Any]:
+    """A scenario's node: its labels and taints, owned by the run, tainted off other tests' pods."""
+    taints = [t.model_dump() for t in spec.taints] + ([isolation_taint(scenario)] if isolate else [])
+    return gpu_node(
+        name,
+        spec.gpu_model,
+        spec.gpus,
+        labels={SLICES_LABEL: str(spec.time_slicing), **ownership(scenario, run_id), **spec.labels},
+        extended_gpus=None if spec.dra else spec.gpus * spec.time_slicing,
+        taints=taints,
+    )
+
+
+def node_ip(name: str) -> str:
+    """A stable, (almost surely) unique InternalIP per node name in 10.128.0.0/9, so pods' hostIP
+    differs per node (KWOK's default would give every node 10.0.0.1)."""
+    h = zlib.crc32(name.encode())
+    return f"10.{128 + h % 128}.{h // 128 % 256}.{h // 32768 % 254 + 1}"
+
+
+def cluster_nodes(prefix: str, first: int, count: int, models: list[str], gpus: int) -> list[dict[str, Any]]:
+    """The local cluster's own GPU nodes (``cluster.sh up``/``add-nodes``): ``prefix``N for N from
+    ``first``, models round-robin by N, no taints (any test workload schedules), and an InternalIP.
+
+    Unknown models raise ValueError naming the known ones.
+    """
+    catalogue = [find_model(m) for m in models]
+    if not catalogue:
+        raise ValueError("give at least one GPU model")
+    nodes = []
+    for index in range(first, first + count):
+        name = f"{prefix}{index}"
+        obj = gpu_node(
+            name, catalogue[index % len(catalogue)], gpus, labels={}, extended_gpus=gpus, taints=[]
+        )
+        obj["status"]["addresses"] = [
+            {"type": "InternalIP", "address": node_ip(name)},
+            {"type": "Hostname", "address": name},
+        ]
+        nodes.append(obj)
+    return nodes
 
 
 def device_class() -> dict[str, Any]:

@@ -30,6 +30,9 @@ BUILD_SH = ROOT / "hack" / "localcluster" / "build.sh"
 CHART = ROOT / "charts" / "gpu-efficiency-operator"
 OPERATOR_NAMESPACE = "gpu-efficiency-system"
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+# cluster.sh builds its fake GPU nodes with the harness (gpu-efficiency-sim node-manifests): run it
+# with this interpreter, which has the packages, rather than its default (the repo's .venv).
+os.environ.setdefault("GPUEFF_PYTHON", sys.executable)
 
 T = TypeVar("T")
 

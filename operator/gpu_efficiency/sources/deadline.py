@@ -15,7 +15,6 @@ import contextlib
 import heapq
 import itertools
 import logging
-import os
 import socket
 import threading
 import time
@@ -76,7 +75,6 @@ class Deadline:
         self.end = time.monotonic() + seconds
         self.expired = False
         self._sockets: list[socket.socket] = []
-        self._copies: list[socket.socket] = []  # duplicated descriptors this deadline closes
         self._lock = threading.Lock()
 
     def remaining(self) -> float:
@@ -91,25 +89,6 @@ class Deadline:
             if not self.expired:
                 return
         _shut(sock)
-
-    def hold_fileno(self, fileno: int | None) -> None:
-        """Hold the socket open on descriptor ``fileno`` (through a duplicate: shutting a
-        duplicate down shuts the connection down, and closing it leaves the client's own)."""
-        if fileno is None or fileno < 0:
-            return
-        try:
-            copy = socket.socket(fileno=os.dup(fileno))
-        except OSError:
-            return  # not a socket, or already closed: nothing to wait on
-        with self._lock:
-            self._copies.append(copy)
-        self.hold(copy)
-
-    def release(self) -> None:
-        with self._lock:
-            copies, self._copies = self._copies, []
-        for copy in copies:
-            copy.close()
 
     def cut(self) -> None:
         with self._lock:
@@ -133,17 +112,6 @@ def deadline(seconds: float) -> Iterator[Deadline]:
         yield limit
     finally:
         WATCHDOG.disarm(token)
-        limit.release()
-
-
-def requests_fileno(response: Any) -> int | None:
-    """The descriptor under a streamed ``requests`` response (urllib3's ``fileno``; the connection
-    object may have let go of its socket already when the server closes after the answer)."""
-    try:
-        fileno = response.raw.fileno()
-    except (AttributeError, OSError, ValueError):
-        return None
-    return fileno if isinstance(fileno, int) else None
 
 
 def httpx_socket(response: Any) -> socket.socket | None:

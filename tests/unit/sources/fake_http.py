@@ -1,4 +1,5 @@
-"""A local HTTP server for the Prometheus source's tests: quiet handlers, JSON replies, start/stop."""
+"""Fake Prometheus servers for the source's tests: an ``httpx.MockTransport`` handler's helpers, and
+a local HTTP server (quiet handlers, JSON replies, start/stop) for what needs real sockets."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
 
 
 class QuietHandler(BaseHTTPRequestHandler):
@@ -34,3 +38,12 @@ def serving(handler: type[BaseHTTPRequestHandler], **attributes: Any) -> Iterato
         yield server
     finally:
         server.shutdown()
+
+
+def form(request: httpx.Request) -> dict[str, list[str]]:
+    """The form a query POST carries (``query``, ``time``)."""
+    return parse_qs(request.read().decode())
+
+
+def json_answer(body: bytes, status: int = 200) -> httpx.Response:
+    return httpx.Response(status, content=body, headers={"Content-Type": "application/json"})

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
-from urllib.parse import parse_qs
 
+import httpx
 import pytest
-from tests.unit.sources.fake_http import QuietHandler, serving
+from tests.unit.sources.fake_http import form, json_answer
 
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.sources.base import FaultHints, FetchRequest, SourceUnavailable
@@ -113,37 +112,30 @@ def test_candidates_query_covers_filtered_windows_only() -> None:
     assert candidates_query({Window.ACTIVITY: 600.0}, HINTS) is None
 
 
-class _Prometheus(QuietHandler):
+def _prometheus(queries: list[str], request: httpx.Request) -> httpx.Response:
     """Names GPU-2 as a fault-window candidate and answers the restricted fault window for it."""
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
-        query = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())["query"][0]
-        self.server.queries.append(query)  # type: ignore[attr-defined]
-        if query.startswith("group by (UUID"):
-            series = [
-                ({"UUID": u, "gpu": str(i), "Hostname": "n1"}, "1") for i, u in enumerate(["GPU-1", "GPU-2"])
-            ]
-        elif CANDIDATE_LABEL in query:
-            series = [({"UUID": "GPU-2", CANDIDATE_LABEL: "fault"}, "1")]
-        elif "ECC_DBE_VOLATILE" in query:
-            series = [({"UUID": "GPU-2", AGG_LABEL: "ECC_DBE_VOLATILE:max"}, "3")]
-        elif "SM_ACTIVE" in query:
-            series = [({"UUID": u, AGG_LABEL: "SM_ACTIVE:max"}, "0.5") for u in ("GPU-1", "GPU-2")]
-        else:
-            series = []
-        self.reply_json(_body(series))
+    query = form(request)["query"][0]
+    queries.append(query)
+    if query.startswith("group by (UUID"):
+        series = [
+            ({"UUID": u, "gpu": str(i), "Hostname": "n1"}, "1") for i, u in enumerate(["GPU-1", "GPU-2"])
+        ]
+    elif CANDIDATE_LABEL in query:
+        series = [({"UUID": "GPU-2", CANDIDATE_LABEL: "fault"}, "1")]
+    elif "ECC_DBE_VOLATILE" in query:
+        series = [({"UUID": "GPU-2", AGG_LABEL: "ECC_DBE_VOLATILE:max"}, "3")]
+    elif "SM_ACTIVE" in query:
+        series = [({"UUID": u, AGG_LABEL: "SM_ACTIVE:max"}, "0.5") for u in ("GPU-1", "GPU-2")]
+    else:
+        series = []
+    return json_answer(_body(series))
 
 
-@pytest.fixture
-def prometheus() -> Iterator[Any]:
-    with serving(_Prometheus, queries=[]) as server:
-        yield server
-
-
-def test_fetch_with_hints_asks_candidates_then_their_windows(prometheus: Any) -> None:
-    source = PrometheusSource(PrometheusConfig(url=f"http://127.0.0.1:{prometheus.server_address[1]}"))
+def test_fetch_with_hints_asks_candidates_then_their_windows() -> None:
+    sent: list[str] = []
+    transport = httpx.MockTransport(lambda request: _prometheus(sent, request))
+    source = PrometheusSource(PrometheusConfig(url="http://prometheus.test"), transport=transport)
     result = source.fetch(FetchRequest(now=1700000000.0, windows=WINDOWS, scrape_interval=15.0, hints=HINTS))
-    sent: list[str] = prometheus.queries
     assert result.queries == len(sent) == 4  # identity, activity, candidates, the fault window of GPU-2
     fault = [q for q in sent if "ECC_DBE_VOLATILE:max" in q]
     assert len(fault) == 1

@@ -1,6 +1,7 @@
-"""Tiered activity refresh through real HTTP: which queries go out, what comes back, cycle to cycle.
+"""Tiered activity refresh through the HTTP client: which queries go out, what comes back, cycle to cycle.
 
-The fake Prometheus below holds a small GPU model and answers the identity (with newest-sample
+The fake Prometheus below (an ``httpx.MockTransport`` handler, called on the querying thread as a
+threaded server would be) holds a small GPU model and answers the identity (with newest-sample
 times), idle-candidates, fault-candidates and activity queries from it, honouring ``UUID=~`` lists
 and chain-only queries, so the source's cache can be driven through cycles.
 """
@@ -11,13 +12,12 @@ import json
 import math
 import re
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import parse_qs
 
+import httpx
 import pytest
-from tests.unit.sources.fake_http import QuietHandler, serving
+from tests.unit.sources.fake_http import form, json_answer
 
 from gpu_efficiency.engine.model import GPUSample, Signal, Window
 from gpu_efficiency.engine.pods.activity import DataBounds, carried_bounds, gpu_activity
@@ -27,6 +27,7 @@ from gpu_efficiency.sources.prometheus import tiered as prom
 from gpu_efficiency.sources.promql import AGG_LABEL, CANDIDATE_LABEL, QUERY_PLAN, Query, idle_limit
 
 NOW = 1_700_000_000.0
+URL = "http://prometheus.test"
 WINDOWS = {Window.ACTIVITY: 120.0, Window.FAULT: 120.0, Window.THERMAL_HOLD: 120.0}
 HINTS = FaultHints(gpu_temperature_above=90)
 
@@ -94,41 +95,43 @@ class Model:
         return []
 
 
-class _Handler(QuietHandler):
-    def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
-        form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
-        query = form["query"][0]
-        model: Model = self.server.model  # type: ignore[attr-defined]
-        model.queries.append(query)
-        model.times.append(form.get("time", [""])[0])
-        listed_whole = "FB_USED:max" in query and "UUID=~" in query
-        if query.startswith("max by (UUID, GPU_I_ID, gpu") and model.hold_identity:
-            model.chain_before_identity = model.chain_asked.wait(5)
-        elif AGG_LABEL in query and "FB_USED" not in query:
-            model.chain_asked.set()
-            if model.hold_chain is not None:
-                model.chain_released.append(model.hold_chain.wait(5))
-        if model.release is not None and listed_whole:
-            model.release.wait(5)
-        if model.fail_listed and listed_whole:
-            error = {"status": "error", "errorType": "execution", "error": "query timed out"}
-            self.reply_json(json.dumps(error).encode(), status=422)
-            return
-        result = [{"metric": m, "value": [NOW, str(v)]} for m, v in model.answer(query)]
-        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
-        self.reply_json(body)
+def _handle(model: Model, request: httpx.Request) -> httpx.Response:
+    fields = form(request)
+    query = fields["query"][0]
+    model.queries.append(query)
+    model.times.append(fields.get("time", [""])[0])
+    listed_whole = "FB_USED:max" in query and "UUID=~" in query
+    if query.startswith("max by (UUID, GPU_I_ID, gpu") and model.hold_identity:
+        model.chain_before_identity = model.chain_asked.wait(5)
+    elif AGG_LABEL in query and "FB_USED" not in query:
+        model.chain_asked.set()
+        if model.hold_chain is not None:
+            model.chain_released.append(model.hold_chain.wait(5))
+    if model.release is not None and listed_whole:
+        model.release.wait(5)
+    if model.fail_listed and listed_whole:
+        error = {"status": "error", "errorType": "execution", "error": "query timed out"}
+        return json_answer(json.dumps(error).encode(), status=422)
+    result = [{"metric": m, "value": [NOW, str(v)]} for m, v in model.answer(query)]
+    return json_answer(
+        json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+    )
 
 
 @pytest.fixture
-def model() -> Iterator[Model]:
-    with serving(_Handler, model=Model()) as server:
-        server.model.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
-        yield server.model  # type: ignore[attr-defined]
+def model() -> Model:
+    return Model()
+
+
+def _plain(model: Model, refresh_budget: int = 0) -> PrometheusSource:
+    """A source asking ``model``."""
+    transport = httpx.MockTransport(lambda request: _handle(model, request))
+    return PrometheusSource(PrometheusConfig(url=URL), refresh_budget=refresh_budget, transport=transport)
 
 
 def _source(model: Model, budget: int) -> PrometheusSource:
     """A source whose queries are recorded as the cycle's or the background refresh's (by thread)."""
-    source = PrometheusSource(PrometheusConfig(url=model.url), refresh_budget=budget)  # type: ignore[attr-defined]
+    source = _plain(model, refresh_budget=budget)
     run = source.run
 
     def recorded(query: Query, at: float, *rest: Any) -> Any:
@@ -193,7 +196,7 @@ def test_budget_zero_sends_todays_queries_and_results(model: Model) -> None:
     _busy_cluster(model, 4)
     model.gpus["GPU-0"].sm = 0.0
     tiered_off, sent = _fetch(_source(model, 0), model)
-    plain = PrometheusSource(PrometheusConfig(url=model.url))  # type: ignore[attr-defined]
+    plain = _plain(model)
     model.queries.clear()
     today = plain.fetch(FetchRequest(now=NOW, windows=WINDOWS, scrape_interval=15.0, hints=HINTS))
     assert sorted(sent) == sorted(model.queries)
@@ -230,7 +233,7 @@ def test_whole_windows_are_carried_with_the_stats_made_when_they_were_fetched(mo
     model.gpus["GPU-3"].sm = 0.0  # idle: fetched again every cycle, never carried
     source = _source(model, 1)
     first, _ = _fetch(source, model)
-    plain = PrometheusSource(PrometheusConfig(url=model.url))  # type: ignore[attr-defined]
+    plain = _plain(model)
     today = plain.fetch(FetchRequest(now=NOW, windows=WINDOWS, scrape_interval=15.0, hints=HINTS))
     assert _values(first.gpus) == _values(today.gpus)
     assert all(g.carried_newest is None for g in first.gpus)

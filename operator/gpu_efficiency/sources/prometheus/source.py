@@ -12,6 +12,8 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
+import httpx
+
 from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.model import Window
 from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult
@@ -34,13 +36,19 @@ from gpu_efficiency.sources.promql import (
 class PrometheusSource:
     """A SampleSource issuing a constant number of PromQL queries per cycle."""
 
-    def __init__(self, config: PrometheusConfig, refresh_budget: int = 0) -> None:
+    def __init__(
+        self,
+        config: PrometheusConfig,
+        refresh_budget: int = 0,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         """``refresh_budget`` > 0 turns on the tiered refresh of the activity window (see
         ``sources/activity_cache.py``): new, changed and possibly idle GPUs plus that many least
         recently refreshed ones fetched fresh per cycle, the rest carried from earlier cycles.
-        0: every GPU every cycle."""
+        0: every GPU every cycle. ``transport``: the client's (``PrometheusClient``)."""
         self.refresh_budget = refresh_budget
-        self.client = PrometheusClient(config)
+        self.client = PrometheusClient(config, transport=transport)
         self.tiered = TieredFetch(self)
 
     @property

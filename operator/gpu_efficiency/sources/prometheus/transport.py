@@ -1,31 +1,29 @@
 """The HTTP exchange with Prometheus: one instant query per POST, its answer read by a deadline.
 
-One ``requests`` session per source (connection pool, connection retries, TLS trust); bearer token
-and basic-auth secrets are read from files at each query so they can rotate without a restart.
-Each exchange is bounded by a wall-clock deadline (``sources/deadline.py``): a trickled body is cut
-off, not waited for. Readers get the body as an iterator of byte chunks, never the response, so the
-decoding (``vector.py``, ``windows.py``) knows nothing of the HTTP stack.
-
-The agent source speaks httpx; this client stays on ``requests`` (a declared dependency) because
-its deadline, streaming and retry behaviour is what the tests against slow and trickling servers
-pin down (``tests/unit/sources/test_fetch_deadlines.py``); ``exchange`` is the seam a move to httpx
-would replace.
+One ``httpx.Client`` per source (the same stack as the agent source): a connection pool, TLS trust
+and gzip; bearer token and basic-auth secrets are read from files at each query so they can rotate
+without a restart. Each exchange is bounded by a wall-clock deadline (``sources/deadline.py``): a
+trickled body is cut off, not waited for. Readers get the body as an iterator of byte chunks, never
+the response, so the decoding (``vector.py``, ``windows.py``) knows nothing of the HTTP stack. The
+client takes an ``httpx`` transport: tests pass ``httpx.MockTransport`` instead of starting servers.
 """
 
 from __future__ import annotations
 
+import os
+import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-import requests
-from urllib3.util.retry import Retry
+import httpx
 
 from gpu_efficiency.sources.base import SourceUnavailable
-from gpu_efficiency.sources.deadline import Deadline, deadline, requests_fileno
-from gpu_efficiency.sources.prometheus.vector import CHUNK_BYTES, check_cap, decode_vector
+from gpu_efficiency.sources.deadline import Deadline, deadline, httpx_socket
+from gpu_efficiency.sources.prometheus.vector import check_cap, decode_vector
 
 _T = TypeVar("_T")
 
@@ -63,25 +61,61 @@ def form_value(text: str) -> str:
     return text
 
 
-class PrometheusClient:
-    """Instant queries against one Prometheus, each by the wall-clock deadline ``config.timeout``."""
+#: Connections kept open between queries; more may be open at once (the tiered fetch's chains run
+#: side by side), as with the ``requests`` pool this client replaced (10 kept, none refused).
+KEEPALIVE_CONNECTIONS = 10
+#: Seconds before the n-th connection retry (n >= 2; the first is at once): urllib3's backoff.
+RETRY_BACKOFF_S = 0.2
 
-    def __init__(self, config: PrometheusConfig) -> None:
+
+class PrometheusClient:
+    """Instant queries against one Prometheus, each by the wall-clock deadline ``config.timeout``.
+
+    Failed connections are retried ``config.retries`` times within the deadline; answers are not:
+    an error answer or a broken read is reported at once (the next cycle asks again), as urllib3
+    did for a POST under the ``requests`` session this client replaced.
+    """
+
+    def __init__(self, config: PrometheusConfig, *, transport: httpx.BaseTransport | None = None) -> None:
+        """``transport``: what carries the requests (default: httpx's, with the environment's
+        proxies); tests pass an ``httpx.MockTransport``."""
         self.config = config
         self.url = config.url.rstrip("/")
-        session = requests.Session()
-        # Failed connections are retried; answers are not: urllib3 retries no POST on a status or a
-        # broken read, and an error answer is reported at once (the next cycle asks again). Until
-        # this client, a Retry that also retried POSTs on 502/503/504 was declared here, but
-        # prometheus-api-client's constructor mounted its own adapter over it (3 connection retries,
-        # no POST retries), and that one ran: its behaviour is kept, with the declared count.
-        retry = Retry(total=config.retries, backoff_factor=0.2, status_forcelist=())
-        session.mount(config.url, requests.adapters.HTTPAdapter(max_retries=retry))
-        if config.ca_file:
-            session.verify = config.ca_file
-        elif config.insecure_skip_verify:
-            session.verify = False
-        self._session = session
+        self._transport = transport
+        self._lock = threading.Lock()
+        self._ca_stamp: tuple[int, int] | None = None
+        self._client = self._new_client(not config.insecure_skip_verify)
+
+    def _new_client(self, verify: ssl.SSLContext | bool) -> httpx.Client:
+        return httpx.Client(
+            verify=verify,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS),
+            follow_redirects=True,
+            transport=self._transport,
+        )
+
+    def _session(self) -> httpx.Client:
+        """The client, trusting the CA file as it is now: a rotated file (a new mtime or size) gets a
+        new client (and new connections), a missing or unreadable one SourceUnavailable, as the
+        ``requests`` session read it at each new connection."""
+        ca_file = self.config.ca_file
+        if not ca_file:
+            return self._client
+        try:
+            info = os.stat(ca_file)
+            stamp = (info.st_mtime_ns, info.st_size)
+            with self._lock:
+                if stamp != self._ca_stamp:
+                    # The old client is left to the collector: another thread may be reading from it.
+                    self._client = self._new_client(ssl.create_default_context(cafile=ca_file))
+                    self._ca_stamp = stamp
+                return self._client
+        except (OSError, ssl.SSLError) as exc:
+            raise SourceUnavailable(f"Prometheus CA file {ca_file}: {exc}") from exc
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._client.close()
 
     def headers(self) -> dict[str, str]:
         """The headers of every query: the configured extras and the bearer token, read now."""
@@ -98,43 +132,53 @@ class PrometheusClient:
         user, _, password = Path(self.config.basic_auth_file).read_text().strip().partition(":")
         return (user, password)
 
-    def _request(self, text: str, at: float | None, limit: Deadline) -> requests.Response:
+    def _request(self, text: str, at: float | None, limit: Deadline) -> httpx.Response:
         """POST one instant query, streamed, its socket held by ``limit``; SourceUnavailable on
         transport, auth or HTTP errors (PromQL errors are found when the body is decoded)."""
-        body = "query=" + form_value(text) + ("" if at is None else f"&time={at:.3f}")
-        try:
-            response = self._session.post(
-                f"{self.url}/api/v1/query",
-                data=body.encode(),
-                headers={**self.headers(), "Content-Type": FORM},
-                auth=self.auth(),
-                timeout=limit.remaining(),
-                stream=True,
+        body = ("query=" + form_value(text) + ("" if at is None else f"&time={at:.3f}")).encode()
+        headers = {**self.headers(), "Content-Type": FORM}
+        attempt = 0
+        while True:
+            client = self._session()
+            request = client.build_request(
+                "POST", f"{self.url}/api/v1/query", content=body, headers=headers, timeout=limit.remaining()
             )
-        except (requests.RequestException, OSError) as exc:
-            raise SourceUnavailable(f"Prometheus at {self.config.url} unreachable: {exc}") from exc
-        limit.hold_fileno(requests_fileno(response))
+            try:
+                response = client.send(request, auth=self.auth(), stream=True)
+                break
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                attempt += 1
+                pause = RETRY_BACKOFF_S * 2 ** (attempt - 1) if attempt > 1 else 0.0
+                if attempt > self.config.retries or time.monotonic() + pause >= limit.end:
+                    raise SourceUnavailable(f"Prometheus at {self.config.url} unreachable: {exc}") from exc
+                time.sleep(pause)
+            except (httpx.HTTPError, OSError) as exc:
+                raise SourceUnavailable(f"Prometheus at {self.config.url} unreachable: {exc}") from exc
+        limit.hold(httpx_socket(response))
         if response.status_code in (401, 403):
             response.close()
             raise SourceUnavailable(f"Prometheus refused the credentials (HTTP {response.status_code})")
         if response.status_code >= 500 or response.status_code == 404:
-            text = response.text[:200]
-            response.close()
+            try:
+                text = response.read()[:200].decode(errors="replace")
+            finally:
+                response.close()
             raise SourceUnavailable(f"Prometheus answered HTTP {response.status_code}: {text}")
         return response
 
     def exchange(self, text: str, at: float | None, read: Callable[[Iterator[bytes]], _T]) -> _T:
-        """Send one query and ``read`` its body (chunks of up to ``CHUNK_BYTES``), all by the
+        """Send one query and ``read`` its body (chunks as they arrive, gzip undone), all by the
         wall-clock deadline ``queryTimeout`` (see ``sources/deadline.py``); SourceUnavailable when
-        it passes or the transport fails."""
+        it passes or the transport fails. Chunks are not re-cut to a size: httpx's re-chunking
+        copies every byte once more (3x the read time of a 70 MB answer; bench/README.md)."""
         with deadline(self.config.timeout) as limit:
             try:
                 response = self._request(text, at, limit)
                 try:
-                    return read(response.iter_content(CHUNK_BYTES))
+                    return read(response.iter_bytes())
                 finally:
                     response.close()
-            except (requests.RequestException, OSError, SourceUnavailable) as exc:
+            except (httpx.HTTPError, httpx.StreamError, OSError, SourceUnavailable) as exc:
                 if limit.expired or time.monotonic() >= limit.end:
                     raise SourceUnavailable(
                         f"Prometheus at {self.config.url} did not answer within {limit.seconds:g}s ({exc})"
