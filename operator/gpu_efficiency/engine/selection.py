@@ -1,6 +1,7 @@
 """Which pods a policy judges: Kubernetes label selectors plus the scope and safety filters.
 
 Protected namespaces are checked first and separately: the planner must not even annotate them.
+Where policies overlap, the oldest judges the pod (``claimed_by``).
 """
 
 from __future__ import annotations
@@ -104,3 +105,12 @@ def build_scope(
         node_unknown_ok=node_matches is _match_all,
         pod_matches=compile_selector(selection.pod_selector),
     )
+
+
+def claimed_by(pod: PodView, seniors: list[tuple[str, Scope]]) -> str:
+    """Overlapping policies: the oldest (then by name) judges the pod, so annotations never flap.
+    Returns that policy's name ('' when no senior selects the pod)."""
+    for name, senior in seniors:
+        if not senior.exclusion(pod):
+            return name
+    return ""

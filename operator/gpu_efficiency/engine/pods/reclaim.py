@@ -276,6 +276,25 @@ def select_reclaims(
     return ReclaimSelection(tuple(blocked + actions), tuple(notes), tuple(records))
 
 
+def pods_under_pressure(
+    candidates: list[EvictionCandidate], cluster: Pressure, notes: list[str]
+) -> list[EvictionCandidate]:
+    """reclaimWhen OnPressure without owners read: each due pod is its own owner."""
+    ordered = sorted(candidates, key=lambda c: (c.idle_since, c.pod.namespace, c.pod.name))
+    offers = {(c.pod.namespace, "Pod", c.pod.name): {c.pod.node: c.pod.gpu_request} for c in ordered}
+    choice = choose_for_pressure(cluster.nodes, cluster.pods, cluster.pending, offers)
+    notes.extend(choice.notes)
+    chosen = set(choice.chosen)
+    kept = [c for c in ordered if (c.pod.namespace, "Pod", c.pod.name) in chosen]
+    notes.extend(
+        f"{c.pod.namespace}/{c.pod.name}: due, not evicted: reclaimWhen OnPressure and no GPU pod waiting "
+        f"({len(choice.waiting)} pending for GPUs) needs its GPUs; warning kept"
+        for c in ordered
+        if c not in kept
+    )
+    return kept
+
+
 def _under_pressure(
     plan: OwnerPlan,
     ready: list[tuple[float, OwnerGroup, list[EvictionCandidate]]],
