@@ -21,9 +21,9 @@ NO_PERMISSION
 RESET_REQUIRED
 LIB_RM_VERSION_MISMATCH
 NO_DATA
-PREFER_NO_SCHEDULE  # api/policy.py: TaintEffect
+PREFER_NO_SCHEDULE  # api/policy/faults.py: FaultEffect
 NO_EXECUTE
-CLOUD_EVENTS  # api/policy.py: SinkType, chosen by value in a policy
+CLOUD_EVENTS  # api/policy/notify.py: SinkType, chosen by value in a policy
 INDEX  # sim/catalog.py: DCGM field catalogue
 APPLICATIONS_CLOCKS_SETTING
 SYNC_BOOST

@@ -1,0 +1,74 @@
+"""The top-level GPUEfficiencyPolicy spec: the mode, the window and one field per section, with the
+checks across sections that OpenAPI cannot express.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, model_validator
+
+from gpu_efficiency.api.policy.base import Duration, Model
+from gpu_efficiency.api.policy.faults import FaultRules
+from gpu_efficiency.api.policy.metrics import MetricsSource
+from gpu_efficiency.api.policy.notify import NotifySink
+from gpu_efficiency.api.policy.reclaim import EvictionBudget, IdleRule, ReclaimRule
+from gpu_efficiency.api.policy.selection import Selection
+from gpu_efficiency.api.policy.stragglers import StragglerRule
+from gpu_efficiency.api.policy.underutilization import UnderutilizationRule
+
+
+class Mode(StrEnum):
+    OBSERVE = "Observe"
+    ENFORCE = "Enforce"
+
+
+class GPUEfficiencyPolicySpec(Model):
+    """Desired behaviour: what to watch, how to judge it and what the operator may do."""
+
+    mode: Mode = Mode.OBSERVE
+    """Observe (default) only annotates and emits events; Enforce also evicts idle pods and taints faulty nodes."""
+    selection: Selection = Field(default_factory=Selection)
+    """Which namespaces, pods and nodes are in scope."""
+    interval: Duration = "60s"
+    """How often the policy is evaluated."""
+    window: Duration = "10m"
+    """Metric window: peak activity over it decides idleness, averages over it drive the diagnosis."""
+    metrics: MetricsSource = Field(default_factory=MetricsSource)
+    """Where metrics come from and how much data is enough."""
+    idle: IdleRule = Field(default_factory=IdleRule)
+    """Idle GPU reclamation."""
+    underutilization: UnderutilizationRule = Field(default_factory=UnderutilizationRule)
+    """Diagnosis of low-efficiency GPU use."""
+    eviction: EvictionBudget = Field(default_factory=EvictionBudget)
+    """Budgets and safety filters of reclamation: each owner acted on (or bare pod evicted) counts once."""
+    reclaim: ReclaimRule = Field(default_factory=ReclaimRule)
+    """Owner-aware reclamation: what is done to an idle pod's owner."""
+    faults: FaultRules = Field(default_factory=FaultRules)
+    """GPU fault quarantine."""
+    stragglers: StragglerRule = Field(default_factory=StragglerRule)
+    """Stragglers: the slow GPU that holds back a whole multi-GPU job."""
+    price_per_gpu_hour: dict[str, float] = Field(default_factory=dict, max_length=64)
+    """Cost of one GPU-hour by GPU model (the nvidia.com/gpu.product label or DCGM modelName); key "default" for the rest."""
+    notify: list[NotifySink] = Field(default_factory=list, max_length=16)
+    """Where warnings and actions are posted (webhooks), besides Kubernetes events; names must be unique."""
+
+    @model_validator(mode="after")
+    def _check_cross_fields(self) -> GPUEfficiencyPolicySpec:
+        """Constraints OpenAPI cannot express; mirrored as CEL rules in the CRD where possible."""
+        from gpu_efficiency.api.durations import parse_duration
+
+        if parse_duration(self.window) < parse_duration(self.interval):
+            raise ValueError("window must be at least interval")
+        u = self.underutilization
+        if u.no_tensor_sm_active_min > u.no_tensor_sm_active_max:
+            raise ValueError("underutilization.noTensorSmActiveMin must not exceed noTensorSmActiveMax")
+        if any(v < 0 for v in self.price_per_gpu_hour.values()):
+            raise ValueError("pricePerGpuHour values must be non-negative")
+        sink_names = [sink.name for sink in self.notify]
+        if len(set(sink_names)) != len(sink_names):
+            raise ValueError(f"notify: sink names must be unique, got {sink_names}")
+        overlap = set(self.faults.xid.critical) & set(self.faults.xid.ignored)
+        if overlap:
+            raise ValueError(f"faults.xid codes both critical and ignored: {sorted(overlap)}")
+        return self
