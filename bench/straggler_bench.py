@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from engine_bench import NOW, PROFILE_MIX, PROFILES, _stats, apply_annotations, build_cluster
+from engine_bench import NOW, PROFILE_MIX, _stats, apply_annotations, build_cluster, profile_windows
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.engine import planner
@@ -60,6 +60,7 @@ THERMAL_BITS = 0x20 | 0x40  # SW and HW thermal slowdown
 def regroup(snapshot: Snapshot, group_gpus: int, seed: int = 11) -> Snapshot:
     """Jobs of ``group_gpus`` GPUs, one profile each; every tenth Job has one throttled GPU."""
     rng = random.Random(seed)
+    windows = profile_windows()  # the catalogue's profiles, as engine_bench samples them
     profiles = [name for name, _ in PROFILE_MIX if name != "metric-gap"]
     weights = [w for name, w in PROFILE_MIX if name != "metric-gap"]
     pods_by_key = {(p.namespace, p.name): p for p in snapshot.pods}
@@ -71,9 +72,9 @@ def regroup(snapshot: Snapshot, group_gpus: int, seed: int = 11) -> Snapshot:
             profile = rng.choices(profiles, weights)[0]
             slow = rng.randrange(group_gpus) if group % 10 == 0 else -1
         jitter = 1.0 + rng.uniform(-0.02, 0.02)
-        busy = PROFILES[profile][S.SM_ACTIVE][0] > 0.01
+        busy = windows[profile][S.SM_ACTIVE][0] > 0.01
         activity: dict[Signal, Stats] = {}
-        for signal, (avg, peak, sd) in PROFILES[profile].items():
+        for signal, (avg, peak, sd) in windows[profile].items():
             top = 100.0 if signal is S.GPU_UTIL else (1.0 if peak <= 1.0 else float("inf"))
             activity[signal] = _stats(min(avg * jitter, top), min(peak * jitter, top), sd, 40, 10.0)
         clock = (CLOCK_BUSY if busy else CLOCK_IDLE) * jitter
