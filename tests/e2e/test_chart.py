@@ -44,8 +44,8 @@ EXPECTED_OPERATOR_RULES = {
     ("", "nodes/status"): {"patch"},
     ("", "namespaces"): {"list", "watch"},
     ("", "events"): {"create"},
-    ("resource.k8s.io", "resourceslices"): {"list"},
-    ("resource.k8s.io", "devicetaintrules"): {"list", "create", "patch", "delete"},
+    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+    ("resource.k8s.io", "devicetaintrules"): {"list", "watch", "create", "patch", "delete"},
     ("gpuefficiency.io", "gpuefficiencypolicies"): {"get", "list", "watch"},  # get: report --policy
     ("gpuefficiency.io", "gpuefficiencypolicies/status"): {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},

@@ -69,7 +69,7 @@ from gpu_efficiency.sources.base import (
     SourceUnavailable,
 )
 from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
-from gpu_efficiency.sources.dra import DraReader, DraState
+from gpu_efficiency.sources.dra import DraSource, DraState
 from gpu_efficiency.sources.labels import INVALID_ID, NODE_CONFLICT
 from gpu_efficiency.sources.owners import OwnerReader, OwnerState, OwnersUnavailable
 
@@ -158,7 +158,7 @@ class CycleRunner:
     leader: Leader
     clock: Callable[[], float] = time.time
     owners: OwnerReader | None = None  # owner-aware reclamation (None: pods judged one by one)
-    dra: DraReader | None = None  # DRA GPUs and our DeviceTaintRules (None: node taints only)
+    dra: DraSource | None = None  # DRA GPUs and our DeviceTaintRules (None: node taints only)
     read_owners_always: bool = False  # report/explain: owners even before any idle clock runs
     _owner_cache: tuple[float, OwnerState] | None = None  # (when, what) of the last owner read
     notifier: Notifier | None = None  # spec.notify's webhooks (None: one-shot commands post nothing)
