@@ -13,8 +13,9 @@ Safety is ``DraReader``'s:
   the cycle LISTs through ``DraReader`` instead (counted), which falls back on the last good state,
   else on ``blind`` (no fault decided): a missing rule never reads as an admin's removal;
 - read-your-writes: after a write of our rules (``rules_written``) the next read LISTs our rules
-  (a quorum read, so it shows the write), and so does every read until the rules' watch has
-  delivered the LIST's resourceVersion: a cycle never takes a late watch event for an admin's act.
+  (a quorum read, so it shows the write), and so does every read until the rules' watch shows
+  what that LIST showed, or has delivered its resourceVersion: a cycle never takes a late watch
+  event for an admin's act.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_efficiency import metrics
 from gpu_efficiency.engine.faults.device_objects import (
     GROUP,
     OURS,
@@ -173,18 +175,33 @@ class WatchedDraReader:
                 why = self._unserved()
                 if why is not None:  # its informer asks again once a minute: no request here
                     return self.fallback.say(DraState(error=why))
-                return self.fallback.read()  # not synced yet, or broken too long: LIST, counted
+                return self._listed()  # not synced yet, or broken too long: LIST, counted
             if slices is not self._slices:
                 self._slices, self._devices = slices, newest_gpus(slices)
+            watched = tuple(r for views in rules for r in views)
             try:
-                listed = self._after_write()
+                listed = self._after_write(watched)
             except ApiException as exc:  # the watch may lack our write: a missing rule is not an admin's
                 error = f"DRA read failed (HTTP {exc.status}: {exc.reason}) listing our rules after a write"
                 return self.fallback.say(DraState(error=error, blind=True))
-            ours = listed if listed is not None else tuple(r for views in rules for r in views)
+            ours = listed if listed is not None else watched
             state = DraState(devices=self._devices, rules=ours)
             self.fallback.remember(state)
             return self.fallback.say(state)
+
+    def _listed(self) -> DraState:
+        """``DraReader``'s LISTs (its last good state, else blind, when they fail)."""
+        before = self.fallback.requests
+        state = self.fallback.read()
+        if self.fallback.requests > before:
+            for informer in self.cache.informers:
+                if not informer.usable():
+                    metrics.CACHE_FALLBACKS.labels(informer.resource).inc()
+            log.info(
+                "DRA: cache not synced or its watch broken: listed instead (%d requests)",
+                self.fallback.requests - before,
+            )
+        return state
 
     def _unserved(self) -> str | None:
         """Why an informer that cannot be read will not be until the server changes (404, 403)."""
@@ -196,14 +213,15 @@ class WatchedDraReader:
                     return why
         return None
 
-    def _after_write(self) -> tuple[DeviceRule, ...] | None:
-        """Our rules as a LIST shows them, while the watch may not show our last write yet (None
-        once it has delivered the LIST's resourceVersion). A failed LIST raises, and is tried again."""
+    def _after_write(self, watched: tuple[DeviceRule, ...]) -> tuple[DeviceRule, ...] | None:
+        """Our rules as a LIST shows them, while the watch may not show our last write yet: None
+        once the watch showed what the LIST did, or has delivered the LIST's resourceVersion (a
+        bookmark). A failed LIST raises, and is tried again."""
         if not self._written:
             if self._listed_at is None:
                 return None
-            watched = _int(self.cache.rules.resource_version)
-            if watched is not None and watched >= self._listed_at:
+            version = _int(self.cache.rules.resource_version)
+            if version is not None and version >= self._listed_at:
                 self._listed_at = None
                 return None
         self._written = False
@@ -215,8 +233,12 @@ class WatchedDraReader:
         except ApiException:
             self._written = True
             raise
-        self._listed_at = _int((listed.get("metadata") or {}).get("resourceVersion")) or 0
-        return parse_rules(listed.get("items") or [])
+        rules = parse_rules(listed.get("items") or [])
+        caught_up = set(rules) == set(watched)  # the watch has delivered our write (and no other since)
+        self._listed_at = (
+            None if caught_up else _int((listed.get("metadata") or {}).get("resourceVersion")) or 0
+        )
+        return rules
 
 
 def _int(value: Any) -> int | None:

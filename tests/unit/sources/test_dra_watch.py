@@ -15,12 +15,14 @@ from tests.unit.sources.fake_watch_api import FakeListApi, FakeStream, bookmark,
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.engine.faults.device_objects import rule_body
 from gpu_efficiency.engine.model import DraDevice, TaintDevices
+from gpu_efficiency.metrics import REGISTRY
 from gpu_efficiency.runtime.deps import feed_writes
 from gpu_efficiency.sources.dra import DraReader, DraState
 from gpu_efficiency.sources.dra_cache import DraCache, WatchedDraReader
 from gpu_efficiency.sources.watch import Backoff
 
 FAST = Backoff(initial=0.001, maximum=0.002)
+FALLBACKS = "gpu_efficiency_cache_fallback_lists_total"
 DRIVER = "gpu.nvidia.com"
 
 
@@ -177,7 +179,9 @@ def test_not_synced_lists_instead_counted_then_reads_the_watch(readers: list[Wat
     streams(server)
     gate = server.slices.list_gate = threading.Event()
     reader = watched(server, readers, sync=False)
+    fallbacks = REGISTRY.get_sample_value(FALLBACKS, {"resource": "resourceslices"}) or 0.0
     state = reader.read()
+    assert REGISTRY.get_sample_value(FALLBACKS, {"resource": "resourceslices"}) == fallbacks + 1
     assert [d.uuid for d in state.devices] == ["GPU-n1-0", "GPU-n1-1"]
     assert len(state.rules) == 1
     assert sorted(server.lists) == ["devicetaintrules", "resourceslices"]
@@ -258,13 +262,37 @@ def test_our_own_writes_are_read_back_by_the_next_cycle_though_the_watch_is_late
     assert reader.requests == 2
     rules.put(event("ADDED", created), bookmark(140))
     wait_until(lambda: reader.cache.rules.resource_version == "140")
-    assert [r.device for r in reader.read().rules] == ["gpu-1"]  # caught up: the watch again
-    assert reader.read().rules
+    assert [r.device for r in reader.read().rules] == ["gpu-1"]  # past the LIST: the watch again
     assert reader.requests == 2
     server.rules.objects.clear()  # our delete, its event late too
+    server.rules.rv = 150
     reader.rules_written()
     assert reader.read().rules == ()
-    assert reader.requests == 3
+    assert reader.read().rules == ()  # still from a LIST: the watch shows the rule yet
+    assert reader.requests == 4
+    rules.put(event("DELETED", created))
+    wait_until(lambda: reader.cache.rules.snapshot() == ())
+    assert reader.read().rules == ()
+    assert reader.requests == 5  # the LIST that saw the watch had caught up
+    assert reader.read().rules == ()
+    assert reader.requests == 5
+
+
+def test_a_write_whose_event_arrives_before_the_next_cycle_costs_one_list(
+    readers: list[WatchedDraReader],
+) -> None:
+    server = Server([slice_("n1", 50)], [])
+    _, rules = streams(server)
+    reader = watched(server, readers)
+    created = rule(gpu("n1", 1), 130)
+    server.rules.objects.append(created)
+    server.rules.rv = 130
+    reader.rules_written()
+    rules.put(event("ADDED", created))
+    wait_until(lambda: reader.cache.rules.snapshot())
+    for _ in range(3):
+        assert [r.device for r in reader.read().rules] == ["gpu-1"]
+    assert reader.requests == 1
 
 
 def test_a_failed_list_after_our_write_is_blind_not_an_admins_removal(
