@@ -517,6 +517,8 @@ def test_helm_install_and_least_privilege(
         ("patch", "gpuefficiencypolicies.gpuefficiency.io", "--subresource=status"),
         ("list", "customresourcedefinitions.apiextensions.k8s.io"),
         ("list", "resourceslices.resource.k8s.io"),
+        ("watch", "resourceslices.resource.k8s.io"),
+        ("watch", "devicetaintrules.resource.k8s.io"),
         ("create", "devicetaintrules.resource.k8s.io"),
         ("delete", "devicetaintrules.resource.k8s.io"),
         ("create", "leases.coordination.k8s.io", "-n", namespace),

@@ -313,15 +313,19 @@ class Informer(Generic[V]):
                 what = "watch" if self._version is not None else "list"
                 if self._failures % RELIST_AFTER_FAILURES == 0 and self._version is not None:
                     self._version, self._relist_reason = None, "error"
-                delay = self.backoff.delay(self._failures)
-                if self._retry_after is not None:
-                    delay = self._retry_after(exc) or delay
-                log.warning(
+                held = self._retry_after(exc) if self._retry_after is not None else None
+                delay = held or self.backoff.delay(self._failures)
+                # An expected refusal (``retry_after``) is said once, not every minute.
+                level = (
+                    logging.WARNING if not held else logging.INFO if self._failures == 1 else logging.DEBUG
+                )
+                log.log(
+                    level,
                     "%s: %s failed (%s: %s); retrying in %.1fs",
                     self.resource,
                     what,
                     type(exc).__name__,
-                    exc,
+                    f"HTTP {exc.status}: {exc.reason}" if isinstance(exc, ApiException) else exc,
                     delay,
                 )
                 self._stop.wait(delay)

@@ -3,6 +3,7 @@ without a LIST, and DraReader's safety kept (not served, not synced, blind, read
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -349,3 +350,18 @@ def test_the_listing_reader_reads_our_rules_after_a_write_and_is_blind_if_it_can
     server.fail = 500
     now[0] = 40.0
     assert reader.read().blind
+
+
+def test_an_expected_refusal_is_logged_once_not_at_every_retry(
+    readers: list[WatchedDraReader], caplog: pytest.LogCaptureFixture
+) -> None:
+    server = Server([], [])
+    streams(server)
+    server.rules.list_errors = [ApiException(status=404, reason="Not Found") for _ in range(100)]
+    caplog.set_level(logging.INFO, logger="gpu_efficiency.sources.watch")
+    watched(server, readers, sync=False, retry_after=lambda exc: 0.001)
+    wait_until(lambda: server.rules.lists >= 5)
+    said = [r for r in caplog.records if r.name == "gpu_efficiency.sources.watch" and "failed" in r.message]
+    assert [(r.levelname, r.message) for r in said] == [
+        ("INFO", "devicetaintrules: list failed (ApiException: HTTP 404: Not Found); retrying in 0.0s")
+    ]
