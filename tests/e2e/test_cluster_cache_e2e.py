@@ -1,7 +1,7 @@
 """The watch-based cluster cache on the real API server, with the chart's RBAC (a missing ``watch``
-verb fails here): it syncs, follows pods, nodes and namespaces within seconds, survives the server
-ending its watches and a resume from an old version, and the operator's steady cycles make no API
-read (while ``--no-watch-cache`` LISTs every cycle)."""
+verb fails here): it syncs, follows pods, nodes, namespaces, ResourceSlices and our DeviceTaintRules
+within seconds, survives the server ending its watches and a resume from an old version, and the
+operator's steady cycles make no API read (while ``--no-watch-cache`` LISTs every cycle)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,12 @@ from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
+from gpu_efficiency.engine.faults.device_objects import RULE_VERSION, SLICE_VERSION, rule_body
+from gpu_efficiency.engine.model import DraDevice
 from gpu_efficiency.sources.cluster import ClusterReader, ClusterState
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader, ClusterCache
+from gpu_efficiency.sources.dra import DraReader
+from gpu_efficiency.sources.dra_cache import DraCache, WatchedDraReader
 from tests.e2e.harness import OperatorIdentity, OperatorProcess, wait_for
 
 #: How soon a change must show in the cache. A healthy watch delivers in milliseconds; this leaves
@@ -162,6 +166,65 @@ def test_cache_syncs_with_the_charts_rbac_and_follows_changes_within_seconds(
     assert all(p.uid != uid for p in reader.read().pods)
     assert reader.read().requests == 0
     assert reader.cache.pods.relists == 1  # one LIST at start, then only the watch
+
+
+def test_dra_watches_sync_with_the_charts_rbac_and_follow_slices_and_rules_within_seconds(
+    k8s: client.ApiClient, operator_api: client.ApiClient
+) -> None:
+    """A new slice and an admin's deletion of our rule show without a LIST (DraReader saw a slice
+    up to a minute late and LISTed our rules every cycle)."""
+    custom: Any = client.CustomObjectsApi(k8s)
+    tag = uuid.uuid4().hex[:6]
+    gpu = DraDevice(
+        "cache-e2e.example.com", f"cache-e2e-{tag}", "gpu-0", gpu_node(client.CoreV1Api(k8s)), f"GPU-{tag}"
+    )
+    slice_body = {
+        "apiVersion": f"resource.k8s.io/{SLICE_VERSION}",
+        "kind": "ResourceSlice",
+        "metadata": {"name": gpu.pool},
+        "spec": {
+            "driver": gpu.driver,
+            "nodeName": gpu.node,
+            "pool": {"name": gpu.pool, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": gpu.device, "attributes": {"uuid": {"string": gpu.uuid}}}],
+        },
+    }
+    rule = rule_body("xid", "NoSchedule", gpu)  # a device no class selects: it quarantines nothing
+    reader = WatchedDraReader(
+        DraCache.for_client(operator_api), DraReader(client.CustomObjectsApi(operator_api))
+    )
+    reader.start()
+    try:
+        for informer in reader.cache.informers:
+            assert informer.wait_synced(30), (
+                f"{informer.resource} did not sync: is `watch` in the ClusterRole, and "
+                f"resource.k8s.io/v1beta2 served? ({informer.error})"
+            )
+        assert not reader.read().error
+        custom.create_cluster_custom_object("resource.k8s.io", SLICE_VERSION, "resourceslices", slice_body)
+        delivered("ResourceSlice created", lambda: gpu in reader.read().devices)
+        custom.create_cluster_custom_object("resource.k8s.io", RULE_VERSION, "devicetaintrules", rule)
+        name = rule["metadata"]["name"]
+        delivered("our DeviceTaintRule created", lambda: any(r.name == name for r in reader.read().rules))
+        custom.delete_cluster_custom_object("resource.k8s.io", RULE_VERSION, "devicetaintrules", name)
+        delivered(
+            "our DeviceTaintRule deleted by an admin",
+            lambda: all(r.name != name for r in reader.read().rules),
+        )
+        assert reader.requests == 0
+    finally:
+        reader.stop()
+        for version, plural, obj in (
+            (RULE_VERSION, "devicetaintrules", rule),
+            (SLICE_VERSION, "resourceslices", slice_body),
+        ):
+            try:
+                custom.delete_cluster_custom_object(
+                    "resource.k8s.io", version, plural, obj["metadata"]["name"]
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
 
 
 def _cache_matches_a_list(reader: CachedClusterReader) -> bool:

@@ -6,13 +6,15 @@ taints) and checks the node taint, the events and that the DRA node stays untain
 injects the XID on the GPU the scheduler really gave the victim and checks what the scenario
 format cannot: the DeviceTaintRule (NoSchedule first), the drain before NoExecute (the victim's
 PodDisruptionBudget refuses its eviction, so the rule turns NoExecute only at drainTimeout, and the
-controller-manager then removes only the victim), a new 4-GPU claim on the healthy GPUs, and the
-rule's removal on recovery. Needs the cluster's DRA device
-taints (cluster.sh turns them on by default: GPUEFF_RUNTIME_CONFIG, GPUEFF_FEATURE_GATES).
+controller-manager then removes only the victim), a new 4-GPU claim on the healthy GPUs, the
+rule's removal on recovery, and that steady cycles read the slices and our rules from watches (no
+API read). Needs the cluster's DRA device taints (cluster.sh turns them on by default:
+GPUEFF_RUNTIME_CONFIG, GPUEFF_FEATURE_GATES).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ RESOURCE = ("resource.k8s.io", "v1")
 RULES = ("resource.k8s.io", "v1beta2", "devicetaintrules")
 OURS = "app.kubernetes.io/managed-by=gpu-efficiency-operator"
 SCENARIO_LABEL = "sim.gpuefficiency.io/scenario"
+READS = re.compile(r"policy dra-quarantine: cycle [^\n]*?, (\d+) API reads")
 
 
 def our_rules(custom: Any) -> list[dict[str, Any]]:
@@ -213,3 +216,9 @@ def test_a_reset_class_xid_on_a_dra_gpu_quarantines_that_device_only(
         time.sleep(0)
     result = bg.finish()
     assert result.passed, bg.report()
+    # 6. The slices and our rules come from watches: with a DRA GPU (and later our rule) in the
+    # cluster, steady cycles make no API read (DraReader LISTed our rules every cycle).
+    assert result.operator_log is not None
+    reads = [int(n) for n in READS.findall(result.operator_log.read_text(errors="replace"))]
+    print("API reads per cycle:", reads)
+    assert reads.count(0) >= 3, reads

@@ -28,7 +28,7 @@ from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.status import StatusWriter, parse_status
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import parse_duration
-from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, ReclaimAction
+from gpu_efficiency.api.policy import DeviceTaintEffect, GPUEfficiencyPolicySpec, ReclaimAction
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.cyclic_gc import gc_paused
@@ -70,7 +70,7 @@ from gpu_efficiency.sources.base import (
     SourceUnavailable,
 )
 from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
-from gpu_efficiency.sources.dra import DraReader, DraState
+from gpu_efficiency.sources.dra import DraSource, DraState
 from gpu_efficiency.sources.labels import INVALID_ID, NODE_CONFLICT
 from gpu_efficiency.sources.owners import OwnerReader, OwnerState, OwnersUnavailable
 
@@ -159,7 +159,7 @@ class CycleRunner:
     leader: Leader
     clock: Callable[[], float] = time.time
     owners: OwnerReader | None = None  # owner-aware reclamation (None: pods judged one by one)
-    dra: DraReader | None = None  # DRA GPUs and our DeviceTaintRules (None: node taints only)
+    dra: DraSource | None = None  # DRA GPUs and our DeviceTaintRules (None: node taints only)
     read_owners_always: bool = False  # report/explain: owners even before any idle clock runs
     _owner_cache: tuple[float, OwnerState] | None = None  # (when, what) of the last owner read
     notifier: Notifier | None = None  # spec.notify's webhooks (None: one-shot commands post nothing)
@@ -347,6 +347,8 @@ class CycleRunner:
         owners, owners_error = self._read_owners(cluster, spec)
         dra_reads = self.dra.requests if self.dra is not None else 0
         dra = self.dra.read() if self.dra is not None and spec.faults.enabled else DraState()
+        if self.dra is not None and spec.faults.device_quarantine.effect is DeviceTaintEffect.NO_EXECUTE:
+            dra = self.dra.with_claims(dra)  # who holds a faulty device: only a drain needs it
         dra_reads = (self.dra.requests if self.dra is not None else 0) - dra_reads
         if dra.blind and available:  # a missing rule would read as an admin's removal
             available, error = False, dra.error

@@ -14,11 +14,13 @@ from kubernetes import client
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.events import EventRecorder
 from gpu_efficiency.actuators.notify import Notifier
+from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.status import StatusWriter
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.apiclient import load_api_client
 from gpu_efficiency.config import OperatorConfig
+from gpu_efficiency.engine.model import TaintDevices, UntaintDevices
 from gpu_efficiency.runtime.cycle import CycleRunner, feed_write
 from gpu_efficiency.runtime.leader import AlwaysLeader, LeaderElector
 from gpu_efficiency.sources.agent import AgentSource, pod_endpoints, static_endpoints
@@ -27,7 +29,8 @@ from gpu_efficiency.sources.cluster import ClusterReader, ClusterSource
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader, ClusterCache
 from gpu_efficiency.sources.combined import CombinedSource
 from gpu_efficiency.sources.credentials import credentials_allowed
-from gpu_efficiency.sources.dra import DraReader
+from gpu_efficiency.sources.dra import DraReader, DraSource
+from gpu_efficiency.sources.dra_cache import DraCache, WatchedDraReader
 from gpu_efficiency.sources.owners import OwnerReader, api_fetch
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
 
@@ -149,6 +152,23 @@ def build_reader(config: OperatorConfig, api_client: client.ApiClient, *, watch:
     return reader
 
 
+def build_dra(config: OperatorConfig, api_client: client.ApiClient, *, watch: bool) -> DraSource:
+    """ResourceSlices and our DeviceTaintRules: watched for the long-running operator (as the
+    cluster cache), LISTed per read for one-shot commands."""
+    reader = DraReader(client.CustomObjectsApi(api_client))
+    if watch and config.watch_cache:
+        return WatchedDraReader(DraCache.for_client(api_client), fallback=reader)
+    return reader
+
+
+def feed_writes(reader: ClusterSource, dra: DraSource, outcome: Outcome) -> None:
+    """``feed_write``, and a write of our DeviceTaintRules told to the DRA reader (read-your-writes:
+    the actuator returns no object to feed back, so the next read lists our rules)."""
+    feed_write(reader, outcome)
+    if isinstance(outcome.action, (TaintDevices, UntaintDevices)) and outcome.result is not Result.NOOP:
+        dra.rules_written()
+
+
 def build_runner(
     config: OperatorConfig, api_client: client.ApiClient | None = None, *, watch: bool = False
 ) -> CycleRunner:
@@ -167,6 +187,7 @@ def build_runner(
     else:
         leader = AlwaysLeader()
     reader = build_reader(config, api_client, watch=watch)
+    dra = build_dra(config, api_client, watch=watch)
     return CycleRunner(
         config=config,
         reader=reader,
@@ -174,13 +195,13 @@ def build_runner(
             api_client,
             recorder,
             dry_run=config.dry_run,
-            on_written=partial(feed_write, reader),
+            on_written=partial(feed_writes, reader, dra),
             still_leader=leader.still_leader,
         ),
         status_writer=StatusWriter(api_client, refresh_seconds=config.status_refresh_seconds),
         source_for=SourceCache(config, api_client),
         leader=leader,
         owners=OwnerReader(api_fetch(api_client)),
-        dra=DraReader(client.CustomObjectsApi(api_client)),
+        dra=dra,
         notifier=Notifier(config.notify_secret_dir) if watch else None,
     )

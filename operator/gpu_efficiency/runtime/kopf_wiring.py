@@ -42,6 +42,8 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     if wake is not None and isinstance(runner.reader, CachedClusterReader):
         runner.reader.cache.nodes.on_change = scheduler.node_changed  # early fault cycles
     runner.reader.start()  # every replica, leader or not: a failover starts with a warm cache
+    if runner.dra is not None:
+        runner.dra.start()
     runner.leader.start()
     scheduler.start()
     memo.runner, memo.registry, memo.scheduler = runner, registry, scheduler
@@ -81,3 +83,5 @@ def cleanup(memo: kopf.Memo, **_: Any) -> None:
         scheduler.stop()
         memo.runner.leader.stop()
         memo.runner.reader.stop()
+        if memo.runner.dra is not None:
+            memo.runner.dra.stop()

@@ -1,13 +1,15 @@
 """DRA reads for single-GPU quarantine: the GPUs ResourceSlices publish, and our DeviceTaintRules.
 
+``DraReader`` LISTs them (one-shot commands, and the watches' fallback); the long-running operator
+reads them from watches (``sources/dra_cache``), so that a steady cycle makes no request at all.
 At most one LIST per cycle (none where no DRA GPU and no rule of ours exists) and two a minute,
 whatever the cluster size (what counts as a GPU and as our rule:
 ``engine/faults/device_objects``). When the API server does not serve ``resource.k8s.io/v1beta2``
 DeviceTaintRules (Kubernetes 1.36 needs ``--runtime-config=resource.k8s.io/v1beta2=true`` and the
 ``DRADeviceTaintRules`` feature gate) or RBAC forbids the reads, no device is reported: faults keep
-the node taint, which quarantines more, never less. While a rule of ours exists, the ResourceClaims
-are listed too (one more LIST a cycle), so a drain before a NoExecute device taint knows which pods
-hold the faulty device.
+the node taint, which quarantines more, never less. For a policy whose device taints are NoExecute,
+the ResourceClaims are listed too while a rule of ours exists (one more LIST a cycle, watched or
+not: claims come and go with every pod), so the drain knows which pods hold the faulty device.
 """
 
 from __future__ import annotations
@@ -35,6 +37,19 @@ from gpu_efficiency.engine.model import DeviceRule, DeviceUse, DraDevice
 log = logging.getLogger(__name__)
 
 
+#: Seconds between two asks of an API the server does not serve, or RBAC forbids.
+UNSERVED_RETRY_S = 60.0
+
+
+def unserved(status: int | None) -> str | None:
+    """Why no DRA read can be served (404: not served, 403: not allowed), or None for another error."""
+    if status == 404:
+        return "ResourceSlices or DeviceTaintRules not served: faults taint nodes"
+    if status == 403:
+        return "ResourceSlices or DeviceTaintRules not allowed (RBAC): faults taint nodes"
+    return None
+
+
 class CustomApi(Protocol):
     """The CustomObjectsApi method used here (a fake implements it in unit tests)."""
 
@@ -54,6 +69,29 @@ class DraState:
     uses: tuple[DeviceUse, ...] | None = ()
 
 
+class DraSource(Protocol):
+    """What a cycle reads DRA state from: ``DraReader`` or the watched ``WatchedDraReader``."""
+
+    @property
+    def requests(self) -> int:
+        """API requests made for the cycles so far (the cycle counts the difference)."""
+        ...
+
+    def read(self) -> DraState: ...
+
+    def rules_written(self) -> None:
+        """A DeviceTaintRule of ours was created, changed or deleted: the next read must show it."""
+        ...
+
+    def with_claims(self, state: DraState) -> DraState:
+        """``state`` with the devices ResourceClaims hold (a NoExecute drain needs them)."""
+        ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass
 class DraReader:
     """The slices are read at most every ``slices_ttl_s`` (drivers publish them when they start, so a
@@ -71,13 +109,30 @@ class DraReader:
     _last: DraState | None = None
     _slices_at: float | None = None  # when the slices in _last were listed
     _said: str = ""  # the last error logged (once per change, not every cycle)
+    _written: bool = False  # a rule of ours was written since the last read: read the rules
+
+    def start(self) -> None:
+        """Nothing to start: every read LISTs."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def rules_written(self) -> None:
+        self._written = True
+
+    def remember(self, state: DraState) -> None:
+        """A good state read elsewhere (the watches): what a failed LIST falls back on."""
+        if not state.blind and not state.error:
+            self._last = state
 
     def read(self) -> DraState:
         now = self.clock()
         due = self._slices_at is None or now - self._slices_at >= self.slices_ttl_s
         last = self._last
-        if not due and last is not None and not last.devices and not last.rules and not last.blind:
+        quiet = last is not None and not last.devices and not last.rules and not last.blind
+        if not due and quiet and not self._written and last is not None:
             return last  # no DRA GPU and no rule of ours (or not served): nothing to read yet
+        written, self._written = self._written, False
         try:
             self.requests += 1
             rules = self.api.list_cluster_custom_object(
@@ -89,36 +144,36 @@ class DraReader:
                 slices = self.api.list_cluster_custom_object(GROUP, SLICE_VERSION, "resourceslices")
                 devices, self._slices_at = parse_slices(slices.get("items") or []), now
         except ApiException as exc:
-            if exc.status in (403, 404):  # not served or not allowed: no rule of ours can exist
-                what = "not served" if exc.status == 404 else "not allowed (RBAC)"
-                self._last, self._slices_at = (
-                    DraState(error=f"ResourceSlices or DeviceTaintRules {what}: faults taint nodes"),
-                    now,
-                )
-                return self._say(self._last)
+            why = unserved(exc.status)
+            if why is not None:  # not served or not allowed: no rule of ours can exist
+                self._last, self._slices_at = DraState(error=why), now
+                return self.say(self._last)
             error = f"DRA read failed (HTTP {exc.status}: {exc.reason})"
+            if written:  # the last read predates our write: a rule it lacks is not an admin's removal
+                self._written = True
+                return self.say(DraState(error=error, blind=True))
             if last is not None and not last.blind:
-                return self._say(DraState(last.devices, last.rules, error=error))
-            return self._say(DraState(error=error, blind=True))
-        ours = parse_rules(rules.get("items") or [])
-        self._last = DraState(devices=devices, rules=ours)
-        if not ours:
-            return self._say(self._last)
+                return self.say(DraState(last.devices, last.rules, error=error, uses=None))
+            return self.say(DraState(error=error, blind=True))
+        self._last = DraState(devices=devices, rules=parse_rules(rules.get("items") or []))
+        return self.say(self._last)
+
+    def with_claims(self, state: DraState) -> DraState:
+        """``state`` with the devices ResourceClaims hold, for a policy whose device taints are
+        NoExecute (the drain evicts only their pods): LISTed (and counted) only while a rule of ours
+        exists; a failed LIST gives ``uses=None``, and the drain then waits for its timeout."""
+        if not state.rules or state.blind:
+            return state
         try:
             self.requests += 1
             claims = self.api.list_cluster_custom_object(GROUP, CLAIM_VERSION, "resourceclaims")
-        except ApiException as exc:  # a drain then waits for its timeout: who holds a device is unknown
-            return self._say(
-                DraState(
-                    devices,
-                    ours,
-                    error=f"ResourceClaims not read (HTTP {exc.status}: {exc.reason})",
-                    uses=None,
-                )
-            )
-        return self._say(DraState(devices, ours, uses=parse_claims(claims.get("items") or [])))
+        except ApiException as exc:
+            error = f"ResourceClaims not read (HTTP {exc.status}: {exc.reason})"
+            return DraState(state.devices, state.rules, error=error, uses=None)
+        return DraState(state.devices, state.rules, uses=parse_claims(claims.get("items") or []))
 
-    def _say(self, state: DraState) -> DraState:
+    def say(self, state: DraState) -> DraState:
+        """Log the state's error once per change (the watched reader's states too), not every cycle."""
         if state.error and state.error != self._said:
             log.info("single-GPU quarantine: %s", state.error)
         self._said = state.error

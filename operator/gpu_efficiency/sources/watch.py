@@ -123,7 +123,9 @@ class Informer(Generic[V]):
     ``list_fn`` is a generated ``CoreV1Api.list_*`` method with its selectors bound (the same call
     lists and, with ``watch=True``, watches); ``view`` turns a decoded object into the engine's view;
     ``keep`` drops views the cycle never needs (pods without GPUs); ``order`` sorts snapshots as a
-    LIST returns them (by namespace and name), so a cycle plans the same whichever way it read.
+    LIST returns them (by namespace and name), so a cycle plans the same whichever way it read;
+    ``retry_after`` gives the wait after an error the backoff should not shorten (a kind the server
+    does not serve, or RBAC forbids, is asked again once a minute, not at 0.5, 1, 2... seconds).
     """
 
     def __init__(
@@ -139,6 +141,7 @@ class Informer(Generic[V]):
         idle_timeout: float = 130.0,
         max_broken: float = 75.0,
         backoff: Backoff | None = None,
+        retry_after: Callable[[Exception], float | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.resource = resource
@@ -151,6 +154,7 @@ class Informer(Generic[V]):
         self.idle_timeout = idle_timeout
         self.max_broken = max_broken
         self.backoff = backoff or Backoff()
+        self._retry_after = retry_after
         self._clock = clock
         self._items: dict[str, _Entry[V]] = {}
         self._snapshot: tuple[V, ...] | None = None
@@ -163,6 +167,7 @@ class Informer(Generic[V]):
         self._silences = 0  # silent watches in a row (a delivered line resets)
         self._version: str | None = None  # where the next watch resumes; None: relist first
         self._relist_reason = "start"
+        self.error: Exception | None = None  # the last failed LIST or watch; None once the server delivers
         self._response: Any = None
         self._thread: threading.Thread | None = None
         #: Called as (view before, view after; None: absent) on the watch thread for each watched
@@ -305,18 +310,25 @@ class Informer(Generic[V]):
                 if self._stop.is_set():
                     return
                 self._failures += 1
+                self.error = exc
                 self._mark_broken(self._clock())
                 self._restarted("error")
                 what = "watch" if self._version is not None else "list"
                 if self._failures % RELIST_AFTER_FAILURES == 0 and self._version is not None:
                     self._version, self._relist_reason = None, "error"
-                delay = self.backoff.delay(self._failures)
-                log.warning(
+                held = self._retry_after(exc) if self._retry_after is not None else None
+                delay = held or self.backoff.delay(self._failures)
+                # An expected refusal (``retry_after``) is said once, not every minute.
+                level = (
+                    logging.WARNING if not held else logging.INFO if self._failures == 1 else logging.DEBUG
+                )
+                log.log(
+                    level,
                     "%s: %s failed (%s: %s); retrying in %.1fs",
                     self.resource,
                     what,
                     type(exc).__name__,
-                    exc,
+                    f"HTTP {exc.status}: {exc.reason}" if isinstance(exc, ApiException) else exc,
                     delay,
                 )
                 self._stop.wait(delay)
@@ -334,6 +346,7 @@ class Informer(Generic[V]):
         self._heard_at = self._clock()
         self._broken_since = None
         self._failures = self._silences = 0
+        self.error = None
 
     def _call(self, **kwargs: Any) -> Any:
         try:
@@ -365,6 +378,7 @@ class Informer(Generic[V]):
         self._version = version or None
         self._heard_at = self._clock()
         self._broken_since = None
+        self.error = None
         self.relists += 1
         metrics.CACHE_RELISTS.labels(self.resource, self._relist_reason).inc()
         metrics.CACHE_OBJECTS.labels(self.resource).set(len(items))

@@ -287,13 +287,15 @@ def test_claims_are_read_only_while_a_rule_of_ours_exists_and_a_failed_read_is_u
     api.claims = [claim("u1", "gpu-3")]
     calls = counted(api)
     reader = DraReader(api)
-    assert reader.read().uses == ()
+    assert reader.with_claims(reader.read()).uses == ()
     assert "resourceclaims" not in calls
     taint_devices(api, TaintDevices(node="n1", kind="xid", effect="NoSchedule", devices=(GPU3,)))
-    state = reader.read()
+    assert reader.read().uses == ()  # read alone never lists claims (only a NoExecute policy asks)
+    assert "resourceclaims" not in calls
+    state = reader.with_claims(reader.read())
     assert [u.pods for u in state.uses or ()] == [("u1",)]
     api.fail_claims = 500
-    failed = reader.read()
+    failed = reader.with_claims(reader.read())
     assert failed.uses is None
     assert len(failed.rules) == 1
     assert not failed.blind

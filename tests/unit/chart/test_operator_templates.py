@@ -39,7 +39,9 @@ def test_cluster_role_gets_policies_for_report_and_explain() -> None:
     assert verbs[("gpuefficiency.io", "gpuefficiencypolicies")] == {"get", "list", "watch"}
     # delete: only our own DeviceTaintRules (single-GPU quarantine ends by deleting its rule)
     assert {k for k, v in verbs.items() if "delete" in v} == {("resource.k8s.io", "devicetaintrules")}
-    assert verbs[("resource.k8s.io", "resourceslices")] == {"list"}
+    # read-only, listed and watched into the DRA cache; claims listed while a rule of ours exists
+    assert verbs[("resource.k8s.io", "resourceslices")] == {"list", "watch"}
+    assert {"list", "watch"} <= verbs[("resource.k8s.io", "devicetaintrules")]
     assert verbs[("resource.k8s.io", "resourceclaims")] == {"list"}
     assert verbs[("", "pods/eviction")] == {"create"}
 
