@@ -46,6 +46,8 @@ EXPECTED_OPERATOR_RULES = {
     ("", "events"): {"create"},
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
     ("resource.k8s.io", "devicetaintrules"): {"list", "watch", "create", "patch", "delete"},
+    # who holds a faulty device, for the drain before a NoExecute device taint
+    ("resource.k8s.io", "resourceclaims"): {"list"},
     ("gpuefficiency.io", "gpuefficiencypolicies"): {"get", "list", "watch"},  # get: report --policy
     ("gpuefficiency.io", "gpuefficiencypolicies/status"): {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
@@ -521,6 +523,7 @@ def test_helm_install_and_least_privilege(
         ("watch", "devicetaintrules.resource.k8s.io"),
         ("create", "devicetaintrules.resource.k8s.io"),
         ("delete", "devicetaintrules.resource.k8s.io"),
+        ("list", "resourceclaims.resource.k8s.io"),
         ("create", "leases.coordination.k8s.io", "-n", namespace),
         ("update", "leases.coordination.k8s.io/gpu-efficiency-operator", "-n", namespace),
     ]
@@ -542,6 +545,7 @@ def test_helm_install_and_least_privilege(
         ("patch", "gpuefficiencypolicies.gpuefficiency.io"),
         ("get", "pods", "-A"),
         ("create", "customresourcedefinitions.apiextensions.k8s.io"),
+        ("delete", "resourceclaims.resource.k8s.io", "-A"),
         ("create", "leases.coordination.k8s.io", "-n", "default"),
         ("update", "leases.coordination.k8s.io/someone-else", "-n", namespace),
         ("create", "serviceaccounts", "--subresource=token", "-n", namespace),
