@@ -13,7 +13,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,9 +153,14 @@ class Scheduler:
         """The node watch's hook: a node agent's fault report wakes the policies covering the node."""
         if self.wake is None:
             return
-        policies = [PolicyRef(e.name, e.spec) for e in self.registry.entries()]
-        if self.wake.node_changed(before, after, policies):
+        if self.wake.node_changed(before, after, self._policy_refs()):
             self.registry.changed.set()
+
+    def _policy_refs(self) -> Iterator[PolicyRef]:
+        """The policies, read only when iterated: most node events are no fault news, and the watch
+        thread should not sort the registry under its lock for each of them."""
+        for entry in self.registry.entries():
+            yield PolicyRef(entry.name, entry.spec)
 
     def run_due(self) -> list[str]:
         """Run the cycles that are due (a new or edited policy, or one woken early, at once)."""
