@@ -27,6 +27,7 @@ from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolic
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.apiclient import load_api_client
 from gpu_efficiency.config import OperatorConfig, config_from_args
+from gpu_efficiency.engine.exporter_coverage import blind_summary, coverage, csv_lines, nodeless
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, ReclaimOwner, Snapshot, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
@@ -214,7 +215,35 @@ def build_report(snapshot: Snapshot, plan: Plan, *, currency: str = "USD") -> di
         ],
         "owners": [n for n in plan.notes if ": owner " in n],
         "notes": list(plan.notes),
+        "exporters": exporters(snapshot),
     }
+
+
+def exporters(snapshot: Snapshot) -> dict[str, Any]:
+    """Which dcgm-exporter generation the GPUs speak, what they are blind to (with the CSV lines
+    that would serve it) and whether any GPU names its node."""
+    cover = coverage(snapshot.gpus)
+    return {
+        "generations": dict(cover.generations),
+        "blind": dict(cover.blind),
+        "csvLines": csv_lines(cover.blind),
+        "nodeless": nodeless(cover),
+    }
+
+
+def render_exporters(exp: dict[str, Any]) -> list[str]:
+    out = []
+    if exp["generations"]:
+        spoken = ", ".join(f"{gen} {n}" for gen, n in exp["generations"].items())
+        out.append(f"\nExporter generations (GPUs): {spoken}")
+    if exp["nodeless"]:
+        out.append(f"\nNO GPU TIED TO A NODE: {exp['nodeless']}")
+    if exp["blind"]:
+        out.append(f"\nBlind spots (unknown, never healthy): {blind_summary(exp['blind'])}")
+        if exp["csvLines"]:
+            out.append("  add to dcgm-exporter's counters CSV (-f / the chart's metrics ConfigMap):")
+            out += [f"    {line}" for line in exp["csvLines"]]
+    return out
 
 
 def _fmt(value: float | None, pct: bool = True) -> str:
@@ -314,6 +343,7 @@ def render_table(report: dict[str, Any]) -> str:
             "\nOwners of idle pods (the action Enforce mode takes once all their GPU pods are idle and due):"
         )
         out += [f"  {line}" for line in report["owners"]]
+    out += render_exporters(report["exporters"])
     if report["actions"]:
         out.append("\nWould act (Enforce mode):")
         out += [f"  {a['action']:5}  {a['pod']}: {a['why']}" for a in report["actions"]]

@@ -99,6 +99,7 @@ class GPUSample:
     # exporter serves (blind is not healthy: engine/exporter_coverage.py).
     exporter: str = ""
     blind: frozenset[str] = frozenset()
+    labels_seen: frozenset[str] = frozenset()  # a node-less GPU's identity labels (what to fix)
 
     def get(self, window: Window, signal: Signal) -> Stats | None:
         return self.stats.get(window, {}).get(signal)

@@ -162,6 +162,7 @@ def samples(
                 carried_newest=carried,
                 exporter=view.generation.value if view is not None else "",
                 blind=view.blind if view is not None else frozenset(),
+                labels_seen=ident.labels if not ident.node else frozenset(),
             )
         )
     gpus.sort(key=lambda g: (g.node, g.index, g.uuid))
