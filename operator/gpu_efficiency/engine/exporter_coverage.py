@@ -19,6 +19,8 @@ from gpu_efficiency.api.status import Condition
 from gpu_efficiency.engine.conditions import find_condition, set_condition
 from gpu_efficiency.engine.model import GPUSample, PolicyEvent
 
+#: MetricsAvailable's reason when no GPU's series name its node.
+NO_NODE_LABELS = "NoNodeLabels"
 #: The order blind spots are listed in (fault kinds first: they decide taints).
 ORDER = (
     "ecc",

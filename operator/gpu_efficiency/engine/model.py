@@ -100,6 +100,9 @@ class GPUSample:
     exporter: str = ""
     blind: frozenset[str] = frozenset()
     labels_seen: frozenset[str] = frozenset()  # a node-less GPU's identity labels (what to fix)
+    # XID events counted (DCGM_EXP_XID_ERRORS_COUNT): duration (s) -> code -> events within it;
+    # None where the exporter serves only the last-XID gauge (engine/faults/xid.py).
+    xid_events: Mapping[int, Mapping[int, int]] | None = None
 
     def get(self, window: Window, signal: Signal) -> Stats | None:
         return self.stats.get(window, {}).get(signal)

@@ -18,7 +18,7 @@ from gpu_efficiency.api.status import (
     VerdictCounts,
 )
 from gpu_efficiency.engine.conditions import condition_flipped, find_condition, set_condition
-from gpu_efficiency.engine.exporter_coverage import coverage, nodeless, signals_condition
+from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS, coverage, nodeless, signals_condition
 from gpu_efficiency.engine.model import (
     FaultOutcome,
     GPUSample,
@@ -86,7 +86,7 @@ def policy_status(
             conditions,
             type=names.COND_METRICS,
             status="False",
-            reason="NoNodeLabels" if no_node else "NoPodSamples",
+            reason=NO_NODE_LABELS if no_node else "NoPodSamples",
             message=unattributed,
             now=now,
             generation=generation,

@@ -34,6 +34,7 @@ from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.conditions import set_condition
 from gpu_efficiency.engine.faults.devices import with_dra_capacity
+from gpu_efficiency.engine.faults.xid_repeats import FLOOD_WINDOW_S
 from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
@@ -117,10 +118,15 @@ def fault_hints(spec: GPUEfficiencyPolicySpec, cluster: ClusterState) -> FaultHi
     """What the source needs to fetch fault series only for GPUs that may be faulted."""
     thermal = spec.faults.thermal
     hot = spec.faults.enabled and thermal.enabled
+    xid_windows: tuple[float, ...] = ()
+    if spec.faults.enabled and spec.faults.xid.enabled:
+        lookback = parse_duration(spec.faults.lookback)
+        xid_windows = (lookback, FLOOD_WINDOW_S, *(parse_duration(r.within) for r in spec.faults.xid.repeat))
     return FaultHints(
         gpu_temperature_above=thermal.gpu_temperature_above if hot else None,
         memory_temperature_above=thermal.memory_temperature_above if hot else None,
         held_nodes=frozenset(n.name for n in cluster.nodes if names.NODE_FAULTS in n.annotations),
+        xid_windows=xid_windows,
     )
 
 

@@ -99,6 +99,7 @@ class ExporterView:
 
     generation: Generation
     blind: frozenset[str]  # fault kinds and diagnosis inputs none of whose signals it serves
+    xid_counter: bool = False  # serves DCGM_EXP_XID_ERRORS_COUNT: XIDs are counted exactly
 
 
 def view_of(mask: int) -> ExporterView:
@@ -119,7 +120,8 @@ def view_of(mask: int) -> ExporterView:
         generation = Generation.V4
     else:
         generation = Generation.UNKNOWN
-    return ExporterView(generation, frozenset(spot for spot in BLIND_SPOTS if not has(spot)))
+    blind = frozenset(spot for spot in BLIND_SPOTS if not has(spot))
+    return ExporterView(generation, blind, has("xid-count"))
 
 
 def inventory(

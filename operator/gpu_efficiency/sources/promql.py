@@ -203,6 +203,7 @@ class Query:
     candidates: bool = False  # names the GPUs whose fault windows to fetch (see ``candidates_query``)
     idle: bool = False  # names the GPUs that may be idle (see ``idle_candidates_query``)
     inventory: bool = False  # each GPU's generation and served signals (``sources/exporter_inventory.py``)
+    xid_counts: bool = False  # XID events per GPU and code (``sources/xid_counts.py``)
 
 
 def _selector(signal: Signal, matchers: str) -> str:
@@ -303,6 +304,8 @@ def fault_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
     or a held node."""
     window = _duration(seconds)
     parts = [_any_key(f"{over(sig, 'max_over_time', window, matchers)} > 0") for sig in FAULT_SIGNALS]
+    counted = f'{ef.XID_COUNT}{{{ef.XID_LABEL}!=""' + (f",{matchers}" if matchers else "") + "}"
+    parts.append(_any_key(f"max_over_time({counted}[{window}]) > 0"))  # XIDs counted (4.8.3+)
     parts.extend(pcie_filter(window, matchers))
     held = _held_nodes(hints.held_nodes, matchers)
     return union(parts + ([held] if held else []))

@@ -16,7 +16,7 @@ import httpx
 
 from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.model import Window
-from gpu_efficiency.sources import exporter_inventory
+from gpu_efficiency.sources import exporter_inventory, xid_counts
 from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult
 from gpu_efficiency.sources.exporter_inventory import ExporterView
 from gpu_efficiency.sources.labels import GPUKey
@@ -84,6 +84,8 @@ class PrometheusSource:
             return answers.idle_keys(series, drops)
         if query.inventory:
             return exporter_inventory.inventory(series, drops)
+        if query.xid_counts:
+            return xid_counts.events(series, drops)
         return answers.candidates(series, drops) if query.candidates else answers.identities(series, drops)
 
     def first_round(self, request: FetchRequest) -> list[Query]:
@@ -100,6 +102,9 @@ class PrometheusSource:
         if candidates is not None:
             queries.append(candidates)
         queries.append(inventory)
+        counted = xid_counts.query(hints.xid_windows, matchers)
+        if counted is not None:
+            queries.append(counted)
         return queries
 
     def fetch(self, request: FetchRequest) -> FetchResult:
@@ -110,14 +115,17 @@ class PrometheusSource:
         identity: dict[GPUKey, Identity] = {}
         windows: dict[Window, WindowValues] = {}
         views: dict[tuple[str, str], ExporterView] = {}
+        xids: xid_counts.XidEvents = {}
         drops = DropTally()
 
         def take(query: Query, result: Any) -> list[Query]:
-            nonlocal identity, views
+            nonlocal identity, views, xids
             if query.window is not None:
                 windows[query.window] = result
             elif query.inventory:
                 views = result
+            elif query.xid_counts:
+                xids = result
             elif not query.candidates:
                 identity = result
             return self.fault_windows(query, result, request)
@@ -127,7 +135,7 @@ class PrometheusSource:
             sent = self.run_rounds(
                 queries, request.now, take, len(queries) + len(FILTERED_WINDOWS), drops=drops
             )
-            gpus = samples(identity, windows, request, views=views)
+            gpus = samples(identity, windows, request, views=views, xids=xids)
         return FetchResult(
             gpus=gpus, queries=sent, seconds=time.monotonic() - started, dropped=drops.counts()
         )

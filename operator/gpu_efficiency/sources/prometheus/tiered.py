@@ -43,6 +43,7 @@ from gpu_efficiency.sources.promql import (
     listed_window_query,
     window_query,
 )
+from gpu_efficiency.sources.xid_counts import XidEvents
 
 if TYPE_CHECKING:
     from gpu_efficiency.sources.prometheus.source import PrometheusSource
@@ -75,7 +76,7 @@ class TieredFetch:
         queries += [
             q
             for q in source.first_round(request)
-            if q.candidates or q.inventory or q.window not in (None, Window.ACTIVITY)
+            if q.candidates or q.inventory or q.xid_counts or q.window not in (None, Window.ACTIVITY)
         ]
         cache = self._cache(seconds)
         state = TieredRound()
@@ -126,6 +127,7 @@ class TieredFetch:
                 {Window.ACTIVITY: state.built},
                 {Window.ACTIVITY: whole},
                 views=state.views,
+                xids=state.xids,
             )
         log.debug(
             "activity window: %d in full%s, %d chain only (new %d, idle %d, not busy %d, settling %d),"
@@ -226,6 +228,7 @@ class TieredRound:
     carried: dict[Key, Entry] = field(default_factory=dict)  # the plan's carried GPUs, as it judged them
     built: dict[Key, dict[Signal, Stats]] = field(default_factory=dict)  # their Stats (build_carried)
     views: dict[Key, ExporterView] = field(default_factory=dict)  # the inventory's answer
+    xids: XidEvents = field(default_factory=dict)  # XID events counted (sources/xid_counts.py)
 
     def build_carried(self) -> None:
         """The carried GPUs' activity Stats, from the entries the plan judged: each entry's own
@@ -247,6 +250,8 @@ class TieredRound:
             self.idle = result
         elif query.inventory:
             self.views = result
+        elif query.xid_counts:
+            self.xids = result
         elif not query.candidates:
             self.identity = result
             self.seen = {

@@ -120,12 +120,14 @@ def samples(
     built: Mapping[Window, dict[Key, dict[Signal, Stats]]] | None = None,
     whole: Mapping[Window, WholeStats] | None = None,
     views: Mapping[tuple[str, str], ExporterView] | None = None,
+    xids: Mapping[tuple[str, str], Mapping[int, Mapping[int, int]]] | None = None,
 ) -> tuple[GPUSample, ...]:
     """Join identities with the window aggregates (consumed): one GPUSample per GPU, sorted.
     ``built``: carried windows' Stats (``Entry.stats``), taken instead of rows (also consumed);
     their GPU's sample is marked carried, with identity's newest time (``GPUSample.carried_newest``).
     ``whole``: Stats of windows fetched whole this cycle, equal to their rows' (also consumed), not
-    marked carried. ``views``: each GPU's generation and blind spots (the inventory query)."""
+    marked carried. ``views``: each GPU's generation and blind spots (the inventory query);
+    ``xids``: XID events counted, for the GPUs whose exporter serves the counter."""
     expected = {
         w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0
     }
@@ -163,6 +165,7 @@ def samples(
                 exporter=view.generation.value if view is not None else "",
                 blind=view.blind if view is not None else frozenset(),
                 labels_seen=ident.labels if not ident.node else frozenset(),
+                xid_events=(xids or {}).get(key, {}) if view is not None and view.xid_counter else None,
             )
         )
     gpus.sort(key=lambda g: (g.node, g.index, g.uuid))
