@@ -39,3 +39,6 @@ def test_report_shows_generations_blind_spots_with_csv_lines_and_no_series_with_
     assert "no dcgm-exporter series found with the matcher" in render_table(
         build_report(missing, plan_cycle(missing))
     )
+    empty = b.snapshot([], [])  # no GPU pod yet, and no series: still said, with the matcher
+    shown = render_table(build_report(empty, plan_cycle(empty), matchers='job=~"x"'))
+    assert 'no dcgm-exporter series found with the matcher job=~"x"' in shown
