@@ -26,7 +26,8 @@ from gpu_efficiency.settings import (
 )
 
 #: Default label matchers of every DCGM query: the scrape jobs (a label Prometheus itself sets) of
-#: dcgm-exporter as the GPU Operator names it (its Service ``nvidia-dcgm-exporter``), as its own chart
+#: dcgm-exporter as the GPU Operator names it (NVIDIA/gpu-operator ``assets/state-dcgm-exporter/
+#: 0500_service_monitor.yaml``: ``jobLabel: app``, the Service's ``app: nvidia-dcgm-exporter``), as its own chart
 #: does (NVIDIA/dcgm-exporter ``deployment/templates/_helpers.tpl``: the Service is the release's
 #: full name, ``<release>-dcgm-exporter``, or the release name itself when it already holds
 #: ``dcgm-exporter``, so ``helm install dcgm ...`` gives ``dcgm-dcgm-exporter`` and the README's
