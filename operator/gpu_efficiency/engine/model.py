@@ -94,6 +94,10 @@ class GPUSample:
     # tiered refresh): its Stats keep the sample times they were fetched with, and this, the GPU's
     # newest sample time now (NaN: none), is what their freshness is judged by (activity.data_bounds).
     carried_newest: float | None = None
+    #: The other source's reading of the same GPU when both Prometheus and its node agent report it
+    #: (``sources/agent.merge_samples``): a drain or NoExecute needs both to show the fault
+    #: (safety rule 10). None: one source only.
+    witness: GPUSample | None = None
 
     def get(self, window: Window, signal: Signal) -> Stats | None:
         return self.stats.get(window, {}).get(signal)
@@ -125,6 +129,8 @@ class NodeView:
     gpu_capacity: int
     unschedulable: bool = False
     gpu_allocatable: int | None = None  # status.allocatable (what the scheduler counts); None: capacity
+    #: status.addresses (InternalIP, Hostname, ...): a scrape target at one of them runs on this node.
+    addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,14 @@ from gpu_efficiency.sources.prometheus.answers import Identity
 from gpu_efficiency.sources.prometheus.tiered import TieredFetch
 from gpu_efficiency.sources.prometheus.transport import PrometheusClient, PrometheusConfig
 from gpu_efficiency.sources.prometheus.vector import iter_vector
-from gpu_efficiency.sources.prometheus.windows import WindowValues, fold_window, samples
+from gpu_efficiency.sources.prometheus.windows import (
+    Rows,
+    TrustedRows,
+    WindowValues,
+    fold_target_window,
+    fold_window,
+    samples,
+)
 from gpu_efficiency.sources.promql import (
     FILTERED_WINDOWS,
     Query,
@@ -64,10 +71,15 @@ class PrometheusSource:
         """Run one instant query (``PrometheusClient.query``)."""
         return self.client.query(text, at)
 
-    def window_values(self, query: Query, at: float | None = None) -> WindowValues:
+    def window_values(self, query: Query, at: float | None = None) -> WindowValues | TrustedRows:
         """Run a window query, folding its series as they stream in (see ``iter_vector``);
-        SourceUnavailable as soon as more than ``max_series`` series have come."""
+        SourceUnavailable as soon as more than ``max_series`` series have come. A fault window's
+        series stay apart per scrape target (``TrustedRows``: ``samples`` picks the trusted ones)."""
         cap = self.config.max_series
+        if query.window in FILTERED_WINDOWS:
+            return self.client.exchange(
+                query.text, at, lambda chunks: TrustedRows(fold_target_window(iter_vector(chunks), cap))
+            )
         return self.client.exchange(query.text, at, lambda chunks: fold_window(iter_vector(chunks), cap))
 
     def run(self, query: Query, at: float, drops: DropTally | None = None) -> Any:
@@ -102,7 +114,7 @@ class PrometheusSource:
             return self.tiered.fetch(request, request.activity.idle_below)
         started = time.monotonic()
         identity: dict[GPUKey, Identity] = {}
-        windows: dict[Window, WindowValues] = {}
+        windows: dict[Window, Rows] = {}
         drops = DropTally()
 
         def take(query: Query, result: Any) -> list[Query]:
@@ -118,7 +130,7 @@ class PrometheusSource:
             sent = self.run_rounds(
                 queries, request.now, take, len(queries) + len(FILTERED_WINDOWS), drops=drops
             )
-            gpus = samples(identity, windows, request)
+            gpus = samples(identity, windows, request, drops=drops)
         return FetchResult(
             gpus=gpus, queries=sent, seconds=time.monotonic() - started, dropped=drops.counts()
         )

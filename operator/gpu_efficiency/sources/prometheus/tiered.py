@@ -117,7 +117,12 @@ class TieredFetch:
                 whole = cache.whole_stats(plan)
             windows: dict[Window, Rows] = {**state.windows, Window.ACTIVITY: Overlay(reused, state.fresh)}
             gpus = samples(
-                state.identity, windows, request, {Window.ACTIVITY: state.built}, {Window.ACTIVITY: whole}
+                state.identity,
+                windows,
+                request,
+                {Window.ACTIVITY: state.built},
+                {Window.ACTIVITY: whole},
+                drops=drops,
             )
         log.debug(
             "activity window: %d in full%s, %d chain only (new %d, idle %d, not busy %d, settling %d),"
@@ -212,7 +217,7 @@ class TieredRound:
     idle: set[Key] | None = None
     seen: dict[Key, Seen] = field(default_factory=dict)
     plan: RefreshPlan | None = None
-    windows: dict[Window, WindowValues] = field(default_factory=dict)
+    windows: dict[Window, Rows] = field(default_factory=dict)
     fresh: WindowValues = field(default_factory=dict)
     early: frozenset[str] = frozenset()  # UUIDs whose chain was asked for before identity answered
     carried: dict[Key, Entry] = field(default_factory=dict)  # the plan's carried GPUs, as it judged them
