@@ -221,3 +221,26 @@ def test_without_an_address_book_every_target_counts_as_before() -> None:
     prometheus = real_cluster()
     prometheus.targets[TENANT_N2] = [Gpu("GPU-n1-0", "n1", xid=48)]
     assert [a.node for a in quarantines(fetch(prometheus, book=False)) if isinstance(a, TaintNode)] == ["n1"]
+
+
+def test_only_live_pods_lend_their_ip_to_a_target() -> None:
+    from gpu_efficiency.sources.cluster import pod_address
+
+    def obj(phase: str, **meta: str) -> dict[str, object]:
+        return {
+            "metadata": {"uid": "u", **meta},
+            "spec": {"nodeName": "n1"},
+            "status": {
+                "phase": phase,
+                "podIP": "10.0.0.5",
+                "podIPs": [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}],
+            },
+        }
+
+    assert pod_address(obj("Running")).ips == ("10.0.0.5", "fd00::5")
+    for finished in (
+        obj("Succeeded"),
+        obj("Failed"),
+        obj("Running", deletionTimestamp="2024-01-01T00:00:00Z"),
+    ):
+        assert pod_address(finished).ips == ()  # its IP may already be another pod's
