@@ -218,13 +218,15 @@ def judge_gpus(
     taints = XidChoice(faults.xid)
 
     def judged(gpu: GPUSample) -> dict[FaultKind, GpuJudgement]:
-        newest = _newest_fault_sample(gpu)
         out = {
             FaultKind.ECC: judge_ecc(gpu, rules),
             FaultKind.XID: judge_xid(gpu, rules, taints=taints),
             FaultKind.THERMAL: judge_thermal(gpu, rules, faults.thermal),
             FaultKind.PCIE: judge_pcie(gpu, rules),
         }
+        if all(j.state is not GpuState.FAULT for j in out.values()):
+            return out
+        newest = _newest_fault_sample(gpu)  # only a fault needs it (``_NodeCycle._unconfirmed``)
         return {k: replace(j, newest=newest) if j.state is GpuState.FAULT else j for k, j in out.items()}
 
     for gpu in gpus:
