@@ -75,7 +75,7 @@ def test_identity_query_gives_each_gpu_its_newest_sample_time(tmp_path: Path) ->
     expected = [
         {"labels": '{UUID="GPU-1",Hostname="n1",pod="a",namespace="ns",instance="x"}', "value": 120},
         {"labels": '{UUID="GPU-2",GPU_I_ID="1",Hostname="n1",instance="x"}', "value": 120},
-        {"labels": '{UUID="GPU-3",Hostname="n2",instance="x"}', "value": 45},
+        {"labels": '{UUID="GPU-3",Hostname="n2",instance="x"}', "value": 60},
         {"labels": '{UUID="GPU-3",Hostname="n2",instance="y"}', "value": 105},
         {"labels": '{UUID="GPU-4",Hostname="n2",instance="y"}', "value": 90},
     ]
