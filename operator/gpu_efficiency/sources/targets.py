@@ -21,8 +21,9 @@ safety section says what then still holds (a drain or NoExecute needs a second s
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.engine.model import NodeView
@@ -80,9 +81,15 @@ def node_of_target(instance: str, book: Mapping[str, str]) -> str:
     return book.get(target_host(instance), "") if instance else ""
 
 
-def on_node_targets(claims: Mapping[str, str], book: Mapping[str, str]) -> dict[str, str]:
+def locator(book: Mapping[str, str]) -> Callable[[str], str]:
+    """``node_of_target`` over ``book``, each target resolved once (thousands of GPUs share a few
+    targets per node)."""
+    return functools.cache(lambda instance: node_of_target(instance, book))
+
+
+def on_node_targets(claims: Mapping[str, str], locate: Callable[[str], str]) -> dict[str, str]:
     """Of ``claims`` (target -> the node it says the GPU is on), those made from that very node."""
-    return {t: node for t, node in claims.items() if node and node_of_target(t, book) == node}
+    return {t: node for t, node in claims.items() if node and locate(t) == node}
 
 
 def merged_rows(rows: Iterable[list[float]]) -> list[float]:

@@ -19,7 +19,13 @@ from gpu_efficiency.sources.labels import NODE_CONFLICT, GPUKey
 from gpu_efficiency.sources.prometheus.answers import Identity
 from gpu_efficiency.sources.prometheus.vector import check_cap
 from gpu_efficiency.sources.promql import AGG_LABEL, AGGREGATIONS, TARGET_LABEL
-from gpu_efficiency.sources.targets import FAULT_OFF_TARGET, IDENTITY_OFF_NODE, merged_rows, on_node_targets
+from gpu_efficiency.sources.targets import (
+    FAULT_OFF_TARGET,
+    IDENTITY_OFF_NODE,
+    locator,
+    merged_rows,
+    on_node_targets,
+)
 
 NAN = math.nan
 
@@ -110,7 +116,7 @@ def fold_target_window(chunks: Iterable[Iterable[Mapping[str, Any]]], max_series
 
 class TrustedRows:
     """A fault window's ``TargetValues`` read as ``Rows``: a GPU's rows are those of the targets
-    ``samples`` trusts for it (``trust``), merged; the other targets' rows are dropped and counted."""
+    ``samples`` trusts for it (``trusted``), merged; the other targets' rows are dropped and counted."""
 
     def __init__(self, values: TargetValues) -> None:
         self.values = values
@@ -176,14 +182,14 @@ def samples(
     built = built or {}
     whole = whole or {}
     drops = drops if drops is not None else DropTally()
-    book = request.targets
+    locate = locator(request.targets) if request.targets is not None else None
     gpus = []
     for gpu_key, ident in identity.items():
         key = (gpu_key.uuid, gpu_key.instance_id)
         node, pods = ident.node, ident.pods
         trusted: frozenset[str] | None = None
-        if book is not None:  # safety rule 10: the identity only from a target on the GPU's node
-            on_node = on_node_targets({t: c.node for t, c in ident.claims.items()}, book)
+        if locate is not None:  # safety rule 10: the identity only from a target on the GPU's node
+            on_node = on_node_targets({t: c.node for t, c in ident.claims.items()}, locate)
             nodes = set(on_node.values())
             drops.add(IDENTITY_OFF_NODE, len(ident.claims) - len(on_node))  # per target and GPU
             if len(nodes) != 1:
