@@ -183,12 +183,21 @@ def samples(
     whole = whole or {}
     drops = drops if drops is not None else DropTally()
     locate = locator(request.targets) if request.targets is not None else None
+    alone: dict[str, frozenset[str]] = {}  # one target's trusted set, shared by its GPUs
     gpus = []
     for gpu_key, ident in identity.items():
         key = (gpu_key.uuid, gpu_key.instance_id)
         node, pods = ident.node, ident.pods
         trusted: frozenset[str] | None = None
-        if locate is not None:  # safety rule 10: the identity only from a target on the GPU's node
+        if locate is not None and len(ident.claims) == 1:  # one target: the usual case, made quick
+            ((target, claim),) = ident.claims.items()
+            if not claim.node or locate(target) != claim.node:
+                drops.add(IDENTITY_OFF_NODE)
+                _discard(key, windows, built, whole)
+                continue
+            node, pods = claim.node, claim.pods
+            trusted = alone.get(target) or alone.setdefault(target, frozenset((target,)))
+        elif locate is not None:  # safety rule 10: the identity only from a target on the GPU's node
             on_node = on_node_targets({t: c.node for t, c in ident.claims.items()}, locate)
             nodes = set(on_node.values())
             drops.add(IDENTITY_OFF_NODE, len(ident.claims) - len(on_node))  # per target and GPU
