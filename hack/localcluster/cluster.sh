@@ -407,6 +407,18 @@ scrape_configs:
     file_sd_configs:
       - files: ['$PROM_DIR/targets/*.json']
         refresh_interval: 1s
+    # The simulator and the node agents run on this host for every fake node (no pod network):
+    # each series of a target registered as node-local gets the instance its node's own exporter
+    # would have (a hostNetwork DaemonSet pod, scraped at its node's address): <node>:9400, the node
+    # named by the first node label the exporter generation writes. The operator believes a GPU
+    # only from a scrape target on its node (safety rule 10).
+    metric_relabel_configs:
+      - source_labels: [gpueff_node_local, Hostname, hostname, kubernetes_node, node, nodename]
+        regex: 'true;+([^;]+).*'
+        target_label: instance
+        replacement: '\${1}:9400'
+      - regex: gpueff_node_local
+        action: labeldrop
   - job_name: gpu-efficiency-operator
     honor_labels: true
     file_sd_configs:

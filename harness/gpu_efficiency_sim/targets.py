@@ -11,6 +11,12 @@ from typing import Final
 DEFAULT_STATE_DIR: Final = "/tmp/gpueff-localcluster"
 #: The job the GPU Operator's dcgm-exporter gets, one the operator reads by default (config.DEFAULT_MATCHERS).
 DEFAULT_JOB: Final = "nvidia-dcgm-exporter"
+#: Target label of an exporter that stands for one exporter per node (the simulator, a node agent run
+#: on this host): the local Prometheus gives each of its series the ``instance`` that node's own
+#: exporter would have, ``<node>:9400`` (hack/localcluster/cluster.sh), as a hostNetwork
+#: DaemonSet pod is scraped at its node's address. The operator believes a GPU only from a target on
+#: its node (safety rule 10), and the local cluster has no pod network to run one per node on.
+NODE_LOCAL_LABEL: Final = "gpueff_node_local"
 
 
 def targets_dir(state_dir: str | None = None) -> Path:
@@ -25,13 +31,19 @@ def register(
     *,
     directory: Path | None = None,
     labels: Mapping[str, str] | None = None,
+    node_local: bool = True,
 ) -> Path:
-    """Write ``<name>.json`` atomically (Prometheus may read it at any moment); return its path."""
+    """Write ``<name>.json`` atomically (Prometheus may read it at any moment); return its path.
+    ``node_local``: the targets export each node's GPUs as that node's own exporter would
+    (``NODE_LOCAL_LABEL``); False for a target that stands for a tenant's pod (a forger)."""
     directory = directory or targets_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
     tmp = directory / f".{name}.json.tmp"
-    tmp.write_text(json.dumps([{"targets": list(addresses), "labels": dict(labels or {"job": DEFAULT_JOB})}]))
+    labels = dict(labels or {"job": DEFAULT_JOB})
+    if node_local:
+        labels[NODE_LOCAL_LABEL] = "true"
+    tmp.write_text(json.dumps([{"targets": list(addresses), "labels": labels}]))
     tmp.replace(path)
     return path
 

@@ -251,7 +251,8 @@ def reference(
             raise
 
 
-def create_policy(ref: Reference) -> None:
+def create_policy(ref: Reference, **faults: Any) -> None:
+    """The reference policy; ``faults`` adds to its ``spec.faults``."""
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "GPUEfficiencyPolicy",
@@ -267,7 +268,12 @@ def create_policy(ref: Reference) -> None:
             },
             "idle": {"idleFor": "3s", "warningPeriod": "6s"},
             "eviction": {"allowBarePods": True, "maxPerHour": MAX_PER_HOUR, "maxPerCycle": 1},
-            "faults": {"enabled": True, "lookback": "30s", "circuitBreaker": {"maxTaintedFraction": 1.0}},
+            "faults": {
+                "enabled": True,
+                "lookback": "30s",
+                "circuitBreaker": {"maxTaintedFraction": 1.0},
+                **faults,
+            },
         },
     }
     client.CustomObjectsApi(ref.k8s).create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
@@ -600,6 +606,7 @@ def test_forged_series_from_a_tenant_target_change_no_action(
         [forger.address],
         directory=cluster.prometheus_targets_dir(),
         labels={"job": DEFAULT_JOB, "tenant": "forger"},
+        node_local=False,  # a tenant's pod: scraped at its own address, on no GPU node
     )
     try:
         launch(reference)
@@ -614,7 +621,9 @@ def test_forged_series_from_a_tenant_target_change_no_action(
             40,
             what="the dropped samples in the status",
         )
-        assert dropped.get("gpus-exceed-capacity"), f"the invented GPU was not reported: {dropped}"
+        # The invented GPU's identity comes from a target on no node: dropped at the source (rule
+        # 10), before it could fill node 0's capacity (gpus-exceed-capacity, the rule-9 check).
+        assert dropped.get("identity-off-node"), f"the invented GPU was not reported: {dropped}"
     finally:
         unregister(target)
         forger.stop()
@@ -625,4 +634,74 @@ def test_forged_series_from_a_tenant_target_change_no_action(
         reference,
         got,
         f"droppedSamples {dropped}",
+    )
+
+
+def test_forged_xids_on_a_real_gpu_change_no_action(
+    cluster: Cluster,
+    reference: Reference,
+    launch: Callable[..., OperatorProcess],
+    table: list[Row],
+) -> None:
+    """Issue 31.1: a tenant's target publishes XID 48 with the UUID and Hostname of the real GPU
+    busy-0 runs on (node 0), rising from 0 as a real one does, under a policy that drains before a
+    NoExecute XID taint. Only the simulator's real XID (node 1, its own exporter) quarantines:
+    node 1 gets the NoExecute taint after its GPU pod busy-1 is drained; node 0 is never tainted,
+    busy-0 never drained, and the forged series are counted in droppedSamples."""
+    sim, (first, second) = reference.sim, reference.nodes.names
+    real = series_labels(
+        cluster.prometheus_url, f'DCGM_FI_PROF_SM_ACTIVE{{simulator="{sim.target}", pod="busy-0"}}'
+    )
+    assert real["Hostname"] == first, real
+    forger = ForgedExporter()
+    forger.lines = [
+        exposition("DCGM_FI_DEV_XID_ERRORS", real, 0),
+        exposition("DCGM_FI_DEV_GPU_UTIL", real, 100),  # its identity too, from the wrong place
+    ]
+    assert cluster.prometheus_targets_dir() is not None
+    target = register(
+        f"forger-{uuid.uuid4().hex[:6]}",
+        [forger.address],
+        directory=cluster.prometheus_targets_dir(),
+        labels={"job": DEFAULT_JOB, "tenant": "forger"},
+        node_local=False,
+    )
+
+    def xid_effects(node: str) -> list[str]:
+        taints = reference.core.read_node(node).spec.taints or []
+        return [t.effect for t in taints if t.key == TAINT_KEY and t.value == "xid"]
+
+    try:
+        launch(reference)
+        create_policy(reference, xid={"effect": "NoExecute"}, drainTimeout="60s")
+        time.sleep(4)  # the XID rises from 0, as a real one does (and as the simulator's does)
+        forger.lines[0] = exposition("DCGM_FI_DEV_XID_ERRORS", real, 48)
+        wait_for(lambda: xid_effects(second) == ["NoExecute"], 120, what="the real XID's NoExecute taint")
+        wait_for(
+            lambda: len([n for n in reference.outcome().evicted if n in IDLE]) == EXPECTED_EVICTIONS,
+            120,
+            what="the idle evictions",
+        )
+        start = reference.cycles()
+        wait_for(lambda: reference.cycles() >= start + SETTLE_CYCLES, 60, what=f"{SETTLE_CYCLES} more cycles")
+        got = reference.outcome()
+        assert xid_effects(first) == [], reference.logs()
+        assert "busy-0" not in got.evicted, got
+        assert "busy-1" in got.evicted, got  # the real fault's node: drained, then NoExecute
+        dropped = wait_for(
+            lambda: (d := reference.status().get("droppedSamples") or {}).get("fault-off-target") and d,
+            40,
+            what="the forged XID counted in droppedSamples",
+        )
+        assert dropped.get("identity-off-node"), dropped
+    finally:
+        unregister(target)
+        forger.stop()
+    record(
+        table,
+        "forged XID on a real GPU",
+        "XID 48 with busy-0's GPU UUID and node 0's Hostname from a tenant target; xid NoExecute",
+        reference,
+        got,
+        f"node 0 untainted, busy-0 kept; droppedSamples {dropped}",
     )

@@ -70,15 +70,18 @@ def test_identity_query_gives_each_gpu_its_newest_sample_time(tmp_path: Path) ->
         f'{util}{{UUID="GPU-4",Hostname="n2",instance="y"}}': "10x3 stale",
         f'{fb}{{UUID="GPU-4",Hostname="n2",instance="y"}}': "100x6",  # to 90s
     }
+    # Each target's series apart (``instance``: the source believes a GPU only from a target on its
+    # node); the source takes the newest over a GPU's targets (GPU-3: 105).
     expected = [
-        {"labels": '{UUID="GPU-1",Hostname="n1",pod="a",namespace="ns"}', "value": 120},
-        {"labels": '{UUID="GPU-2",GPU_I_ID="1",Hostname="n1"}', "value": 120},
-        {"labels": '{UUID="GPU-3",Hostname="n2"}', "value": 105},
-        {"labels": '{UUID="GPU-4",Hostname="n2"}', "value": 90},
+        {"labels": '{UUID="GPU-1",Hostname="n1",pod="a",namespace="ns",instance="x"}', "value": 120},
+        {"labels": '{UUID="GPU-2",GPU_I_ID="1",Hostname="n1",instance="x"}', "value": 120},
+        {"labels": '{UUID="GPU-3",Hostname="n2",instance="x"}', "value": 60},
+        {"labels": '{UUID="GPU-3",Hostname="n2",instance="y"}', "value": 105},
+        {"labels": '{UUID="GPU-4",Hostname="n2",instance="y"}', "value": 90},
     ]
     promtool_eval(tmp_path, series, identity_query(timestamps=True).text, "2m", expected)
     # and the check can fail: a wrong newest time is reported
-    wrong = [*expected[:3], {**expected[3], "value": 45}]
+    wrong = [*expected[:4], {**expected[4], "value": 45}]
     with pytest.raises(AssertionError, match="GPU-4"):
         promtool_eval(tmp_path, series, identity_query(timestamps=True).text, "2m", wrong)
 

@@ -145,7 +145,9 @@ class GPUEfficiencyPolicyStatus(StatusModel):
     invalid-gpu-id, node-conflict (one GPU on two nodes), pod-node-mismatch (a pod label on a GPU
     of another node than the pod's), gpus-exceed-capacity (a node reporting more GPUs than it has:
     its fault windows are not believed), contradicts-agent (a Prometheus reading below what the
-    node agent's busy reading of the same GPU implies: the agent's is used)."""
+    node agent's busy reading of the same GPU implies: the agent's is used), identity-off-node (a
+    scrape target naming a GPU of another node than its own), fault-off-target (a fault series of a
+    GPU from a target that does not report that GPU on its node)."""
     exporter_generations: dict[str, int] = Field(default_factory=dict)
     """GPUs by the dcgm-exporter generation their series speak, in the last cycle: legacy
     (CLOCK_THROTTLE_REASONS, Hostname), 4.x (to 4.8.2), 4.8.3+ (hostname, DCGM_EXP_* counters),

@@ -103,6 +103,10 @@ class GPUSample:
     # XID events counted (DCGM_EXP_XID_ERRORS_COUNT): duration (s) -> code -> events within it;
     # None where the exporter serves only the last-XID gauge (engine/faults/xid.py).
     xid_events: Mapping[int, Mapping[int, int]] | None = None
+    #: The other source's reading of the same GPU when both Prometheus and its node agent report it
+    #: (``sources/agent.merge_samples``): a drain or NoExecute needs both to show the fault
+    #: (safety rule 10). None: one source only.
+    witness: GPUSample | None = None
 
     def get(self, window: Window, signal: Signal) -> Stats | None:
         return self.stats.get(window, {}).get(signal)
@@ -134,6 +138,8 @@ class NodeView:
     gpu_capacity: int
     unschedulable: bool = False
     gpu_allocatable: int | None = None  # status.allocatable (what the scheduler counts); None: capacity
+    #: status.addresses (InternalIP, Hostname, ...): a scrape target at one of them runs on this node.
+    addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,7 @@ from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
 from gpu_efficiency.sources.dra import DraSource, DraState
 from gpu_efficiency.sources.labels import INVALID_ID, NODE_CONFLICT
 from gpu_efficiency.sources.owners import OwnerReader, OwnerState, OwnersUnavailable
+from gpu_efficiency.sources.targets import address_book
 
 #: Why samples are dropped as untrustworthy (gpu_efficiency_dropped_samples_total's reason label).
 DROP_REASONS = (INVALID_ID, NODE_CONFLICT, POD_NODE_MISMATCH, GPUS_EXCEED_CAPACITY, CONTRADICTS_AGENT)
@@ -337,6 +338,7 @@ class CycleRunner:
             scrape_interval=parse_duration(spec.metrics.prometheus.scrape_interval),
             hints=fault_hints(spec, nodes),
             activity=ActivityHints(idle_below=spec.idle.activity_below),
+            targets=address_book(nodes.nodes, nodes.pod_addresses),
         )
         available, error = True, ""
         result: FetchResult | None = None

@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -343,7 +343,8 @@ def merge_samples(
     active than the agent's fresh busy reading allows (CONTRADICTS_AGENT), the agent's sample is
     taken and the Prometheus one counted in ``drops``. Where the agent's fault window holds a fault
     reading Prometheus has not scraped yet (``_fault_news``), the agent's sample is taken too: the
-    fault is judged now, not after the next scrape."""
+    fault is judged now, not after the next scrape. Where both are kept, the other one rides along
+    as the sample's ``witness``: a drain or NoExecute needs both to show the fault (safety rule 10)."""
     chosen: dict[str, GPUSample] = {g.uuid: g for g in prometheus}
     for g in agent:
         other = chosen.get(g.uuid)
@@ -359,12 +360,14 @@ def merge_samples(
             chosen[g.uuid] = g
             if drops is not None:
                 drops.add(CONTRADICTS_AGENT)
-        elif (
-            other is None
-            or _fault_news(g, other, now - max_staleness)
-            or _quality(g, now, max_staleness) >= _quality(other, now, max_staleness)
-        ):
+        elif other is None:
             chosen[g.uuid] = g
+        elif _fault_news(g, other, now - max_staleness) or _quality(g, now, max_staleness) >= _quality(
+            other, now, max_staleness
+        ):
+            chosen[g.uuid] = replace(g, witness=other)
+        else:
+            chosen[g.uuid] = replace(other, witness=g)
     return sorted(chosen.values(), key=lambda g: (g.node, g.index, g.uuid))
 
 

@@ -51,6 +51,10 @@ class FetchRequest:
     scrape_interval: float
     hints: FaultHints | None = None
     activity: ActivityHints | None = None
+    #: Address -> node of the cluster (``sources/targets.address_book``): a GPU's identity and its
+    #: fault windows are believed only from a scrape target on its node. None: no check (callers
+    #: that have no cluster, such as tests of other concerns; every cycle passes one).
+    targets: Mapping[str, str] | None = None
 
 
 class DropTally:

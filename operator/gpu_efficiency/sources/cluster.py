@@ -35,6 +35,7 @@ from gpu_efficiency.engine.model import (
     Toleration,
 )
 from gpu_efficiency.engine.timefmt import parse_rfc3339
+from gpu_efficiency.sources.targets import PodAddress
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 #: Only pods bound to a node (a pending pod holds no GPU).
@@ -185,6 +186,25 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
         gpu_capacity=_quantity(capacity.get(GPU_RESOURCE, 0)),
         unschedulable=bool(spec.get("unschedulable")),
         gpu_allocatable=_quantity(allocatable[GPU_RESOURCE]) if GPU_RESOURCE in allocatable else None,
+        addresses=tuple(
+            sorted({str(a.get("address")) for a in status.get("addresses") or () if a.get("address")})
+        ),
+    )
+
+
+#: Phases of a pod that holds its IP (a finished pod's IP may already be another pod's).
+_LIVE_PHASES = ("Pending", "Running")
+
+
+def pod_address(obj: Mapping[str, Any]) -> PodAddress:
+    """A pod's IPs and node (no IP once it has finished): where its scrape target runs."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    ips = [str(status.get("podIP") or ""), *(str(p.get("ip") or "") for p in status.get("podIPs") or ())]
+    live = status.get("phase") in _LIVE_PHASES and not meta.get("deletionTimestamp")
+    return PodAddress(
+        uid=meta.get("uid", ""),
+        ips=tuple(ip for ip in dict.fromkeys(ips) if ip) if live else (),
+        node=spec.get("nodeName") or "",
     )
 
 
@@ -195,6 +215,8 @@ class ClusterState:
     namespaces: tuple[NamespaceView, ...]
     requests: int  # API calls made to read it
     pending: tuple[PendingPod, ...] = ()  # GPU pods not bound to a node yet
+    #: Every live pod's IP and node (read with the nodes): where a scrape target at that IP runs.
+    pod_addresses: tuple[PodAddress, ...] = ()
 
 
 class ClusterSource(Protocol):
@@ -263,11 +285,22 @@ class ClusterReader:
     def read(self) -> ClusterState:
         return self.read_pods(self.read_nodes())
 
+    def list_pod_addresses(self) -> tuple[tuple[PodAddress, ...], int]:
+        """Every live pod's IPs and node (the scrape targets' addresses: ``sources/targets.py``)."""
+        pods, calls = self._list(
+            self.core.list_pod_for_all_namespaces, pod_address, field_selector=POD_FIELD_SELECTOR
+        )
+        return tuple(p for p in pods if p.ips), calls
+
     def read_nodes(self) -> ClusterState:
-        """Nodes and namespaces only (``pods`` empty): what the metrics fetch needs to start."""
+        """Nodes, namespaces and the pods' addresses (``pods`` empty): what the metrics fetch needs
+        to start."""
         nodes, c1 = self.list_nodes()
         namespaces, c2 = self.list_namespaces()
-        return ClusterState(pods=(), nodes=nodes, namespaces=namespaces, requests=c1 + c2)
+        addresses, c3 = self.list_pod_addresses()
+        return ClusterState(
+            pods=(), nodes=nodes, namespaces=namespaces, requests=c1 + c2 + c3, pod_addresses=addresses
+        )
 
     def read_pods(self, state: ClusterState) -> ClusterState:
         """``state`` with the GPU pods (bound and pending) added."""
@@ -279,6 +312,7 @@ class ClusterReader:
             namespaces=state.namespaces,
             requests=state.requests + calls + more,
             pending=pending,
+            pod_addresses=state.pod_addresses,
         )
 
     # A LIST each cycle reads everything fresh: nothing to start, and our writes are read back.

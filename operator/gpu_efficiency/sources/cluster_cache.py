@@ -33,8 +33,10 @@ from gpu_efficiency.sources.cluster import (
     namespace_view,
     node_view,
     pending_view,
+    pod_address,
     pod_view,
 )
+from gpu_efficiency.sources.targets import PodAddress
 from gpu_efficiency.sources.watch import Informer
 
 log = logging.getLogger(__name__)
@@ -81,6 +83,15 @@ class ClusterCache:
             order=_pending_order,
             **options,
         )
+        #: Every live pod's IP and node, for the scrape targets' addresses (``sources/targets.py``).
+        self.addresses: Informer[PodAddress] = Informer(
+            "pod-addresses",
+            partial(core.list_pod_for_all_namespaces, field_selector=POD_FIELD_SELECTOR),
+            pod_address,
+            keep=lambda v: bool(v.ips),
+            order=lambda v: v.uid,
+            **options,
+        )
         self.nodes: Informer[NodeView] = Informer("nodes", core.list_node, node_view, order=_name, **options)
         self.namespaces: Informer[NamespaceView] = Informer(
             "namespaces", core.list_namespace, namespace_view, order=_name, **options
@@ -88,7 +99,7 @@ class ClusterCache:
 
     @property
     def informers(self) -> tuple[Informer[Any], ...]:
-        return (self.pods, self.pending, self.nodes, self.namespaces)
+        return (self.pods, self.pending, self.nodes, self.namespaces, self.addresses)
 
     def start(self) -> None:
         for informer in self.informers:
@@ -152,7 +163,13 @@ class CachedClusterReader:
         if namespaces is None:
             namespaces, calls = self.fallback.list_namespaces()
             requests += self._fell_back("namespaces", calls)
-        return ClusterState(pods=(), nodes=nodes, namespaces=namespaces, requests=requests)
+        addresses = self._snapshot(self.cache.addresses)
+        if addresses is None:
+            addresses, calls = self.fallback.list_pod_addresses()
+            requests += self._fell_back("pod-addresses", calls)
+        return ClusterState(
+            pods=(), nodes=nodes, namespaces=namespaces, requests=requests, pod_addresses=addresses
+        )
 
     def read_pods(self, state: ClusterState) -> ClusterState:
         """``state`` with the GPU pods added."""
@@ -166,7 +183,12 @@ class CachedClusterReader:
             pending, calls = self.fallback.list_pending()
             requests += self._fell_back("pending-pods", calls)
         return ClusterState(
-            pods=pods, nodes=state.nodes, namespaces=state.namespaces, requests=requests, pending=pending
+            pods=pods,
+            nodes=state.nodes,
+            namespaces=state.namespaces,
+            requests=requests,
+            pending=pending,
+            pod_addresses=state.pod_addresses,
         )
 
     @staticmethod

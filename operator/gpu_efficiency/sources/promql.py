@@ -1,7 +1,8 @@
 """Build the cycle's PromQL: one query per window whatever the cluster size.
 
 Every (signal, aggregation) pair of a window is reduced ``by (UUID, GPU_I_ID)`` and tagged with a
-``gpueff_agg`` label, then joined with ``or``. Prometheus returns small series (two labels), and one
+``gpueff_agg`` label, then joined with ``or`` (fault windows also by ``instance``: the scrape target,
+see ``TARGET_LABEL``). Prometheus returns small series (two or three labels), and one
 extra identity query carries the full labels (node, model, pods) once per GPU. Query count stays
 constant: 1 identity + 1 inventory + 1 per window.
 
@@ -25,6 +26,10 @@ from gpu_efficiency.sources.base import FaultHints
 #: Labels that identify one GPU (or MIG instance) across every metric.
 GPU_KEY_LABELS = ("UUID", "GPU_I_ID")
 AGG_LABEL = "gpueff_agg"
+#: The scrape target a series came from (its address, as Prometheus sets it): fault windows and
+#: the identity query keep it, so a fault counts only from the target that reports the GPU on its
+#: own node (safety rule 10, ``sources/targets.py``).
+TARGET_LABEL = "instance"
 
 #: The clock-event bitmask was renamed; read both names.
 OLD_CLOCK_EVENTS = ef.OLD_CLOCK_EVENTS
@@ -151,7 +156,7 @@ QUERY_PLAN: Mapping[Window, Mapping[Signal, tuple[str, ...]]] = {
     },
 }
 
-#: Labels read from the identity query; the rest (instance, driver version, ...) is not transferred.
+#: Labels read from the identity query; the rest (job, driver version, ...) is not transferred.
 IDENTITY_LABELS = (
     *GPU_KEY_LABELS,
     "gpu",
@@ -166,6 +171,7 @@ IDENTITY_LABELS = (
     "pod_name",
     "pod_namespace",
     "container_name",
+    TARGET_LABEL,
 )
 
 #: Thermal slowdown clock-event bits: HW_SLOWDOWN (3), SW_THERMAL (5), HW_THERMAL (6).
@@ -215,13 +221,13 @@ def _duration(seconds: float) -> str:
     return f"{max(1, round(seconds))}s"
 
 
-def _term(signal: Signal, agg: str, seconds: float, matchers: str) -> str:
+def _term(signal: Signal, agg: str, seconds: float, matchers: str, per_target: bool = False) -> str:
     inner = (
         timestamps_of(signal, matchers)
         if agg == "ts"
         else over(signal, _RANGE_FUNCS[agg], _duration(seconds), matchers)
     )
-    by = ", ".join(GPU_KEY_LABELS)
+    by = ", ".join((*GPU_KEY_LABELS, TARGET_LABEL) if per_target else GPU_KEY_LABELS)
     return f'label_replace(max by ({by}) ({inner}), "{AGG_LABEL}", "{signal.name}:{agg}", "", "")'
 
 
@@ -239,8 +245,15 @@ def union(terms: Sequence[str]) -> str:
 
 
 def window_query(window: Window, seconds: float, matchers: str = "", only: str | None = None) -> Query:
-    """One query returning every aggregation of every signal this window needs (for ``only`` GPUs)."""
-    terms = [_term(sig, agg, seconds, matchers) for sig, aggs in QUERY_PLAN[window].items() for agg in aggs]
+    """One query returning every aggregation of every signal this window needs (for ``only`` GPUs).
+    A fault window's series are kept apart per scrape target (``TARGET_LABEL``): its GPUs are few
+    (the candidates), and only the target that reports a GPU's identity counts for its faults."""
+    per_target = window in FILTERED_WINDOWS
+    terms = [
+        _term(sig, agg, seconds, matchers, per_target)
+        for sig, aggs in QUERY_PLAN[window].items()
+        for agg in aggs
+    ]
     text = union(terms)
     if only is not None:
         text = f"({text}) and on ({', '.join(GPU_KEY_LABELS)}) ({only})"

@@ -129,7 +129,7 @@ def test_no_execute_when_the_policy_says_so() -> None:
     cluster.devices = dra_gpus("n1")
     cluster.cycle(eight("n1", g3=XID_62))
     assert cluster.tainted_devices() == ["gpu-3:NoSchedule"]  # drained first (test_faults_drain)
-    cluster.cycle(eight("n1"))  # no pod holds the device: nothing to wait for
+    cluster.cycle(eight("n1", g3=XID_62))  # seen again, no pod holds the device: nothing to wait for
     assert cluster.tainted_devices() == ["gpu-3:NoExecute"]
 
 

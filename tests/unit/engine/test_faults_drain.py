@@ -158,7 +158,7 @@ def test_no_schedule_first_then_only_the_pod_on_the_faulty_gpu_then_no_execute()
     assert cluster.tainted_devices() == ["gpu-3:NoSchedule"]
     assert drains(first) == []  # nothing evicted before the soft form is seen in place
 
-    second = cluster.cycle(eight("n1"))
+    second = cluster.cycle(eight("n1", g3=XID_48))  # the XID again, in a newer scrape: confirmed
     assert drains(second) == ["victim"]
     (action,) = of_type(second.actions, DrainPod)
     assert "GPU 3:GPU-n1-3" in action.reason
@@ -168,13 +168,13 @@ def test_no_schedule_first_then_only_the_pod_on_the_faulty_gpu_then_no_execute()
     started = [e for e in of_type(second.actions, NodeEvent) if e.reason == names.EV_DRAIN]
     assert "Eviction API" in started[0].message
 
-    third = cluster.cycle(eight("n1"))  # the victim is gone: the hard stop
+    third = cluster.cycle(eight("n1", g3=XID_48))  # the victim is gone: the hard stop
     assert cluster.tainted_devices() == ["gpu-3:NoExecute"]
     assert drains(third) == []
     assert sorted(cluster.pods) == ["bystander", "filler"]
-    cluster.cycle(eight("n1"))
+    cluster.cycle(eight("n1", g3=XID_48))
     assert "drainSince" not in record_of(cluster.nodes["n1"])["faults"]["xid"]
-    assert cluster.cycle(eight("n1")).actions == ()  # steady state: no write
+    assert cluster.cycle(eight("n1", g3=XID_48)).actions == ()  # steady state: no write
 
 
 def test_a_pdb_refusal_is_retried_every_cycle_until_the_timeout_upgrades() -> None:
@@ -182,9 +182,9 @@ def test_a_pdb_refusal_is_retried_every_cycle_until_the_timeout_upgrades() -> No
     cluster.blocked = {"uid-victim"}
     cluster.cycle(eight("n1", g3=XID_48))
     for _ in range(5):  # 0, 60, ... 240 s into the 5m drain
-        assert drains(cluster.cycle(eight("n1"))) == ["victim"]
+        assert drains(cluster.cycle(eight("n1", g3=XID_48))) == ["victim"]
         assert cluster.tainted_devices() == ["gpu-3:NoSchedule"]
-    last = cluster.cycle(eight("n1"))  # 300 s: the timeout
+    last = cluster.cycle(eight("n1", g3=XID_48))  # 300 s: the timeout
     assert drains(last) == []
     assert cluster.tainted_devices() == ["gpu-3:NoExecute"]
     (over,) = [e for e in of_type(last.actions, NodeEvent) if e.reason == names.EV_DRAIN]
@@ -196,12 +196,12 @@ def test_a_restarted_operator_resumes_the_drain_from_the_record() -> None:
     cluster = dra_cluster()
     cluster.blocked = {"uid-victim"}
     cluster.cycle(eight("n1", g3=XID_48))
-    cluster.cycle(eight("n1"))
+    cluster.cycle(eight("n1", g3=XID_48))
     since = record_of(cluster.nodes["n1"])["faults"]["xid"]["drainSince"]
     restarted = dra_cluster()  # a new process: only the cluster's objects carry over
     restarted.blocked = {"uid-victim"}
     restarted.nodes, restarted.rules, restarted.now = cluster.nodes, cluster.rules, cluster.now + 240
-    restarted.cycle(eight("n1"))
+    restarted.cycle(eight("n1", g3=XID_48))
     assert restarted.tainted_devices() == ["gpu-3:NoExecute"]  # 5 min after drainSince, not after the restart
     assert record_of(restarted.nodes["n1"])["faults"]["xid"]["drainSince"] == since
 
@@ -233,7 +233,7 @@ def test_observe_mode_and_missing_metrics_never_evict() -> None:
     assert observe.tainted_devices() == []
     blind = dra_cluster()
     blind.cycle(eight("n1", g3=XID_48))
-    assert drains(blind.cycle(eight("n1"), metrics_available=False)) == []
+    assert drains(blind.cycle(eight("n1", g3=XID_48), metrics_available=False)) == []
     assert blind.tainted_devices() == ["gpu-3:NoSchedule"]
 
 
@@ -259,10 +259,10 @@ def test_unread_claims_evict_nothing_and_wait_for_the_timeout() -> None:
     cluster = dra_cluster()
     cluster.uses = None
     cluster.cycle(eight("n1", g3=XID_48))
-    assert drains(cluster.cycle(eight("n1"))) == []
+    assert drains(cluster.cycle(eight("n1", g3=XID_48))) == []
     assert cluster.tainted_devices() == ["gpu-3:NoSchedule"]  # not "every pod is gone"
     cluster.now += 300
-    cluster.cycle(eight("n1"))
+    cluster.cycle(eight("n1", g3=XID_48))
     assert cluster.tainted_devices() == ["gpu-3:NoExecute"]
 
 
@@ -272,13 +272,15 @@ def test_a_claim_tolerating_the_device_taint_is_left_alone() -> None:
         holds(3, "victim", tolerations=(Toleration(names.FAULT_TAINT_KEY, "Exists", "", "NoExecute"),))
     ]
     cluster.cycle(eight("n1", g3=XID_48))
-    assert drains(cluster.cycle(eight("n1"))) == []
+    assert drains(cluster.cycle(eight("n1", g3=XID_48))) == []
     assert cluster.tainted_devices() == ["gpu-3:NoExecute"]
 
 
 def test_a_zero_timeout_sets_no_execute_at_once() -> None:
     cluster = dra_cluster(policy(device_quarantine={"effect": "NoExecute"}, drain_timeout="0s"))
     assert drains(cluster.cycle(eight("n1", g3=XID_48))) == []
+    assert cluster.tainted_devices() == ["gpu-3:NoSchedule"]  # one reading: no NoExecute yet (rule 10)
+    assert drains(cluster.cycle(eight("n1", g3=XID_48))) == []  # the next scrape shows it again
     assert cluster.tainted_devices() == ["gpu-3:NoExecute"]
 
 
@@ -293,18 +295,18 @@ def test_api_errors_at_each_step_leave_a_state_the_next_cycle_finishes() -> None
     assert cluster.tainted_devices() == ["gpu-3:NoSchedule"]
     # 2. The eviction fails (the pod stays) and the record write with drainSince fails too.
     cluster.failing = (DrainPod, AnnotateNode)
-    assert drains(cluster.cycle(eight("n1"))) == ["victim"]
+    assert drains(cluster.cycle(eight("n1", g3=XID_48))) == ["victim"]
     assert "drainSince" not in record_of(cluster.nodes["n1"]).get("faults", {}).get("xid", {})
     cluster.failing = (DrainPod,)
-    assert drains(cluster.cycle(eight("n1"))) == ["victim"]  # retried; the clock starts now
+    assert drains(cluster.cycle(eight("n1", g3=XID_48))) == ["victim"]  # retried; the clock starts now
     assert record_of(cluster.nodes["n1"])["faults"]["xid"]["drainSince"]
     # 3. The eviction goes through, the upgrade to NoExecute is refused: retried next cycle.
     cluster.failing = ()
-    cluster.cycle(eight("n1"))
+    cluster.cycle(eight("n1", g3=XID_48))
     cluster.failing = (TaintDevices,)
-    cluster.cycle(eight("n1"))
+    cluster.cycle(eight("n1", g3=XID_48))
     assert cluster.tainted_devices() == ["gpu-3:NoSchedule"]
     cluster.failing = ()
-    cluster.cycle(eight("n1"))
+    cluster.cycle(eight("n1", g3=XID_48))
     assert cluster.tainted_devices() == ["gpu-3:NoExecute"]
     assert sorted(cluster.pods) == ["bystander", "filler"]

@@ -146,7 +146,8 @@ def shifted(sample: GPUSample, delta: float) -> GPUSample:
         window: {sig: replace(s, last_timestamp=s.last_timestamp + delta) for sig, s in by_signal.items()}
         for window, by_signal in sample.stats.items()
     }
-    return replace(sample, stats=stats)
+    witness = shifted(sample.witness, delta) if sample.witness is not None else None
+    return replace(sample, stats=stats, witness=witness)
 
 
 def policy(mode: str = "Enforce", **faults: Any) -> GPUEfficiencyPolicySpec:

@@ -412,6 +412,7 @@ class FakeCache:
     ) -> None:
         self.pods, self.nodes, self.namespaces = pods, nodes, namespaces
         self.pending = pending or NoPending()
+        self.addresses = NoPending()  # the pods' addresses: synced, none (no scrape target here)
 
     def start(self) -> None:
         for informer in (self.pods, self.pending, self.nodes, self.namespaces):

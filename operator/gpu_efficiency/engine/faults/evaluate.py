@@ -14,8 +14,10 @@ no action at all.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.names import (
@@ -57,6 +59,7 @@ from gpu_efficiency.engine.faults.kinds import (
     GpuState,
     kind_of,
     merge_judgements,
+    with_witness,
 )
 from gpu_efficiency.engine.faults.node import FaultContext, KindRules, NodeDecision, decide_node, describe
 from gpu_efficiency.engine.faults.pcie import judge_pcie
@@ -213,18 +216,41 @@ def judge_gpus(
         lambda: {kind: defaultdict(list) for kind in KINDS}
     )
     taints = XidChoice(faults.xid)
+
+    def judged(gpu: GPUSample) -> dict[FaultKind, GpuJudgement]:
+        out = {
+            FaultKind.ECC: judge_ecc(gpu, rules),
+            FaultKind.XID: judge_xid(gpu, rules, taints=taints),
+            FaultKind.THERMAL: judge_thermal(gpu, rules, faults.thermal),
+            FaultKind.PCIE: judge_pcie(gpu, rules),
+        }
+        if all(j.state is not GpuState.FAULT for j in out.values()):
+            return out
+        newest = _newest_fault_sample(gpu)  # only a fault needs it (``_NodeCycle._unconfirmed``)
+        return {k: replace(j, newest=newest) if j.state is GpuState.FAULT else j for k, j in out.items()}
+
     for gpu in gpus:
         if gpu.node not in nodes:
             continue
         per_kind = raw[gpu.node]
-        per_kind[FaultKind.ECC][gpu.uuid].append(judge_ecc(gpu, rules))
-        per_kind[FaultKind.XID][gpu.uuid].append(judge_xid(gpu, rules, taints=taints))
-        per_kind[FaultKind.THERMAL][gpu.uuid].append(judge_thermal(gpu, rules, faults.thermal))
-        per_kind[FaultKind.PCIE][gpu.uuid].append(judge_pcie(gpu, rules))
+        own = judged(gpu)
+        second = judged(gpu.witness) if gpu.witness is not None and gpu.witness.node == gpu.node else {}
+        for kind, judgement in own.items():
+            per_kind[kind][gpu.uuid].append(with_witness(judgement, second.get(kind)))
     return {
         node: {kind: [merge_judgements(js) for js in by_uuid.values()] for kind, by_uuid in per_kind.items()}
         for node, per_kind in raw.items()
     }
+
+
+def _newest_fault_sample(gpu: GPUSample) -> float:
+    """The newest sample time in the GPU's fault windows (NaN: none)."""
+    newest = math.nan
+    for window in FAULT_WINDOWS:
+        for stats in gpu.stats.get(window, {}).values():
+            if stats.last_timestamp > newest or math.isnan(newest):
+                newest = stats.last_timestamp
+    return newest
 
 
 def _taint_actions(decision: NodeDecision, granted: bool) -> list[Action]:

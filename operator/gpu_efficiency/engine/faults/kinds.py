@@ -6,8 +6,9 @@ messages deterministic.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 
@@ -100,6 +101,13 @@ class GpuJudgement:
     fingerprint: Mapping[str, float] = field(default_factory=dict)  # newest values of clean signals
     floors: Mapping[str, float] = field(default_factory=dict)  # lowest values in the window
     triggered: tuple[str, ...] = ()  # fingerprint keys that show the fault
+    #: Newest sample time of the GPU's fault windows: a fault seen in a sample newer than its
+    #: detection was seen twice (safety rule 10's second reading where no second source exists).
+    newest: float = math.nan
+    #: Whether the GPU's second source (``GPUSample.witness``) shows the same state of a fault:
+    #: True both do, False one shows it and the other's clean reading does not, None no second
+    #: clean reading. A drain or NoExecute waits while it is False.
+    agrees: bool | None = None
 
 
 def merge_judgements(judgements: list[GpuJudgement]) -> GpuJudgement:
@@ -114,3 +122,14 @@ def merge_judgements(judgements: list[GpuJudgement]) -> GpuJudgement:
         if state in by_state:
             return by_state[state]
     return judgements[0]
+
+
+def with_witness(own: GpuJudgement, witness: GpuJudgement | None) -> GpuJudgement:
+    """``own`` merged with the second source's judgement of the same GPU (``merge_judgements``),
+    saying whether they agree on a fault (``GpuJudgement.agrees``)."""
+    if witness is None:
+        return own
+    merged = merge_judgements([own, witness])
+    if GpuState.FAULT not in (own.state, witness.state) or GpuState.UNKNOWN in (own.state, witness.state):
+        return merged
+    return replace(merged, agrees=own.state is witness.state)

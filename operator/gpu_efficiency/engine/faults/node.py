@@ -417,14 +417,46 @@ class _NodeCycle:
             return None
         return effects.pop()
 
+    def _unconfirmed(self, kind: str, entry: FaultEntry) -> str:
+        """Why no second source confirms ``kind``'s fault yet ('' when one does; safety rule 10).
+
+        Where both the node agent and a scrape target report a GPU, both must show the fault
+        (``GpuJudgement.agrees``); where one source does, it must show it again in a sample newer
+        than the fault's detection: the next scrape of the target (or reading of the agent), so one
+        garbled or forged sample never drains. A tenant who forges a series on every scrape is
+        stopped earlier, by the target check (``sources/targets.py``)."""
+        fault_kind = kind_of(kind)
+        judged = self.by_uuid.get(fault_kind, {}) if fault_kind is not None else {}
+        detected = parse_rfc3339(entry.detected)
+        confirmed = False
+        for gpu in entry.gpus:
+            j = judged.get(gpu.uuid)
+            if j is None or j.state is not GpuState.FAULT:
+                continue
+            if j.agrees is False:
+                return f"the node agent and Prometheus disagree on GPU {gpu.label}"
+            if j.agrees or (detected is not None and j.newest > detected):
+                confirmed = True
+        return (
+            ""
+            if confirmed
+            else "waiting for a second reading of the fault (the next scrape, or the node agent)"
+        )
+
     def _set_drain(self, kind: str, since: str) -> None:
         entry = self.faults[kind]
         if entry.drain_since != since:
             self.faults[kind] = replace(entry, drain_since=since)
 
     def _drain(self, kind: str, entry: FaultEntry, devices: tuple[DraDevice, ...] | None, target: str) -> str:
-        """The effect to wish for ``kind`` this cycle; a NoExecute target is drained toward (``drain``)."""
+        """The effect to wish for ``kind`` this cycle; a NoExecute target is drained toward (``drain``),
+        once a second source agrees (``_unconfirmed``): until then the quarantine stays NoSchedule."""
         held_as = self._held_as(kind, devices)
+        if target == HARD and held_as != HARD and not entry.drain_since:
+            why = self._unconfirmed(kind, entry)
+            if why:
+                self.note(f"{kind} fault: no drain and no NoExecute yet: {why}")
+                return SOFT
         if target != HARD or self.drain.timeout_s <= 0 or held_as != SOFT:
             self._set_drain(kind, "")  # no drain, done (hard in place), or not begun (soft form first)
             return SOFT if target == HARD and self.drain.timeout_s > 0 and held_as != HARD else target

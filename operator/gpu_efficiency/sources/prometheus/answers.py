@@ -14,14 +14,13 @@ from gpu_efficiency.engine.model import PodRef, Window
 from gpu_efficiency.sources.base import DropTally
 from gpu_efficiency.sources.labels import (
     INVALID_ID,
-    NODE_CONFLICT,
     GPUKey,
     node_of,
     pod_of,
     raw_key_of,
     valid_key,
 )
-from gpu_efficiency.sources.promql import CANDIDATE_LABEL, FILTERED_WINDOWS
+from gpu_efficiency.sources.promql import CANDIDATE_LABEL, FILTERED_WINDOWS, TARGET_LABEL
 
 NAN = math.nan
 
@@ -55,6 +54,14 @@ def idle_keys(series: Iterable[tuple[Mapping[str, str], float]], drops: DropTall
 
 
 @dataclass
+class Claim:
+    """What one scrape target says of a GPU: its node and the pods it attributes to it."""
+
+    node: str = ""
+    pods: set[PodRef] = field(default_factory=set)
+
+
+@dataclass
 class Identity:
     node: str = ""
     index: str = ""
@@ -62,15 +69,19 @@ class Identity:
     pods: set[PodRef] = field(default_factory=set)
     newest: float = NAN  # largest series value: the newest sample time with identity_query(timestamps=True)
     labels: frozenset[str] = frozenset()  # while no series names the node: the labels they carry
+    #: Per scrape target (its ``instance``): what it reports (``sources/targets.py`` decides which to believe).
+    claims: dict[str, Claim] = field(default_factory=dict)
+    #: Targets named two nodes for this GPU: dropped (NODE_CONFLICT) unless the targets decide it.
+    conflict: bool = False
 
 
 def identities(
     series: Iterable[tuple[dict[str, str], float]], drops: DropTally | None = None
 ) -> dict[GPUKey, Identity]:
-    """One identity per GPU from the identity query's series (one per GPU and attributed pod).
-    Malformed identifiers and GPUs claimed by two nodes are dropped and counted."""
+    """One identity per GPU from the identity query's series (one per GPU, target and attributed
+    pod). Malformed identifiers are dropped and counted; a GPU claimed by two nodes is marked
+    ``conflict`` (``samples`` drops it, unless the targets' own nodes say which claim is true)."""
     out: dict[GPUKey, Identity] = {}
-    conflicts: set[GPUKey] = set()
     drops = drops if drops is not None else DropTally()
     for labels, value in series:
         key = raw_key_of(labels)
@@ -87,17 +98,24 @@ def identities(
             )
         elif node and node != ident.node:
             if ident.node:
-                conflicts.add(key)
+                ident.conflict = True
             else:
                 ident.node = node
         if not ident.node:
             ident.labels = ident.labels | {k for k, v in labels.items() if v}
+        target = labels.get(TARGET_LABEL, "")
+        claim = ident.claims.get(target)
+        if claim is None:
+            claim = ident.claims[target] = Claim(node=node)
+        elif node and node != claim.node:
+            if claim.node:
+                ident.conflict = True
+            else:
+                claim.node = node
         pod = pod_of(labels)
         if pod is not None:
             ident.pods.add(pod)
+            claim.pods.add(pod)
         if math.isfinite(value) and not value <= ident.newest:  # max, NaN-safe
             ident.newest = value
-    for key in conflicts:
-        del out[key]
-    drops.add(NODE_CONFLICT, len(conflicts))
     return out

@@ -25,7 +25,14 @@ from gpu_efficiency.sources.prometheus.answers import Identity
 from gpu_efficiency.sources.prometheus.tiered import TieredFetch
 from gpu_efficiency.sources.prometheus.transport import PrometheusClient, PrometheusConfig
 from gpu_efficiency.sources.prometheus.vector import iter_vector
-from gpu_efficiency.sources.prometheus.windows import WindowValues, fold_window, samples
+from gpu_efficiency.sources.prometheus.windows import (
+    Rows,
+    TrustedRows,
+    WindowValues,
+    fold_target_window,
+    fold_window,
+    samples,
+)
 from gpu_efficiency.sources.promql import (
     FILTERED_WINDOWS,
     Query,
@@ -66,10 +73,15 @@ class PrometheusSource:
         """Run one instant query (``PrometheusClient.query``)."""
         return self.client.query(text, at)
 
-    def window_values(self, query: Query, at: float | None = None) -> WindowValues:
+    def window_values(self, query: Query, at: float | None = None) -> WindowValues | TrustedRows:
         """Run a window query, folding its series as they stream in (see ``iter_vector``);
-        SourceUnavailable as soon as more than ``max_series`` series have come."""
+        SourceUnavailable as soon as more than ``max_series`` series have come. A fault window's
+        series stay apart per scrape target (``TrustedRows``: ``samples`` picks the trusted ones)."""
         cap = self.config.max_series
+        if query.window in FILTERED_WINDOWS:
+            return self.client.exchange(
+                query.text, at, lambda chunks: TrustedRows(fold_target_window(iter_vector(chunks), cap))
+            )
         return self.client.exchange(query.text, at, lambda chunks: fold_window(iter_vector(chunks), cap))
 
     def run(self, query: Query, at: float, drops: DropTally | None = None) -> Any:
@@ -113,7 +125,7 @@ class PrometheusSource:
             return self.tiered.fetch(request, request.activity.idle_below)
         started = time.monotonic()
         identity: dict[GPUKey, Identity] = {}
-        windows: dict[Window, WindowValues] = {}
+        windows: dict[Window, Rows] = {}
         views: dict[tuple[str, str], ExporterView] = {}
         xids: xid_counts.XidEvents = {}
         drops = DropTally()
@@ -135,7 +147,7 @@ class PrometheusSource:
             sent = self.run_rounds(
                 queries, request.now, take, len(queries) + len(FILTERED_WINDOWS), drops=drops
             )
-            gpus = samples(identity, windows, request, views=views, xids=xids)
+            gpus = samples(identity, windows, request, views=views, xids=xids, drops=drops)
         return FetchResult(
             gpus=gpus, queries=sent, seconds=time.monotonic() - started, dropped=drops.counts()
         )

@@ -128,6 +128,7 @@ class TieredFetch:
                 {Window.ACTIVITY: whole},
                 views=state.views,
                 xids=state.xids,
+                drops=drops,
             )
         log.debug(
             "activity window: %d in full%s, %d chain only (new %d, idle %d, not busy %d, settling %d),"
@@ -222,7 +223,7 @@ class TieredRound:
     idle: set[Key] | None = None
     seen: dict[Key, Seen] = field(default_factory=dict)
     plan: RefreshPlan | None = None
-    windows: dict[Window, WindowValues] = field(default_factory=dict)
+    windows: dict[Window, Rows] = field(default_factory=dict)
     fresh: WindowValues = field(default_factory=dict)
     early: frozenset[str] = frozenset()  # UUIDs whose chain was asked for before identity answered
     carried: dict[Key, Entry] = field(default_factory=dict)  # the plan's carried GPUs, as it judged them

@@ -15,17 +15,26 @@ from gpu_efficiency.api.exporter_fields import FIELDS_BY_SIGNAL, Generation
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
 from gpu_efficiency.sources.activity_cache import Key, ReusedRows, WholeStats
 from gpu_efficiency.sources.aggregate_rows import FIELDS, WIDTH, rows_stats
-from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable
+from gpu_efficiency.sources.base import DropTally, FetchRequest, SourceUnavailable
 from gpu_efficiency.sources.exporter_inventory import ExporterView
-from gpu_efficiency.sources.labels import GPUKey
+from gpu_efficiency.sources.labels import NODE_CONFLICT, GPUKey
 from gpu_efficiency.sources.prometheus.answers import Identity
 from gpu_efficiency.sources.prometheus.vector import check_cap
-from gpu_efficiency.sources.promql import AGG_LABEL, AGGREGATIONS
+from gpu_efficiency.sources.promql import AGG_LABEL, AGGREGATIONS, TARGET_LABEL
+from gpu_efficiency.sources.targets import (
+    FAULT_OFF_TARGET,
+    IDENTITY_OFF_NODE,
+    locator,
+    merged_rows,
+    on_node_targets,
+)
 
 NAN = math.nan
 
 #: One window's aggregates: (UUID, GPU_I_ID) -> signal -> its aggregate row (NaN: not returned).
 WindowValues = dict[tuple[str, str], dict[Signal, list[float]]]
+#: A fault window's aggregates kept apart per scrape target: (UUID, GPU_I_ID) -> instance -> rows.
+TargetValues = dict[tuple[str, str], dict[str, dict[Signal, list[float]]]]
 #: ``SIGNAL:agg`` tag -> the signal and the aggregate's index in its row.
 _TAGS: dict[str, tuple[Signal, int]] = {
     f"{s.name}:{agg}": (s, FIELDS.index(agg)) for s in Signal for agg in AGGREGATIONS
@@ -94,6 +103,67 @@ def drop_ambiguous(
     return {w: {s: v for s, v in by.items() if s not in AMBIGUOUS_ON_4_9} for w, by in stats.items()}
 
 
+def fold_target_window(chunks: Iterable[Iterable[Mapping[str, Any]]], max_series: int = 0) -> TargetValues:
+    """A fault window query's series (tagged ``SIGNAL:agg`` per GPU key and ``instance``) as
+    ``TargetValues``; SourceUnavailable past ``max_series`` series. Few GPUs (the fault candidates),
+    so no fast path as in ``fold_window``."""
+    out: TargetValues = {}
+    seen = 0
+    try:
+        for items in chunks:
+            if not isinstance(items, list):
+                items = list(items)
+            seen += len(items)
+            check_cap(seen, max_series)
+            for item in items:
+                labels = item.get("metric") or {}
+                uuid, found = labels.get("UUID"), _TAGS.get(labels.get(AGG_LABEL, ""))
+                if not uuid or found is None:
+                    continue
+                instance, gpu_i = labels.get(TARGET_LABEL, ""), labels.get("GPU_I_ID", "")
+                if type(uuid) is not str or type(gpu_i) is not str or type(instance) is not str:
+                    raise TypeError(f"GPU labels {uuid!r}/{gpu_i!r}/{instance!r} are not strings")
+                per_target = out.setdefault((uuid, gpu_i), {}).setdefault(instance, {})
+                signal, index = found
+                row = per_target.get(signal)
+                if row is None:
+                    row = per_target[signal] = [NAN] * WIDTH
+                try:
+                    row[index] = float(item["value"][1])
+                except (KeyError, IndexError, TypeError, ValueError):
+                    row[index] = NAN
+    except (AttributeError, TypeError) as exc:
+        raise SourceUnavailable(f"Prometheus returned a malformed series: {exc}") from exc
+    return out
+
+
+class TrustedRows:
+    """A fault window's ``TargetValues`` read as ``Rows``: a GPU's rows are those of the targets
+    ``samples`` trusts for it (``trusted``), merged; the other targets' rows are dropped and counted."""
+
+    def __init__(self, values: TargetValues) -> None:
+        self.values = values
+        self.drops: DropTally | None = None  # set by ``samples``
+        self.trusted: frozenset[str] | None = None  # set by ``samples`` before each pop
+
+    def pop(self, key: tuple[str, str], default: None, /) -> dict[Signal, list[float]] | None:
+        by_target = self.values.pop(key, None)
+        if by_target is None:
+            return default
+        if self.trusted is None:  # no target check: every target's rows, as max by (UUID) did
+            chosen = list(by_target.values())
+        else:
+            chosen = [rows for target, rows in by_target.items() if target in self.trusted]
+            if self.drops is not None:
+                self.drops.add(FAULT_OFF_TARGET, len(by_target) - len(chosen))
+        if not chosen:
+            return default
+        if len(chosen) == 1:
+            return chosen[0]
+        signals = {signal for rows in chosen for signal in rows}
+        return {s: merged_rows(rows[s] for rows in chosen if s in rows) for s in signals}
+
+
 class Rows(Protocol):
     """A window's rows by GPU key, consumed by ``samples`` (a ``WindowValues`` dict, or lazier)."""
 
@@ -121,24 +191,58 @@ def samples(
     whole: Mapping[Window, WholeStats] | None = None,
     views: Mapping[tuple[str, str], ExporterView] | None = None,
     xids: Mapping[tuple[str, str], Mapping[int, Mapping[int, int]]] | None = None,
+    drops: DropTally | None = None,
 ) -> tuple[GPUSample, ...]:
     """Join identities with the window aggregates (consumed): one GPUSample per GPU, sorted.
     ``built``: carried windows' Stats (``Entry.stats``), taken instead of rows (also consumed);
     their GPU's sample is marked carried, with identity's newest time (``GPUSample.carried_newest``).
     ``whole``: Stats of windows fetched whole this cycle, equal to their rows' (also consumed), not
     marked carried. ``views``: each GPU's generation and blind spots (the inventory query);
-    ``xids``: XID events counted, for the GPUs whose exporter serves the counter."""
+    ``xids``: XID events counted, for the GPUs whose exporter serves the counter. With
+    ``request.targets`` (the cluster's address book) a GPU is joined only when a scrape target on
+    its node reports it, and its fault windows (``TrustedRows``) only from such targets
+    (``sources/targets.py``); what is left out is counted in ``drops``. Without, a GPU two nodes
+    claim is dropped (NODE_CONFLICT)."""
     expected = {
         w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0
     }
     built = built or {}
     whole = whole or {}
+    drops = drops if drops is not None else DropTally()
+    locate = locator(request.targets) if request.targets is not None else None
+    alone: dict[str, frozenset[str]] = {}  # one target's trusted set, shared by its GPUs
     gpus = []
     for gpu_key, ident in identity.items():
         key = (gpu_key.uuid, gpu_key.instance_id)
+        node, pods = ident.node, ident.pods
+        trusted: frozenset[str] | None = None
+        if locate is not None and len(ident.claims) == 1:  # one target: the usual case, made quick
+            ((target, claim),) = ident.claims.items()
+            if not claim.node or locate(target) != claim.node:
+                drops.add(IDENTITY_OFF_NODE)
+                _discard(key, windows, built, whole)
+                continue
+            node, pods = claim.node, claim.pods
+            trusted = alone.get(target) or alone.setdefault(target, frozenset((target,)))
+        elif locate is not None:  # safety rule 10: the identity only from a target on the GPU's node
+            on_node = on_node_targets({t: c.node for t, c in ident.claims.items()}, locate)
+            nodes = set(on_node.values())
+            drops.add(IDENTITY_OFF_NODE, len(ident.claims) - len(on_node))  # per target and GPU
+            if len(nodes) != 1:
+                drops.add(NODE_CONFLICT, int(len(nodes) > 1))
+                _discard(key, windows, built, whole)
+                continue
+            node, trusted = nodes.pop(), frozenset(on_node)
+            pods = {p for t in on_node for p in ident.claims[t].pods}
+        elif ident.conflict:
+            drops.add(NODE_CONFLICT)
+            _discard(key, windows, built, whole)
+            continue
         stats: dict[Window, dict[Signal, Stats]] = {}
         carried: float | None = None
         for window, values in windows.items():
+            if isinstance(values, TrustedRows):
+                values.trusted, values.drops = trusted, drops
             rows = values.pop(key, None)  # freed as it goes: rows and Stats are not both held
             ready = built[window].pop(key, None) if window in built else None
             own = whole[window].pop(key, None) if window in whole else None
@@ -152,11 +256,11 @@ def samples(
         stats = drop_ambiguous(stats, view)
         gpus.append(
             GPUSample(
-                node=ident.node,
+                node=node,
                 uuid=gpu_key.id,
                 index=ident.index,
                 model=ident.model,
-                pods=tuple(sorted(ident.pods, key=lambda p: (p.namespace, p.name, p.container))),
+                pods=tuple(sorted(pods, key=lambda p: (p.namespace, p.name, p.container))),
                 stats=stats,
                 source="prometheus",
                 expected_samples=expected,
@@ -164,12 +268,29 @@ def samples(
                 carried_newest=carried,
                 exporter=view.generation.value if view is not None else "",
                 blind=view.blind if view is not None else frozenset(),
-                labels_seen=ident.labels if not ident.node else frozenset(),
+                labels_seen=ident.labels if not node else frozenset(),
                 xid_events=(xids or {}).get(key, {}) if view is not None and view.xid_counter else None,
             )
         )
     gpus.sort(key=lambda g: (g.node, g.index, g.uuid))
     return tuple(gpus)
+
+
+def _discard(
+    key: tuple[str, str],
+    windows: Mapping[Window, Rows],
+    built: Mapping[Window, dict[Key, dict[Signal, Stats]]],
+    whole: Mapping[Window, WholeStats],
+) -> None:
+    """Free a dropped GPU's rows and Stats (``samples`` consumes what it joins)."""
+    for window, values in windows.items():
+        if isinstance(values, TrustedRows):
+            values.trusted, values.drops = frozenset(), None  # counted as the GPU's drop
+        values.pop(key, None)
+        if window in built:
+            built[window].pop(key, None)
+        if window in whole:
+            whole[window].pop(key, None)
 
 
 def window_stats(tags: Mapping[str, float]) -> dict[Signal, Stats]:
