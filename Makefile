@@ -78,7 +78,8 @@ e2e: deps build-cluster
 chaos: deps build-cluster
 	$(VPY) -m pytest tests/e2e/test_chaos_e2e.py -q -m e2e -s
 
-test: lint typecheck importlint unit e2e
+# image-proof: ~40 s warm (cached base and build steps), ~10 min the first time on a machine.
+test: lint typecheck importlint unit image-proof e2e
 
 demo: deps build-cluster
 	$(VPY) -m gpu_efficiency_sim demo
