@@ -69,7 +69,10 @@ OTHER_PODS = {
     "jupyterhub hub": {"app": "jupyterhub", "component": "hub", "heritage": "jupyterhub"},
     "jupyterhub image puller": {"app": "jupyterhub", "component": "continuous-image-puller"},
     "training job": {"batch.kubernetes.io/job-name": "train", "app.kubernetes.io/component": "trainer"},
-    "kubeflow pipeline step": {"workflows.argoproj.io/workflow": "wf", "pipelines.kubeflow.org/v2_component": "true"},
+    "kubeflow pipeline step": {
+        "workflows.argoproj.io/workflow": "wf",
+        "pipelines.kubeflow.org/v2_component": "true",
+    },
 }
 PLATFORM_SAMPLES = {
     "idle-notebook-reclamation.yaml": (KUBEFLOW_NOTEBOOK_POD,),
