@@ -156,7 +156,10 @@ def install_crds(cluster: Cluster) -> None:
 
 
 def chart_rbac_docs(cluster: Cluster, namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
-    rendered = cluster.run(cluster.helm, "template", "e2e", str(CHART), "--namespace", namespace).stdout
+    # rbac.mode=enforce: the e2e policies run in Enforce (evict, reclaim, quarantine).
+    rendered = cluster.run(
+        cluster.helm, "template", "e2e", str(CHART), "--namespace", namespace, "--set", "rbac.mode=enforce"
+    ).stdout
     return [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in RBAC_KINDS]
 
 

@@ -11,14 +11,16 @@ import json
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
-from tests.e2e.harness import CHART, Cluster, built_tool
+from tests.e2e.harness import CHART, Cluster, built_tool, create_namespace, delete_namespace, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -36,34 +38,49 @@ OPERATOR_METRICS = (
     "gpu_efficiency_cycle_duration_seconds_bucket",
     "gpu_efficiency_idle_gpu_hours_total",
 )
-#: The operator's ClusterRole, exactly: a change here is a privilege change and must be deliberate.
-EXPECTED_OPERATOR_RULES = {
+#: The operator's ClusterRole under rbac.mode=observe (the default), exactly: a change here is a
+#: privilege change and must be deliberate. Reads, annotations, conditions, events and status only.
+EXPECTED_OBSERVE_RULES = {
     ("", "pods"): {"list", "watch", "patch"},
-    ("", "pods/eviction"): {"create"},
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "nodes/status"): {"patch"},
     ("", "namespaces"): {"list", "watch"},
     ("", "events"): {"create"},
     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
-    ("resource.k8s.io", "devicetaintrules"): {"list", "watch", "create", "patch", "delete"},
-    # who holds a faulty device, for the drain before a NoExecute device taint
-    ("resource.k8s.io", "resourceclaims"): {"list"},
+    ("resource.k8s.io", "devicetaintrules"): {"list", "watch"},
     ("gpuefficiency.io", "gpuefficiencypolicies"): {"get", "list", "watch"},  # get: report --policy
     ("gpuefficiency.io", "gpuefficiencypolicies/status"): {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
     ("apps", "replicasets"): {"list"},
-    ("apps", "deployments"): {"list", "patch"},
-    ("apps", "statefulsets"): {"list", "patch"},
+    ("apps", "deployments"): {"list"},
+    ("apps", "statefulsets"): {"list"},
     ("autoscaling", "horizontalpodautoscalers"): {"list"},
     ("policy", "poddisruptionbudgets"): {"list"},
+    ("batch", "jobs"): {"list"},
+    ("jobset.x-k8s.io", "jobsets"): {"list"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"list"},
+    ("kubeflow.org", "notebooks"): {"list"},
+    ("serving.kserve.io", "inferenceservices"): {"list"},
+}
+#: What rbac.mode=enforce adds: evictions, owner reclaims and quarantine.
+ENFORCE_ADDS = {
+    ("", "pods/eviction"): {"create"},
+    ("resource.k8s.io", "devicetaintrules"): {"create", "patch", "delete"},
+    # who holds a faulty device, for the drain before a NoExecute device taint
+    ("resource.k8s.io", "resourceclaims"): {"list"},
+    ("apps", "deployments"): {"patch"},
+    ("apps", "statefulsets"): {"patch"},
     ("apps", "deployments/scale"): {"get", "patch"},
     ("apps", "statefulsets/scale"): {"get", "patch"},
-    ("batch", "jobs"): {"list", "patch"},
-    ("jobset.x-k8s.io", "jobsets"): {"list", "patch"},
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"list", "patch"},
+    ("batch", "jobs"): {"patch"},
+    ("jobset.x-k8s.io", "jobsets"): {"patch"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"patch"},
     ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "patch"},
-    ("kubeflow.org", "notebooks"): {"list", "patch"},
-    ("serving.kserve.io", "inferenceservices"): {"list"},
+    ("kubeflow.org", "notebooks"): {"patch"},
+}
+EXPECTED_ENFORCE_RULES = {
+    key: EXPECTED_OBSERVE_RULES.get(key, set()) | ENFORCE_ADDS.get(key, set())
+    for key in EXPECTED_OBSERVE_RULES.keys() | ENFORCE_ADDS.keys()
 }
 PART_OF_LABELS = (
     "app.kubernetes.io/name",
@@ -249,27 +266,38 @@ def test_operator_args_follow_values(helm_bin: str, tmp_path: Path) -> None:
     assert "PodDisruptionBudget" not in kinds(docs)  # one replica: a PDB would block node drains
 
 
-def test_operator_cluster_role_is_exactly_least_privilege(helm_bin: str) -> None:
-    docs = render(helm_bin)
-    role = one(docs, "ClusterRole")
+def _granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
     got: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
         assert "resourceNames" not in rule
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 got.setdefault((group, resource), set()).update(rule["verbs"])
-    assert got == EXPECTED_OPERATOR_RULES
-    flat = json.dumps(role["rules"])
-    assert "*" not in flat
-    assert "secrets" not in flat
+    return got
+
+
+def test_operator_cluster_role_is_exactly_least_privilege(helm_bin: str) -> None:
+    docs = render(helm_bin)
+    role = one(docs, "ClusterRole")
+    assert _granted(role) == EXPECTED_OBSERVE_RULES  # rbac.mode=observe is the default
+    assert _granted(one(render(helm_bin, "rbac.mode=observe"), "ClusterRole")) == EXPECTED_OBSERVE_RULES
+    enforce = one(render(helm_bin, "rbac.mode=enforce"), "ClusterRole")
+    assert _granted(enforce) == EXPECTED_ENFORCE_RULES
+    for rules in (role["rules"], enforce["rules"]):
+        flat = json.dumps(rules)
+        assert "*" not in flat
+        assert "secrets" not in flat
     deleters = {
         (g, r)
-        for rule in role["rules"]
+        for rule in enforce["rules"]
         if "delete" in rule["verbs"]
         for g in rule["apiGroups"]
         for r in rule["resources"]
     }
     assert deleters == {("resource.k8s.io", "devicetaintrules")}, "delete: only our own DeviceTaintRules"
+    assert not any("delete" in rule["verbs"] for rule in role["rules"]), "observe deletes nothing"
+    proc = run(helm_bin, "template", "x", str(CHART), "--set", "rbac.mode=admin", expect_failure=True)
+    assert "rbac/mode" in proc.stderr, proc.stderr
     lease_role = one(docs, "Role")
     assert lease_role["metadata"]["namespace"] == "gpu-eff"
     assert {r["resources"][0] for r in lease_role["rules"]} == {"leases"}
@@ -347,6 +375,17 @@ def test_monitoring_objects_and_alert_rules(helm_bin: str, tmp_path: Path) -> No
     assert 'result="error"' in alerts["GPUEfficiencyCyclesFailing"]["expr"]
     assert "gpu_efficiency_last_cycle_timestamp_seconds" in alerts["GPUEfficiencyCycleStalled"]["expr"]
     assert "gpu_efficiency_policies" in alerts["GPUEfficiencyCyclesAbsent"]["expr"]
+    for name, alert in alerts.items():
+        assert alert["annotations"]["runbook_url"] == f"docs/operations.md#{name.lower()}", name
+    based = render(
+        helm_bin, *ALL_ON, "prometheusRule.runbookBaseUrl=https://docs.example/ops.md", api_versions=True
+    )
+    urls = {
+        r["annotations"]["runbook_url"]
+        for g in one(based, "PrometheusRule")["spec"]["groups"]
+        for r in g["rules"]
+    }
+    assert urls == {f"https://docs.example/ops.md#{a.lower()}" for a in alerts}
     # promtool (built with the local cluster's Prometheus) parses every expression.
     promtool = built_tool("promtool", "PROMTOOL")
     rules_file = tmp_path / "rules.yaml"
@@ -362,6 +401,28 @@ def test_monitoring_objects_and_alert_rules(helm_bin: str, tmp_path: Path) -> No
         assert metric in exprs, metric
     titles = " ".join(p["title"].lower() for p in dashboard["panels"])
     for topic in ("idle", "waste", "diagnos", "tainted", "evictions"):
+        assert topic in titles, topic
+    # issue 33: reclaims, GPU-hours returned, warned pods, dropped samples, stragglers, blind spots
+    # and a per-namespace view, each from a metric the operator exports
+    for metric in (
+        "gpu_efficiency_reclaims_total",
+        "gpu_efficiency_gpu_hours_returned_total",
+        "gpu_efficiency_pod_eviction_pending",
+        "gpu_efficiency_dropped_samples_total",
+        "gpu_efficiency_straggler_gpus",
+        'verdict="Unknown"',
+        "gpu_efficiency_notifications_total",
+    ):
+        assert metric in exprs, metric
+    for topic in (
+        "reclaims",
+        "gpu-hours returned",
+        "warned",
+        "dropped samples",
+        "straggler",
+        "blind spots",
+        "by namespace",
+    ):
         assert topic in titles, topic
 
 
@@ -507,7 +568,6 @@ def test_helm_install_and_least_privilege(
         ("patch", "pods", "-A"),
         ("list", "pods", "-A"),
         ("watch", "pods", "-A"),
-        ("create", "pods", "--subresource=eviction", "-A"),
         ("patch", "nodes"),
         ("patch", "nodes", "--subresource=status"),
         ("list", "namespaces"),
@@ -521,9 +581,6 @@ def test_helm_install_and_least_privilege(
         ("list", "resourceslices.resource.k8s.io"),
         ("watch", "resourceslices.resource.k8s.io"),
         ("watch", "devicetaintrules.resource.k8s.io"),
-        ("create", "devicetaintrules.resource.k8s.io"),
-        ("delete", "devicetaintrules.resource.k8s.io"),
-        ("list", "resourceclaims.resource.k8s.io"),
         ("create", "leases.coordination.k8s.io", "-n", namespace),
         ("update", "leases.coordination.k8s.io/gpu-efficiency-operator", "-n", namespace),
     ]
@@ -551,8 +608,18 @@ def test_helm_install_and_least_privilege(
         ("create", "serviceaccounts", "--subresource=token", "-n", namespace),
         ("*", "*"),
     ]
+    # What only rbac.mode=enforce grants: under the default observe, all of it is refused.
+    enforce_only = [
+        ("create", "pods", "--subresource=eviction", "-A"),
+        ("create", "devicetaintrules.resource.k8s.io"),
+        ("delete", "devicetaintrules.resource.k8s.io"),
+        ("list", "resourceclaims.resource.k8s.io"),
+        ("patch", "deployments.apps", "--subresource=scale", "-A"),
+        ("patch", "deployments.apps", "-A"),
+        ("patch", "jobs.batch", "-A"),
+    ]
     assert [a for a in allowed if not can_i(cluster, op, *a)] == []
-    assert [d for d in denied if can_i(cluster, op, *d)] == []
+    assert [d for d in [*denied, *enforce_only] if can_i(cluster, op, *d)] == []
 
     agent = f"system:serviceaccount:{namespace}:{release}-gpu-efficiency-operator-agent"
     # Without --write-node-condition the agent has no RBAC at all.
@@ -571,8 +638,12 @@ def test_helm_install_and_least_privilege(
         "--reuse-values",
         "--set",
         "agent.writeNodeCondition=true",
+        "--set",
+        "rbac.mode=enforce",
         kubeconfig=kc,
     )
+    assert [a for a in [*allowed, *enforce_only] if not can_i(cluster, op, *a)] == []
+    assert [d for d in denied if can_i(cluster, op, *d)] == []
     assert can_i(cluster, agent, "get", "nodes", "--subresource=status")
     assert can_i(cluster, agent, "patch", "nodes", "--subresource=status")
     assert [
@@ -674,15 +745,40 @@ def test_agent_limits_and_optional_token_authentication(helm_bin: str) -> None:
 
 
 def test_admission_policies_narrow_each_service_account(helm_bin: str) -> None:
-    assert not [d for d in render(helm_bin) if "Admission" in d["kind"]]  # the API server does not serve it
+    # the API server does not serve it: nothing, but a WARNING comment in the output says so
+    assert not [d for d in render(helm_bin) if "Admission" in d["kind"]]
+    out = run(helm_bin, "template", "gpueff", str(CHART)).stdout
+    assert "WARNING: admissionPolicy.enabled is true but the ValidatingAdmissionPolicies" in out
     docs = render(helm_bin, "agent.enabled=true", apis=(VAP_API,))
     names = {(d["kind"], d["metadata"]["name"]) for d in docs if "Admission" in d["kind"]}
     assert names == {
-        ("ValidatingAdmissionPolicy", "gpueff-gpu-efficiency-operator-operator"),
-        ("ValidatingAdmissionPolicyBinding", "gpueff-gpu-efficiency-operator-operator"),
-        ("ValidatingAdmissionPolicy", "gpueff-gpu-efficiency-operator-device-taints"),
-        ("ValidatingAdmissionPolicyBinding", "gpueff-gpu-efficiency-operator-device-taints"),
+        (kind, f"gpueff-gpu-efficiency-operator-{suffix}")
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+        for suffix in ("operator", "workloads", "protected-namespaces", "device-taints")
     }  # the agent writes nothing without writeNodeCondition: no policy for it
+    workloads = one(docs, "ValidatingAdmissionPolicy", "-workloads")["spec"]
+    covered = {
+        (g, r)
+        for rule in workloads["matchConstraints"]["resourceRules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    # every workload kind the enforce ClusterRole may patch, and its /scale
+    patched = {
+        k
+        for k, v in EXPECTED_ENFORCE_RULES.items()
+        if "patch" in v and k[0] not in ("", "resource.k8s.io", "gpuefficiency.io")
+    }
+    assert {k for k in patched if not k[1].endswith("/scale")} <= covered
+    assert {(g, f"{r}/scale") for g, r in covered if not r.endswith("/scale")} <= covered
+    assert all(rule["operations"] == ["UPDATE"] for rule in workloads["matchConstraints"]["resourceRules"])
+    protected = one(docs, "ValidatingAdmissionPolicy", "-protected-namespaces")["spec"]
+    (rule,) = protected["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["*/*"]
+    assert rule["apiGroups"] == ["*"]
+    never = protected["validations"][0]["expression"]
+    for ns in ("kube-system", "kube-public", "kube-node-lease", "gpu-eff"):
+        assert f'"{ns}"' in never, ns
     devices = one(docs, "ValidatingAdmissionPolicy", "-device-taints")["spec"]
     assert devices["matchConstraints"]["resourceRules"][0]["resources"] == ["devicetaintrules"]
     assert devices["matchConditions"][0]["expression"].endswith(
@@ -732,3 +828,188 @@ def test_admission_policies_narrow_each_service_account(helm_bin: str) -> None:
         for d in render(helm_bin, "admissionPolicy.enabled=false", apis=(VAP_API,))
         if "Admission" in d["kind"]
     ]
+
+
+# --- issue 33: names, alert gating, RBAC modes and admission policies against the API server ------
+
+
+@pytest.mark.parametrize(
+    ("release", "sets", "name"),
+    [
+        ("gpu-efficiency", (), "gpu-efficiency-operator"),  # the README's release: no doubled name
+        ("gpu-efficiency-operator", (), "gpu-efficiency-operator"),
+        ("gpueff", (), "gpueff-gpu-efficiency-operator"),
+        ("gpueff", ("fullnameOverride=gpu-eff",), "gpu-eff"),
+        ("team", ("nameOverride=gpueff",), "team-gpueff"),
+    ],
+)
+def test_resource_names_follow_helm_create_without_doubling(
+    helm_bin: str, release: str, sets: tuple[str, ...], name: str
+) -> None:
+    docs = render(helm_bin, *sets, release=release)
+    assert one(docs, "Deployment")["metadata"]["name"] == name
+    assert one(docs, "ClusterRole")["metadata"]["name"] == name
+
+
+def test_alert_rules_need_a_scrape_of_the_operator(helm_bin: str) -> None:
+    """The rules select the operator's scrape job: without the chart's ServiceMonitor (or a job named
+    in prometheusRule.job) OperatorDown and NoLeader would fire forever, so nothing is rendered and
+    the output says why; without --api-versions the same."""
+    apis = ("prometheusRule.enabled=true",)
+    assert "PrometheusRule" not in kinds(render(helm_bin, *apis, api_versions=True))
+    out = run(
+        helm_bin,
+        "template",
+        "gpueff",
+        str(CHART),
+        "--set",
+        "prometheusRule.enabled=true",
+        *[a for api in MONITORING_APIS for a in ("--api-versions", api)],
+    ).stdout
+    assert "nothing scrapes the operator as the rules expect" in out
+    job = render(helm_bin, *apis, "prometheusRule.job=my-scrape", api_versions=True)
+    expr = one(job, "PrometheusRule")["spec"]["groups"][0]["rules"][0]["expr"]
+    assert 'job="my-scrape"' in expr
+    with_sm = render(helm_bin, *apis, "metrics.serviceMonitor.enabled=true", api_versions=True)
+    assert kinds(with_sm).count("PrometheusRule") == 1
+    bare = run(
+        helm_bin,
+        "template",
+        "gpueff",
+        str(CHART),
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+    ).stdout
+    assert "does not serve monitoring.coreos.com/v1 PrometheusRule" in bare
+    assert "no ServiceMonitor was rendered" in bare
+
+
+def test_admission_policies_refuse_the_operator_what_it_does_not_need(
+    helm_bin: str, cluster: Cluster, namespace: str, k8s: Any
+) -> None:
+    """The real API server enforces the chart's policies on the operator's ServiceAccount
+    (impersonated), with rbac.mode=enforce so RBAC alone would allow every request below: a pod
+    template or replicas changed on a Deployment, a label, a foreign annotation, a Job's spec beyond
+    suspend, and any write in kube-system are refused; /scale, spec.suspend and our annotations pass."""
+    release_ns = create_namespace(k8s, "vap-op")
+    release = f"vap-{uuid.uuid4().hex[:5]}"
+    probe = f"vap-probe-{uuid.uuid4().hex[:5]}"
+    kc = cluster.kubeconfig
+    try:
+        run(
+            helm_bin,
+            "install",
+            release,
+            str(CHART),
+            "--namespace",
+            release_ns,
+            "--set",
+            "rbac.mode=enforce",
+            "--set",
+            "replicaCount=1",
+            kubeconfig=kc,
+        )
+        as_operator = cluster.api_client()
+        as_operator.set_default_header(
+            "Impersonate-User", f"system:serviceaccount:{release_ns}:{release}-gpu-efficiency-operator"
+        )
+        apps, batch = client.AppsV1Api(as_operator), client.BatchV1Api(as_operator)
+        core, leases = client.CoreV1Api(as_operator), client.CoordinationV1Api(as_operator)
+
+        def answer(call: Callable[[], object]) -> str:
+            try:
+                call()
+            except ApiException as exc:
+                return str(json.loads(exc.body or "{}").get("message", exc.reason))
+            return "allowed"
+
+        cluster.kubectl_run("create", "deployment", "web", "--image=pause:3.9", "-n", namespace)
+        cluster.kubectl_run("create", "job", "train", "--image=pause:3.9", "-n", namespace)
+        cluster.kubectl_run("create", "deployment", probe, "--image=pause:3.9", "-n", "kube-system")
+
+        def annotate(name: str, ns: str, key: str) -> str:
+            body = {"metadata": {"annotations": {key: uuid.uuid4().hex}}}
+            return answer(lambda: apps.patch_namespaced_deployment(name, ns, body))
+
+        # The API server loads policies asynchronously: wait until a foreign annotation is refused.
+        wait_for(
+            lambda: "denied request" in annotate("web", namespace, "x"),
+            60,
+            what="the workloads admission policy in force",
+        )
+        template = {"spec": {"template": {"spec": {"serviceAccountName": "admin"}}}}
+        refused = {
+            "pod template": answer(lambda: apps.patch_namespaced_deployment("web", namespace, template)),
+            "replicas on the object": answer(
+                lambda: apps.patch_namespaced_deployment("web", namespace, {"spec": {"replicas": 5}})
+            ),
+            "label": answer(
+                lambda: apps.patch_namespaced_deployment(
+                    "web", namespace, {"metadata": {"labels": {"app": "other"}}}
+                )
+            ),
+            "job deadline": answer(
+                lambda: batch.patch_namespaced_job("train", namespace, {"spec": {"activeDeadlineSeconds": 5}})
+            ),
+            "kube-system annotation": annotate(probe, "kube-system", "gpuefficiency.io/x"),
+            "kube-system scale": answer(
+                lambda: apps.patch_namespaced_deployment_scale(
+                    probe, "kube-system", {"spec": {"replicas": 0}}
+                )
+            ),
+            "kube-system event": answer(
+                lambda: core.create_namespaced_event(
+                    "kube-system",
+                    client.CoreV1Event(
+                        metadata=client.V1ObjectMeta(generate_name="gpueff-"),
+                        involved_object=client.V1ObjectReference(
+                            kind="Deployment", name=probe, namespace="kube-system"
+                        ),
+                        reason="Probe",
+                    ),
+                )
+            ),
+        }
+        assert {k: "denied request" in v for k, v in refused.items()} == dict.fromkeys(refused, True), refused
+        assert "may change only spec.suspend or spec.active" in refused["pod template"]
+        assert "may not change a workload's labels" in refused["label"]
+        assert "protected namespace kube-system" in refused["kube-system scale"]
+        assert "protected namespace kube-system" in refused["kube-system event"]
+        allowed = {
+            "our annotation": annotate("web", namespace, "gpuefficiency.io/previous-replicas"),
+            "suspend": answer(
+                lambda: batch.patch_namespaced_job("train", namespace, {"spec": {"suspend": True}})
+            ),
+            "scale": answer(
+                lambda: apps.patch_namespaced_deployment_scale("web", namespace, {"spec": {"replicas": 0}})
+            ),
+            "its Lease, in its own protected namespace": answer(
+                lambda: leases.create_namespaced_lease(
+                    release_ns,
+                    client.V1Lease(metadata=client.V1ObjectMeta(name="gpu-efficiency-operator")),
+                )
+            ),
+        }
+        assert allowed == dict.fromkeys(allowed, "allowed")
+        web = client.AppsV1Api(k8s).read_namespaced_deployment("web", namespace)
+        assert web.spec.replicas == 0
+        assert web.spec.template.spec.service_account_name is None
+        assert client.BatchV1Api(k8s).read_namespaced_job("train", namespace).spec.suspend is True
+    finally:
+        run(
+            helm_bin,
+            "uninstall",
+            release,
+            "--namespace",
+            release_ns,
+            "--wait",
+            "--timeout",
+            "2m",
+            kubeconfig=kc,
+        )
+        cluster.kubectl_run(
+            "delete", "deployment", probe, "-n", "kube-system", "--ignore-not-found", check=False
+        )
+        delete_namespace(k8s, release_ns)

@@ -141,6 +141,16 @@ def gone_or_terminating(core: client.CoreV1Api, namespace: str, name: str) -> bo
     ("spec", "message"),
     [
         ({"interval": "10m", "window": "5m"}, "window must be at least interval"),
+        ({"interval": "0s"}, "interval must be at least 1s"),
+        (
+            {"interval": "10s", "window": "30s"},
+            "window must be at least 4 x metrics.prometheus.scrapeInterval",
+        ),
+        ({"metrics": {"prometheus": {"scrapeInterval": "0s"}}}, "scrapeInterval must be longer than 0s"),
+        (
+            {"mode": "Enforce", "idle": {"warningPeriod": "0s"}},
+            "warningPeriod must be longer than 0s in Enforce",
+        ),
         ({"mode": "Destroy"}, 'Unsupported value: "Destroy"'),
         ({"idle": {"activityBelow": 3}}, "should be less than or equal to 1"),
         ({"interval": "ten"}, "spec.interval"),

@@ -3,7 +3,11 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Full name: <release>-<chart>, or <release> when it already contains the chart name. */}}
+{{/* Full name, as `helm create` makes it: fullnameOverride; else <release> when it already contains
+     the chart name (release gpu-efficiency-operator); else <release>-<chart>. One rule more, so the
+     documented `helm install gpu-efficiency ...` does not double the name
+     (gpu-efficiency-gpu-efficiency-operator): a release name that the chart name starts with, up to
+     a dash, gives the chart name (gpu-efficiency-operator). */}}
 {{- define "gpueff.fullname" -}}
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
@@ -11,6 +15,8 @@
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else if hasPrefix (printf "%s-" .Release.Name) $name }}
+{{- $name | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -111,6 +117,26 @@ app.kubernetes.io/component: node-agent
 {{- $ns := list .Release.Namespace }}
 {{- range .Values.operator.protectedNamespaces }}{{ $ns = append $ns . }}{{ end }}
 {{- $ns | uniq | join "," }}
+{{- end }}
+
+{{/* The workload kinds the operator reclaims (enforce): API group -> resources. The ClusterRole's
+     enforce part grants their writes; the "-workloads" admission policy admits on each only our
+     annotations, the Kubeflow stop annotation, spec.suspend / spec.active / spec.runPolicy.suspend and
+     replicas through /scale. A new owner kind is added here and in the ClusterRole. */}}
+{{- define "gpueff.workloadResources" -}}
+apps: [deployments, statefulsets]
+batch: [jobs]
+jobset.x-k8s.io: [jobsets]
+leaderworkerset.x-k8s.io: [leaderworkersets]
+kubeflow.org: [notebooks]
+{{- end }}
+
+{{/* Every namespace the operator never writes in: Kubernetes' own, the release namespace and the
+     configured ones (the operator adds the kube-* namespaces itself too: config.py). */}}
+{{- define "gpueff.neverWrittenNamespaces" -}}
+{{- $ns := list "kube-system" "kube-public" "kube-node-lease" .Release.Namespace }}
+{{- range .Values.operator.protectedNamespaces }}{{ $ns = append $ns . }}{{ end }}
+{{- $ns | uniq | toJson }}
 {{- end }}
 
 {{/* Checks of value combinations the schema cannot express; fail with a message naming the fields. */}}

@@ -24,12 +24,48 @@ from gpu_efficiency.api.policy import (
     VERSION,
     GPUEfficiencyPolicySpec,
 )
+from gpu_efficiency.api.policy.spec import MIN_INTERVAL_S, WINDOW_SCRAPES
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 
 CRD_FILENAME = f"{GROUP}_{PLURAL}.yaml"
 
 #: Cross-field rules the API server enforces (CEL); each mirrors a check in the pydantic model.
 SPEC_CEL_RULES: list[dict[str, str]] = [
+    {
+        "rule": f"!has(self.interval) || duration(self.interval) >= duration('{MIN_INTERVAL_S:.0f}s')",
+        "message": f"interval must be at least {MIN_INTERVAL_S:.0f}s (cycles are never closer)",
+    },
+    {
+        "rule": "!has(self.metrics) || !has(self.metrics.prometheus) || "
+        "!has(self.metrics.prometheus.scrapeInterval) || "
+        "duration(self.metrics.prometheus.scrapeInterval) > duration('0s')",
+        "message": "metrics.prometheus.scrapeInterval must be longer than 0s",
+    },
+    {
+        "rule": "!has(self.window) || !has(self.metrics) || !has(self.metrics.prometheus) || "
+        "!has(self.metrics.prometheus.scrapeInterval) || duration(self.window).getMilliseconds() >= "
+        f"{WINDOW_SCRAPES} * duration(self.metrics.prometheus.scrapeInterval).getMilliseconds()",
+        "message": f"window must be at least {WINDOW_SCRAPES} x metrics.prometheus.scrapeInterval "
+        "(fewer samples make every GPU Unknown)",
+    },
+    {
+        "rule": "!has(self.metrics) || !has(self.metrics.prometheus) || "
+        "!has(self.metrics.prometheus.scrapeInterval) || !has(self.metrics.prometheus.maxStaleness) || "
+        "duration(self.metrics.prometheus.maxStaleness) >= duration(self.metrics.prometheus.scrapeInterval)",
+        "message": "metrics.prometheus.maxStaleness must be at least scrapeInterval",
+    },
+    {
+        "rule": "!has(self.metrics) || !has(self.metrics.prometheus) || "
+        "!has(self.metrics.prometheus.queryTimeout) || "
+        "duration(self.metrics.prometheus.queryTimeout) > duration('0s')",
+        "message": "metrics.prometheus.queryTimeout must be longer than 0s",
+    },
+    {
+        "rule": "!has(self.mode) || self.mode != 'Enforce' || !has(self.idle) || "
+        "(has(self.idle.enabled) && !self.idle.enabled) || !has(self.idle.warningPeriod) || "
+        "duration(self.idle.warningPeriod) > duration('0s')",
+        "message": "idle.warningPeriod must be longer than 0s in Enforce (a warning before every reclaim)",
+    },
     {
         "rule": "!has(self.window) || !has(self.interval) || duration(self.window) >= duration(self.interval)",
         "message": "window must be at least interval",

@@ -19,6 +19,27 @@ def test_defaults_are_safe() -> None:
     ("spec", "message"),
     [
         ({"interval": "10m", "window": "5m"}, "window must be at least interval"),
+        # clock footguns (first-run review): each once made the operator silently clamp or go blind
+        ({"interval": "0s"}, "interval must be at least 1s"),
+        ({"interval": "500ms", "window": "1m"}, "interval must be at least 1s"),
+        (
+            {"interval": "10s", "window": "30s"},
+            r"window must be at least 4 x metrics.prometheus.scrapeInterval",
+        ),
+        (
+            {"window": "1m", "metrics": {"prometheus": {"scrapeInterval": "30s"}}},
+            r"window must be at least 4 x",
+        ),
+        ({"metrics": {"prometheus": {"scrapeInterval": "0s"}}}, "scrapeInterval must be longer than 0s"),
+        (
+            {"metrics": {"prometheus": {"maxStaleness": "10s"}}},
+            "maxStaleness must be at least scrapeInterval",
+        ),
+        ({"metrics": {"prometheus": {"queryTimeout": "0s"}}}, "queryTimeout must be longer than 0s"),
+        (
+            {"mode": "Enforce", "idle": {"warningPeriod": "0s"}},
+            "warningPeriod must be longer than 0s in Enforce",
+        ),
         (
             {"underutilization": {"noTensorSmActiveMin": 0.8, "noTensorSmActiveMax": 0.5}},
             "noTensorSmActiveMin",
@@ -99,3 +120,19 @@ def test_notify_sinks_need_unique_names_and_known_reasons() -> None:
         GPUEfficiencyPolicySpec.model_validate({"notify": [sink | {"reasons": ["PodDeleted"]}]})
     with pytest.raises(pydantic.ValidationError):
         GPUEfficiencyPolicySpec.model_validate({"notify": [sink | {"urlSecretKey": "../../etc/passwd"}]})
+
+
+def test_the_footgun_limits_still_admit_the_edges() -> None:
+    """The limits are exact: a window of exactly 4 scrapes, a 1s interval, and a 0s warning in
+    Observe (nothing is reclaimed) or with idle reclamation off are all valid."""
+    for spec in (
+        {
+            "interval": "1s",
+            "window": "4s",
+            "metrics": {"prometheus": {"scrapeInterval": "1s", "maxStaleness": "1s"}},
+        },
+        {"window": "1m"},
+        {"mode": "Observe", "idle": {"warningPeriod": "0s"}},
+        {"mode": "Enforce", "idle": {"enabled": False, "warningPeriod": "0s"}},
+    ):
+        GPUEfficiencyPolicySpec.model_validate(spec)

@@ -8,6 +8,8 @@ from pathlib import Path
 import yaml
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "gpu-efficiency-operator"
+TEMPLATE = CHART / "templates" / "prometheusrule.yaml"
+OPERATIONS = CHART.parents[1] / "docs" / "operations.md"
 
 
 def _rule(alert: str) -> str:
@@ -40,3 +42,16 @@ def test_the_reclaim_pending_alert_carries_the_pods_own_namespace() -> None:
     assert '"pod", "$1", "exported_pod", "(.+)"' in expr
     template = (CHART / "templates" / "prometheusrule.yaml").read_text()
     assert "gpuefficiency.io/keep-for=4h --overwrite" in template
+
+
+def test_every_alert_links_its_runbook_section_in_operations_md() -> None:
+    """runbook_url (kube-prometheus convention) into docs/operations.md, and that section exists."""
+    text = TEMPLATE.read_text()
+    alerts = re.findall(r"- alert: (\w+)", text)
+    assert len(alerts) >= 9
+    headings = set(re.findall(r"^### (\w+)$", OPERATIONS.read_text(), flags=re.MULTILINE))
+    blocks = dict(zip(alerts, re.split(r"- alert: \w+", text)[1:], strict=True))
+    for alert in alerts:
+        assert f"runbook_url: '{{{{ $runbook }}}}#{alert.lower()}'" in blocks[alert], alert
+        assert alert in headings, f"docs/operations.md has no section '### {alert}'"
+    assert set(headings) >= set(alerts)

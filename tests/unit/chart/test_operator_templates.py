@@ -5,9 +5,9 @@ judges with the operator's own Prometheus settings."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -18,32 +18,86 @@ from gpu_efficiency.config import OperatorConfig, config_from_args
 TEMPLATES = Path(__file__).resolve().parents[3] / "charts" / "gpu-efficiency-operator" / "templates"
 
 
-def _load_template(name: str) -> list[dict[str, Any]]:
-    """The YAML documents of a template: directive lines dropped, inline expressions made placeholders."""
+def _cluster_role_rules(enforce: bool) -> dict[tuple[str, str], set[str]]:
+    """The ClusterRole's grants under rbac.mode observe or enforce: the enforce part is the block
+    inside `{{- if $enforce }}` (the template's only conditional rule block)."""
+    text = (TEMPLATES / "clusterrole.yaml").read_text()
+    head, sep, tail = text.partition("{{- if $enforce }}")
+    assert sep, "the ClusterRole has an enforce-only part"
+    enforce_part, sep, rest = tail.partition("{{- end }}")
+    assert sep
+    chosen = head + (enforce_part if enforce else "") + rest
     lines = [
         re.sub(r"\{\{.*?\}\}", "X", line)
-        for line in (TEMPLATES / name).read_text().splitlines()
+        for line in chosen.splitlines()
         if not re.fullmatch(r"\s*\{\{-?.*-?\}\}\s*", line)
     ]
-    return [doc for doc in yaml.safe_load_all("\n".join(lines)) if doc]
+    (role,) = (d for d in yaml.safe_load_all("\n".join(lines)) if d and d["kind"] == "ClusterRole")
+    verbs: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                verbs.setdefault((group, resource), set()).update(rule["verbs"])
+    return verbs
+
+
+WRITES = {"create", "patch", "update", "delete", "deletecollection"}
+#: What only Enforce does: evict, reclaim owners (/scale, suspend, stop) and quarantine on DRA.
+ENFORCE_ONLY = {
+    ("", "pods/eviction"): {"create"},
+    ("resource.k8s.io", "devicetaintrules"): {"create", "patch", "delete"},
+    ("resource.k8s.io", "resourceclaims"): {"list"},
+    ("apps", "deployments/scale"): {"get", "patch"},
+    ("apps", "statefulsets/scale"): {"get", "patch"},
+    ("apps", "deployments"): {"patch"},
+    ("apps", "statefulsets"): {"patch"},
+    ("batch", "jobs"): {"patch"},
+    ("jobset.x-k8s.io", "jobsets"): {"patch"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"patch"},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "patch"},
+    ("kubeflow.org", "notebooks"): {"patch"},
+}
 
 
 def test_cluster_role_gets_policies_for_report_and_explain() -> None:
-    (role,) = (d for d in _load_template("clusterrole.yaml") if d["kind"] == "ClusterRole")
-    verbs = {
-        (group, resource): set(rule["verbs"])
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
+    for enforce in (False, True):
+        verbs = _cluster_role_rules(enforce)
+        assert verbs[("gpuefficiency.io", "gpuefficiencypolicies")] == {"get", "list", "watch"}
+        assert verbs[("resource.k8s.io", "resourceslices")] == {"list", "watch"}
+        assert {"list", "watch"} <= verbs[("resource.k8s.io", "devicetaintrules")]
+
+
+def test_observe_mode_writes_only_annotations_conditions_events_and_status() -> None:
+    """rbac.mode=observe (the default): what spec.mode: Observe writes and nothing else; no delete,
+    no eviction, no workload write."""
+    observe = _cluster_role_rules(enforce=False)
+    writes = {k: v & WRITES for k, v in observe.items() if v & WRITES}
+    assert writes == {
+        ("", "pods"): {"patch"},  # gpuefficiency.io/ annotations (the admission policy narrows it)
+        ("", "nodes"): {"patch"},  # fault annotations
+        ("", "nodes/status"): {"patch"},  # the GPUHealthy condition
+        ("", "events"): {"create"},
+        ("gpuefficiency.io", "gpuefficiencypolicies/status"): {"patch"},
     }
-    assert verbs[("gpuefficiency.io", "gpuefficiencypolicies")] == {"get", "list", "watch"}
+    for key, verbs in ENFORCE_ONLY.items():
+        assert not (verbs & WRITES) & observe.get(key, set()), key
+    assert ("", "pods/eviction") not in observe
+
+
+def test_enforce_mode_adds_exactly_the_reclaim_and_quarantine_writes() -> None:
+    observe, enforce = _cluster_role_rules(enforce=False), _cluster_role_rules(enforce=True)
+    added = {k: enforce[k] - observe.get(k, set()) for k in enforce if enforce[k] - observe.get(k, set())}
+    assert added == ENFORCE_ONLY
     # delete: only our own DeviceTaintRules (single-GPU quarantine ends by deleting its rule)
-    assert {k for k, v in verbs.items() if "delete" in v} == {("resource.k8s.io", "devicetaintrules")}
-    # read-only, listed and watched into the DRA cache; claims listed while a rule of ours exists
-    assert verbs[("resource.k8s.io", "resourceslices")] == {"list", "watch"}
-    assert {"list", "watch"} <= verbs[("resource.k8s.io", "devicetaintrules")]
-    assert verbs[("resource.k8s.io", "resourceclaims")] == {"list"}
-    assert verbs[("", "pods/eviction")] == {"create"}
+    assert {k for k, v in enforce.items() if "delete" in v} == {("resource.k8s.io", "devicetaintrules")}
+
+
+def test_rbac_mode_defaults_to_observe_and_is_documented() -> None:
+    values = yaml.safe_load((TEMPLATES.parent / "values.yaml").read_text())
+    assert values["rbac"]["mode"] == "observe"
+    schema = json.loads((TEMPLATES.parent / "values.schema.json").read_text())
+    assert schema["properties"]["rbac"]["properties"]["mode"]["enum"] == ["observe", "enforce"]
+    assert "no deletes" not in (TEMPLATES / "clusterrole.yaml").read_text().lower()
 
 
 def test_notes_dry_run_judges_by_the_admins_policy() -> None:
@@ -103,3 +157,27 @@ def test_run_reads_the_notify_secret_directory_the_chart_mounts(monkeypatch: pyt
     text = (TEMPLATES / "deployment.yaml").read_text()
     assert "mountPath: /etc/gpu-efficiency/notify" in text
     assert "secretName: {{ .Values.notify.secretName }}" in text
+
+
+def _workload_resources() -> dict[str, list[str]]:
+    """gpueff.workloadResources: the kinds the "-workloads" admission policy covers."""
+    helpers = (TEMPLATES / "_helpers.tpl").read_text()
+    match = re.search(r'define "gpueff.workloadResources" -\}\}\n(.*?)\{\{- end', helpers, re.S)
+    assert match
+    loaded: dict[str, list[str]] = yaml.safe_load(match.group(1))
+    return loaded
+
+
+def test_the_workloads_admission_policy_covers_every_workload_the_operator_may_patch() -> None:
+    """A workload kind whose patch the ClusterRole grants must be narrowed by the admission policy
+    (only /scale, suspend, the stop annotation and ours): add a new owner kind to both."""
+    covered = {(group, r) for group, resources in _workload_resources().items() for r in resources}
+    patched = {
+        (group, resource)
+        for (group, resource), verbs in _cluster_role_rules(enforce=True).items()
+        if "patch" in verbs and group not in ("", "gpuefficiency.io", "resource.k8s.io")
+    }
+    assert {(g, r.removesuffix("/scale")) for g, r in patched} <= covered
+    policy = (TEMPLATES / "admission-policy.yaml").read_text()
+    assert 'include "gpueff.workloadResources"' in policy
+    assert '"%s/scale"' in policy  # each kind's /scale too

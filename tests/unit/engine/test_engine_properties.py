@@ -108,7 +108,7 @@ policies = st.fixed_dictionaries(
         "idle": st.fixed_dictionaries(
             {
                 "idle_for": st.sampled_from(["0s", "5m", "30m"]),
-                "warning_period": st.sampled_from(["0s", "5m"]),
+                "warning_period": st.sampled_from(["1s", "5m"]),  # Enforce needs a warning (CRD rule)
             }
         ),
         "eviction": st.fixed_dictionaries(

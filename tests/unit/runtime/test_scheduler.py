@@ -41,7 +41,7 @@ def body(
             "creationTimestamp": created,
             "generation": generation,
         },
-        "spec": dict(spec or {"interval": "10s", "window": "20s"}),
+        "spec": dict(spec or {"interval": "10s", "window": "60s"}),
     }
 
 

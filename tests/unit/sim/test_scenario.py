@@ -158,7 +158,7 @@ def test_policies_from_files_manifest_or_bare_spec(tmp_path: Path) -> None:
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "manifest.yaml").write_text(
         "apiVersion: gpuefficiency.io/v1alpha1\nkind: GPUEfficiencyPolicy\nmetadata: {name: x}\n"
-        "spec: {mode: Enforce, interval: 5s, window: 20s}\n"
+        "spec: {mode: Enforce, interval: 5s, window: 60s}\n"
     )
     (tmp_path / "bare.yaml").write_text("mode: Observe\n")
     scenario = tmp_path / "s.yaml"
@@ -167,7 +167,7 @@ def test_policies_from_files_manifest_or_bare_spec(tmp_path: Path) -> None:
     )
     loaded = load_scenario(scenario)
     assert loaded.policies == {
-        "a": {"mode": "Enforce", "interval": "5s", "window": "20s"},
+        "a": {"mode": "Enforce", "interval": "5s", "window": "60s"},
         "b": {"mode": "Observe"},
         "c": {},
     }

@@ -20,9 +20,9 @@ class IdleRule(Model):
     activity_below: float = Field(default=0.01, ge=0.0, le=1.0)
     """A GPU is idle when its peak activity (SM active, else GR engine active, else GPU util) over the window is below this."""
     idle_for: Duration = "30m"
-    """How long a pod must stay idle before it is warned."""
+    """How long a pod must stay idle before it is warned. The clock starts once a whole window was idle, so the warning comes window + idleFor after the last activity."""
     warning_period: Duration = "15m"
-    """Time between the warning (evict-after annotation and event) and the eviction."""
+    """Time between the warning (evict-after annotation and event) and the reclaim (eviction, or the owner's scale to zero, suspend or stop); must be above 0s in Enforce."""
     allow_opt_out: bool = False
     """Honour the pod annotation gpuefficiency.io/exempt=true."""
     allow_keep_until: bool = True

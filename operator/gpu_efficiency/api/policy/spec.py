@@ -23,6 +23,14 @@ class Mode(StrEnum):
     ENFORCE = "Enforce"
 
 
+#: The shortest cycle interval: the scheduler never runs cycles closer than this (runtime/scheduler.py).
+MIN_INTERVAL_S = 1.0
+#: A window holds at least this many scrapes: Prometheus range queries need several samples, and
+#: one late or missed scrape must not leave too few (Grafana's $__rate_interval is at least four
+#: scrape intervals for the same reason).
+WINDOW_SCRAPES = 4
+
+
 class GPUEfficiencyPolicySpec(Model):
     """Desired behaviour: what to watch, how to judge it and what the operator may do."""
 
@@ -58,8 +66,27 @@ class GPUEfficiencyPolicySpec(Model):
         """Constraints OpenAPI cannot express; mirrored as CEL rules in the CRD where possible."""
         from gpu_efficiency.api.durations import parse_duration
 
+        if parse_duration(self.interval) < MIN_INTERVAL_S:
+            raise ValueError(f"interval must be at least {MIN_INTERVAL_S:.0f}s (cycles are never closer)")
         if parse_duration(self.window) < parse_duration(self.interval):
             raise ValueError("window must be at least interval")
+        prom = self.metrics.prometheus
+        scrape_s = parse_duration(prom.scrape_interval)
+        if scrape_s <= 0:
+            raise ValueError("metrics.prometheus.scrapeInterval must be longer than 0s")
+        if parse_duration(self.window) < WINDOW_SCRAPES * scrape_s:
+            raise ValueError(
+                f"window must be at least {WINDOW_SCRAPES} x metrics.prometheus.scrapeInterval "
+                "(fewer samples make every GPU Unknown)"
+            )
+        if parse_duration(prom.max_staleness) < scrape_s:
+            raise ValueError("metrics.prometheus.maxStaleness must be at least scrapeInterval")
+        if parse_duration(prom.query_timeout) <= 0:
+            raise ValueError("metrics.prometheus.queryTimeout must be longer than 0s")
+        if self.mode == Mode.ENFORCE and self.idle.enabled and parse_duration(self.idle.warning_period) <= 0:
+            raise ValueError(
+                "idle.warningPeriod must be longer than 0s in Enforce (a warning before every reclaim)"
+            )
         u = self.underutilization
         if u.no_tensor_sm_active_min > u.no_tensor_sm_active_max:
             raise ValueError("underutilization.noTensorSmActiveMin must not exceed noTensorSmActiveMax")
