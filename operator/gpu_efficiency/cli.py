@@ -217,10 +217,10 @@ def build_parser(prog: str = "gpu-efficiency") -> argparse.ArgumentParser:
 
 def _negative_duration(argv: Sequence[str]) -> str | None:
     """``keep POD -1h``: argparse would read -1h as an unknown flag; name the real mistake instead."""
-    if "keep" not in argv:
+    command = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    if command is None or argv[command] != "keep":
         return None
-    rest = argv[list(argv).index("keep") + 1 :]
-    return next((a for a in rest if len(a) > 1 and a[0] == "-" and a[1].isdigit()), None)
+    return next((a for a in argv[command + 1 :] if len(a) > 1 and a[0] == "-" and a[1].isdigit()), None)
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "gpu-efficiency") -> int:

@@ -252,3 +252,11 @@ def test_the_readme_lists_every_exit_code() -> None:
     readme = (ROOT / "README.md").read_text()
     for code, meaning in EXIT_CODES:
         assert f"| {code} | {meaning} |" in readme, code
+
+
+def test_only_the_keep_command_reads_a_leading_dash_digit_as_a_negative_duration(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):  # argparse's own error: -1 is no flag of report
+        cli.main(["report", "--policy", "keep", "-1"])
+    assert "is negative" not in capsys.readouterr().err
