@@ -248,6 +248,15 @@ def test_the_kubectl_plugin_is_the_same_cli_under_kubectls_name(
     assert capsys.readouterr().err.startswith("kubectl gpu-efficiency keep: error: ")
 
 
+def test_the_installed_package_puts_the_plugin_on_the_path() -> None:
+    """pip (the image installs the wheel the same way) writes kubectl-gpu_efficiency beside gpu-efficiency."""
+    from importlib.metadata import entry_points
+
+    scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
+    assert scripts["kubectl-gpu_efficiency"] == "gpu_efficiency.cli:kubectl_plugin"
+    assert scripts["gpu-efficiency"] == "gpu_efficiency.cli:main"
+
+
 def test_the_readme_lists_every_exit_code() -> None:
     readme = (ROOT / "README.md").read_text()
     for code, meaning in EXIT_CODES:
