@@ -9,7 +9,8 @@ GPU pods and workload owners. An owner still scaled to zero, suspended or stoppe
 owner's decision, not an uninstall's. ``--dry-run`` shows all of it and changes nothing.
 
 It refuses while an operator still holds its Lease (it would write everything again at its next
-cycle), unless ``--force``. Every write is a patch of only our keys (taints: the whole list with the
+cycle), unless ``--force``; ``--dry-run`` runs beside it, so the owners to restore (while the policies'
+records that restore checks still exist) can be listed before uninstalling. Every write is a patch of only our keys (taints: the whole list with the
 read's resourceVersion, so a concurrent change is a conflict, retried on a fresh read).
 """
 
@@ -376,7 +377,7 @@ def cleanup_main(args: argparse.Namespace) -> int:
     from gpu_efficiency.cli_common import EXIT_FAILED, EXIT_OK, CliError, load_client, render
 
     api_client = load_client(args)
-    if not args.force:
+    if not args.force and not args.dry_run:  # a dry run writes nothing: safe beside a running operator
         running = operator_running(client.CoordinationV1Api(api_client), datetime.now(UTC))
         if running:
             raise CliError(

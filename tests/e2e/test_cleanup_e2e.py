@@ -162,6 +162,9 @@ def test_cleanup_removes_only_what_the_operator_wrote(
             "kubectl gpu-efficiency cleanup: error: the operator is still running"
         )
         assert f"Lease {namespace}/gpu-efficiency-operator is held by e2e-op" in refused.stderr
+        beside = _plugin(cluster, "cleanup", "--dry-run", "-o", "json")  # writes nothing: allowed
+        assert beside.returncode == 0, beside.stderr
+        assert f"gpu-efficiency restore deployment/reclaimed -n {namespace}" in beside.stdout
         coordination.delete_namespaced_lease("gpu-efficiency-operator", namespace)
 
         # --force: another test's operator may have been killed without releasing its Lease

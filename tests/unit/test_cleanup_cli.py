@@ -236,9 +236,13 @@ def test_device_taint_rules_not_served_is_a_note_not_a_failure() -> None:
     assert any("DeviceTaintRules" in n and "not served" in n for n in result.notes)
 
 
+AT = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
+
+
 class FakeLeases:
-    def __init__(self, renewed_ago: float | None) -> None:
+    def __init__(self, renewed_ago: float | None, now: datetime = AT) -> None:
         self.renewed_ago = renewed_ago
+        self.now = now
 
     def list_lease_for_all_namespaces(self, field_selector: str) -> client.V1LeaseList:
         assert field_selector == "metadata.name=gpu-efficiency-operator"
@@ -247,7 +251,7 @@ class FakeLeases:
         spec = client.V1LeaseSpec(
             holder_identity="op-0",
             lease_duration_seconds=15,
-            renew_time=datetime(2026, 11, 27, 10, 0, tzinfo=UTC) - timedelta(seconds=self.renewed_ago),
+            renew_time=self.now - timedelta(seconds=self.renewed_ago),
         )
         meta = client.V1ObjectMeta(namespace="gpu-efficiency-system", name="gpu-efficiency-operator")
         return client.V1LeaseList(items=[client.V1Lease(metadata=meta, spec=spec)])
@@ -255,7 +259,7 @@ class FakeLeases:
 
 @pytest.mark.parametrize(("renewed_ago", "running"), [(None, False), (3.0, True), (600.0, False)])
 def test_a_running_operator_is_detected_by_its_lease(renewed_ago: float | None, running: bool) -> None:
-    found = cl.operator_running(FakeLeases(renewed_ago), datetime(2026, 11, 27, 10, 0, tzinfo=UTC))
+    found = cl.operator_running(FakeLeases(renewed_ago), AT)
     assert bool(found) is running
     if running:
         assert found == "Lease gpu-efficiency-system/gpu-efficiency-operator is held by op-0, renewed 3s ago"
@@ -266,11 +270,14 @@ def test_cleanup_refuses_while_the_operator_runs_unless_forced(
 ) -> None:
     core, custom = _world()
     monkeypatch.setattr("gpu_efficiency.cli_common.load_client", lambda args: None)
-    monkeypatch.setattr(cl.client, "CoordinationV1Api", lambda _: FakeLeases(1.0))
+    monkeypatch.setattr(cl.client, "CoordinationV1Api", lambda _: FakeLeases(1.0, datetime.now(UTC)))
     monkeypatch.setattr(cl.client, "CoreV1Api", lambda _: core)
     monkeypatch.setattr(cl.client, "CustomObjectsApi", lambda _: custom)
     assert cli.main(["cleanup"]) == 1
     assert "gpu-efficiency cleanup: error: the operator is still running" in capsys.readouterr().err
+    assert core.writes == []
+    assert cli.main(["cleanup", "--dry-run"]) == 0  # writes nothing: runs beside the operator
+    assert "gpu-efficiency restore deployment/llm -n team-a" in capsys.readouterr().out
     assert core.writes == []
     assert cli.main(["cleanup", "--force", "-o", "json"]) == 0
     assert '"restore": "gpu-efficiency restore deployment/llm -n team-a"' in capsys.readouterr().out
