@@ -172,7 +172,7 @@ def demo_main(args: argparse.Namespace) -> int:
     view = LiveView(api, sorted(scenario.namespace_names), "demo-gpu-", sys.stdout.isatty())
     operator_cmd = (
         f"{sys.executable} -m gpu_efficiency.cli run --prometheus-url {env['GPUEFF_PROMETHEUS_URL']} "
-        f"--namespace {OPERATOR_NAMESPACE} --no-leader-election --metrics-port 0 --health-port 0"
+        f"--operator-namespace {OPERATOR_NAMESPACE} --no-leader-election --metrics-port 0 --health-port 0"
     )
     print(f"… playing {SCENARIO.name}: {scenario.description}", flush=True)
     view.start()

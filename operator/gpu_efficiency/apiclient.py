@@ -32,12 +32,22 @@ class TimeoutApiClient(client.ApiClient):
         return super().call_api(*args, **kwargs)
 
 
-def load_api_client(timeout: float = DEFAULT_API_TIMEOUT, pool_size: int = 16) -> TimeoutApiClient:
-    """In-cluster credentials when running in a pod, else KUBECONFIG / ~/.kube/config."""
-    try:
-        kube_config.load_incluster_config()  # type: ignore[no-untyped-call,unused-ignore]
-    except kube_config.ConfigException:
-        kube_config.load_kube_config()  # type: ignore[no-untyped-call,unused-ignore]
+def load_api_client(
+    timeout: float = DEFAULT_API_TIMEOUT,
+    pool_size: int = 16,
+    *,
+    config_file: str | None = None,
+    context: str | None = None,
+) -> TimeoutApiClient:
+    """In-cluster credentials when running in a pod, else KUBECONFIG / ~/.kube/config; a kubeconfig
+    file or context named (the CLI's --kubeconfig, --context) is always used instead, as kubectl does."""
+    if config_file or context:
+        kube_config.load_kube_config(config_file=config_file, context=context)  # type: ignore[no-untyped-call,unused-ignore]
+    else:
+        try:
+            kube_config.load_incluster_config()  # type: ignore[no-untyped-call,unused-ignore]
+        except kube_config.ConfigException:
+            kube_config.load_kube_config()  # type: ignore[no-untyped-call,unused-ignore]
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = pool_size
     return TimeoutApiClient(configuration, timeout=timeout)

@@ -88,7 +88,12 @@ class OperatorConfig:
         "credentials",
         scope="shared",
     )
-    namespace: str = setting("gpu-efficiency-system", "the operator's own namespace", scope="shared")
+    namespace: str = setting(
+        "gpu-efficiency-system",
+        "the operator's own namespace, always protected (not the namespace `report -n` looks at)",
+        scope="shared",
+        flag="--operator-namespace",
+    )
     protected_namespaces: tuple[str, ...] = setting(
         (), "comma list of namespaces never touched (besides the system ones and our own)", scope="shared"
     )

@@ -1,4 +1,4 @@
-"""``gpu-efficiency keep NAMESPACE/POD 4h``: keep a warned pod's GPU with one command.
+"""``gpu-efficiency keep POD 4h -n NAMESPACE`` (or ``NAMESPACE/POD``): keep a warned pod's GPU with one command.
 
 It sets the pod annotation ``gpuefficiency.io/keep-for`` (what the warning's kubectl line sets), so
 the operator honours it from when it first sees it, bounded by the policy's ``maxKeep``. A bad pod
@@ -55,17 +55,16 @@ def keep(core: client.CoreV1Api, target: str, duration: str) -> str:
 
 
 def keep_main(args: argparse.Namespace) -> int:
-    from gpu_efficiency.apiclient import load_api_client
+    from gpu_efficiency.cli_common import CliError, load_client, pod_ref
 
+    namespace, pod = pod_ref(args.pod, args)
     try:
-        parse_pod(args.pod)
         parse_keep_for(args.duration)
-        message = keep(client.CoreV1Api(load_api_client()), args.pod, args.duration)
     except ValueError as exc:
-        sys.stderr.write(f"gpu-efficiency keep: {exc}\n")
-        return EXIT_USAGE
+        raise CliError(str(exc), EXIT_USAGE) from None
+    try:
+        message = keep(client.CoreV1Api(load_client(args)), f"{namespace}/{pod}", args.duration)
     except KeepError as exc:
-        sys.stderr.write(f"gpu-efficiency keep: {exc}\n")
-        return exc.code
+        raise CliError(str(exc), exc.code) from None
     sys.stdout.write(message + "\n")
     return 0

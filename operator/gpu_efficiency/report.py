@@ -9,7 +9,6 @@ in the cluster, and the notes say so.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -25,7 +24,16 @@ from gpu_efficiency.actuators.status import parse_status
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolicySpec, Mode
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
-from gpu_efficiency.apiclient import load_api_client
+from gpu_efficiency.cli_common import (
+    EXIT_CLUSTER,
+    EXIT_METRICS,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    load_client,
+    pod_ref,
+    render,
+)
 from gpu_efficiency.config import OperatorConfig, config_from_args
 from gpu_efficiency.engine.exporter_coverage import blind_summary, coverage, csv_lines, nodeless
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, ReclaimOwner, Snapshot, Verdict
@@ -35,13 +43,9 @@ from gpu_efficiency.engine.pods.waste import price_for
 from gpu_efficiency.runtime.cycle import CycleRunner, format_validation_error, no_series_message
 from gpu_efficiency.runtime.deps import build_runner
 
-EXIT_OK, EXIT_USAGE, EXIT_CLUSTER, EXIT_METRICS = 0, 2, 3, 4
 
-
-class ReportError(Exception):
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
+class ReportError(CliError):
+    """Why a report or an explanation could not be made, with its exit code."""
 
 
 def _progress(message: str) -> None:
@@ -81,14 +85,13 @@ def load_policy(
         raise
     except OSError as exc:
         raise ReportError(f"cannot read {args.policy_file}: {exc}", EXIT_USAGE) from exc
+    except (yaml.YAMLError, AttributeError) as exc:  # not YAML, or YAML that is not a mapping
+        raise ReportError(f"{args.policy_file} is not a policy document: {exc}", EXIT_USAGE) from exc
     return "defaults", GPUEfficiencyPolicySpec(), GPUEfficiencyPolicyStatus()
 
 
 def observe(args: argparse.Namespace, config: OperatorConfig) -> tuple[Snapshot, Plan]:
-    try:
-        api_client = load_api_client(config.api_timeout)
-    except Exception as exc:
-        raise ReportError(f"cannot load Kubernetes credentials: {exc}", EXIT_CLUSTER) from exc
+    api_client = load_client(args, config.api_timeout)
     _progress("reading the policy")
     try:
         name, spec, status = load_policy(args, api_client)
@@ -357,44 +360,57 @@ def render_table(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def only_namespace(report: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """The report of one namespace (``-n``): its rows, pods, actions, job groups and notes; notes about
+    other namespaces' pods are left out, notes about the cluster kept. Judged over the whole cluster
+    first, so the budgets it shows are the ones the operator would spend."""
+    mine = f"{namespace}/"
+    others = tuple(f"{ns}/" for ns in {p["pod"].split("/", 1)[0] for p in report["pods"]} if ns != namespace)
+
+    def about_others(note: str) -> bool:
+        return note.removeprefix("straggler in ").startswith(others) if others else False
+
+    return {
+        **report,
+        "namespace": namespace,
+        "namespaces": [r for r in report["namespaces"] if r["namespace"] == namespace],
+        "pods": [p for p in report["pods"] if p["pod"].startswith(mine)],
+        "actions": [a for a in report["actions"] if a["pod"].startswith(mine)],
+        "stragglerGroups": [g for g in report["stragglerGroups"] if g["namespace"] == namespace],
+        "owners": [n for n in report["owners"] if n.startswith(mine)],
+        "notes": [n for n in report["notes"] if not about_others(n)],
+    }
+
+
 def report_main(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    try:
-        snapshot, plan = observe(args, config)
-    except ReportError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return exc.code
+    snapshot, plan = observe(args, config)
     report = build_report(snapshot, plan, currency=config.currency, matchers=config.prometheus_matchers)
-    sys.stdout.write((json.dumps(report, indent=2) if args.output == "json" else render_table(report)) + "\n")
+    if args.target_namespace and not args.all_namespaces:
+        report = only_namespace(report, args.target_namespace)
+    sys.stdout.write(render(report, args.output, render_table) + "\n")
     return EXIT_OK if snapshot.metrics_available else EXIT_METRICS
 
 
 def explain_main(args: argparse.Namespace) -> int:
-    namespace, _, pod = args.pod.partition("/")
-    if not pod:
-        sys.stderr.write("error: give the pod as NAMESPACE/POD\n")
-        return EXIT_USAGE
-    try:
-        snapshot, plan = observe(args, config_from_args(args))
-    except ReportError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return exc.code
+    namespace, pod = pod_ref(args.pod, args)
+    snapshot, plan = observe(args, config_from_args(args))
     if not any(p.namespace == namespace and p.name == pod for p in snapshot.pods):
-        sys.stderr.write(f"error: {namespace}/{pod} is not a running pod holding GPUs\n")
-        return EXIT_USAGE
+        raise CliError(f"{namespace}/{pod} is not a running pod holding GPUs", EXIT_USAGE)
     lines = explain_pod(snapshot, namespace, pod)
     verdict = next((v for v in plan.verdicts if v.namespace == namespace and v.name == pod), None)
-    if args.output == "json":
-        doc = {
-            "pod": args.pod,
-            "verdict": verdict.verdict.value if verdict else None,
-            "diagnosis": verdict.diagnosis.value if verdict else None,
-            "metricsAvailable": snapshot.metrics_available,
-            "explanation": lines,
-        }
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-    else:
-        if not snapshot.metrics_available:
-            sys.stdout.write(f"METRICS UNAVAILABLE: {snapshot.metrics_error}\n")
-        sys.stdout.write("\n".join(lines) + "\n")
+    doc = {
+        "pod": f"{namespace}/{pod}",
+        "verdict": verdict.verdict.value if verdict else None,
+        "diagnosis": verdict.diagnosis.value if verdict else None,
+        "metricsAvailable": snapshot.metrics_available,
+        "metricsError": snapshot.metrics_error,
+        "explanation": lines,
+    }
+
+    def text(doc: dict[str, Any]) -> str:
+        head = [] if doc["metricsAvailable"] else [f"METRICS UNAVAILABLE: {doc['metricsError']}"]
+        return "\n".join([*head, *doc["explanation"]])
+
+    sys.stdout.write(render(doc, args.output, text) + "\n")
     return EXIT_OK if snapshot.metrics_available else EXIT_METRICS

@@ -1,4 +1,4 @@
-"""``gpu-efficiency restore KIND/NAME -n NS``: undo a reclaim from the record written on the owner.
+"""``gpu-efficiency restore KIND/NAME -n NS`` (default: the context's namespace): undo a reclaim from the record written on the owner.
 
 Scaled to zero -> the previous replicas (unless someone scaled it up meanwhile: then their choice
 stands and only the record is cleared); suspended -> resumed; stopped -> the kubeflow-resource-stopped
@@ -126,11 +126,12 @@ def _scale_back(api: client.CustomObjectsApi, t: Target, label: str, ann: Mappin
 
 def restore_main(args: argparse.Namespace) -> int:
     from gpu_efficiency.actuators.events import EventRecorder
-    from gpu_efficiency.apiclient import load_api_client
+    from gpu_efficiency.cli_common import CliError, current_namespace, load_client
 
     try:
         parse_target(args.target)
-        api_client = load_api_client()
+        namespace = current_namespace(args)
+        api_client = load_client(args)
         recorder = EventRecorder(api_client)
 
         def record_event(ref: ObjectRef, message: str) -> None:
@@ -139,9 +140,8 @@ def restore_main(args: argparse.Namespace) -> int:
             except ApiException as exc:  # the restore happened; the event is a courtesy
                 sys.stderr.write(f"note: event not recorded (HTTP {exc.status})\n")
 
-        message = restore(client.CustomObjectsApi(api_client), args.target, args.namespace, record_event)
+        message = restore(client.CustomObjectsApi(api_client), args.target, namespace, record_event)
     except RestoreError as exc:
-        sys.stderr.write(f"gpu-efficiency restore: {exc}\n")
-        return exc.code
+        raise CliError(str(exc), exc.code) from None
     sys.stdout.write(message + "\n")
     return 0

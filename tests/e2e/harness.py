@@ -174,7 +174,7 @@ class OperatorIdentity:
         return " ".join(
             (
                 f"{sys.executable} -m gpu_efficiency.cli run --prometheus-url {cluster.prometheus_url}",
-                f"--namespace {self.namespace} --metrics-port 0 --health-port 0",
+                f"--operator-namespace {self.namespace} --metrics-port 0 --health-port 0",
                 *extra,
             )
         )
@@ -247,7 +247,7 @@ class OperatorProcess:
                 "run",
                 "--prometheus-url",
                 self.prometheus_url,
-                "--namespace",
+                "--operator-namespace",
                 self.identity.namespace,
                 "--metrics-port",
                 "0",

@@ -10,6 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import yaml
 from kubernetes import client
 
 from gpu_efficiency_sim.runner import RunOptions, run_scenario
@@ -48,6 +49,10 @@ def test_report_and_explain(cluster: Cluster, k8s: client.ApiClient, tmp_path: P
         out["prom_down"] = cli(cluster, "report", *down)
         out["explain_down"] = cli(cluster, "explain", f"{namespace}/{notebook}", *down)
         out["missing_pod"] = cli(cluster, "explain", f"{namespace}/no-such-pod", *common)
+        # kubectl style: -n is the namespace looked at, -o yaml, the pod by name in -n
+        out["one_ns_yaml"] = cli(cluster, "report", *common, "-n", namespace, "-o", "yaml")
+        out["other_ns"] = cli(cluster, "report", *common, "-n", "kube-system", "-o", "json")
+        out["explain_n"] = cli(cluster, "explain", notebook, "-n", namespace, *common, "-o", "yaml")
 
     lines: list[str] = []
     result = run_scenario(
@@ -96,6 +101,14 @@ def test_report_and_explain(cluster: Cluster, k8s: client.ApiClient, tmp_path: P
     assert "METRICS UNAVAILABLE" in out["explain_down"].stdout
     assert out["missing_pod"].returncode == 2
     assert "not a running pod holding GPUs" in out["missing_pod"].stderr
+
+    one = yaml.safe_load(out["one_ns_yaml"].stdout)
+    assert out["one_ns_yaml"].returncode == 0, out["one_ns_yaml"].stderr
+    assert one["namespace"] == namespace
+    assert [r["namespace"] for r in one["namespaces"]] == [namespace]
+    assert {p["pod"].split("/")[0] for p in one["pods"]} == {namespace}
+    assert json.loads(out["other_ns"].stdout)["pods"] == []  # -n filters; it no longer sets a protection
+    assert yaml.safe_load(out["explain_n"].stdout)["verdict"] == "Idle"
 
 
 def test_report_when_the_cluster_is_unreachable(cluster: Cluster, tmp_path: Path) -> None:

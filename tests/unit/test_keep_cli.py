@@ -48,6 +48,7 @@ def test_the_cli_parses_keep_and_refuses_a_bad_duration_before_connecting(
 ) -> None:
     args = cli.build_parser().parse_args(["keep", "team-a/nb-0", "4h"])
     assert (args.pod, args.duration, args.func) == ("team-a/nb-0", "4h", cli.cmd_keep)
-    bad = cli.build_parser().parse_args(["keep", "team-a/nb-0", "forever"])
-    assert bad.func(bad) == keep.EXIT_USAGE
-    assert "write it like 4h" in capsys.readouterr().err
+    assert cli.main(["keep", "team-a/nb-0", "forever", "--kubeconfig", "/nonexistent"]) == keep.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-efficiency keep: error: ")
+    assert "write it like 4h" in err

@@ -22,7 +22,7 @@ CONNECTION_FLAGS = {
     "--prometheus-ca-file",
     "--prometheus-insecure-skip-verify",
     "--prometheus-matchers",
-    "--namespace",
+    "--operator-namespace",
     "--protected-namespaces",
     "--agent-urls",
 }

@@ -98,7 +98,11 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpusEvaluated"},
     {"name": "Idle", "type": "integer", "jsonPath": ".status.idleGpus"},
     {"name": "Warned", "type": "integer", "jsonPath": ".status.warnedPods", "priority": 1},
+    # Enforce mostly reclaims owners (scale to zero, suspend, stop) rather than evicting pods: both
+    # counts, and the GPU-hours those reclaims gave back, so a week of Enforce never reads "0 evicted".
+    {"name": "Reclaimed", "type": "integer", "jsonPath": ".status.reclaimsTotal"},
     {"name": "Evicted", "type": "integer", "jsonPath": ".status.evictionsTotal"},
+    {"name": "GPU-h Returned", "type": "number", "jsonPath": ".status.gpuHoursReturned"},
     {"name": "Waste/h", "type": "number", "jsonPath": ".status.estimatedWastePerHour"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

@@ -35,3 +35,22 @@ def parse_rfc3339(text: str | None) -> float | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
+
+
+def format_relative(ts: float, now: float) -> str:
+    """How far ``ts`` is from ``now`` as people say it: 'in 14m', '5m ago', 'now' (whole minutes
+    from one minute on, so a message read a few seconds later is not visibly wrong)."""
+    from gpu_efficiency.api.durations import format_duration
+
+    delta = ts - now
+    seconds = abs(delta)
+    if seconds < 1:
+        return "now"
+    amount = format_duration(round(seconds / 60) * 60 if seconds >= 60 else math.floor(seconds))
+    return f"in {amount}" if delta > 0 else f"{amount} ago"
+
+
+def format_when(ts: float, now: float) -> str:
+    """RFC3339 (what annotations hold, unambiguous in every time zone) with the relative time, so a
+    researcher need not convert UTC: '2026-11-27T10:15:00Z (in 14m)'."""
+    return f"{format_rfc3339(ts)} ({format_relative(ts, now)})"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import pytest
@@ -86,7 +85,6 @@ def test_nothing_to_restore_or_bad_input_is_a_clear_error_and_changes_nothing(
 
 def test_the_cli_parses_restore(capsys: pytest.CaptureFixture[str]) -> None:
     args = cli.build_parser().parse_args(["restore", "deployment/nb", "-n", "ml"])
-    assert (args.target, args.namespace) == ("deployment/nb", "ml")
-    usage = argparse.Namespace(target="pod/x", namespace="ml")
-    assert args.func(usage) == 2
-    assert "expected KIND/NAME" in capsys.readouterr().err
+    assert (args.target, args.target_namespace) == ("deployment/nb", "ml")
+    assert cli.main(["restore", "pod/x", "-n", "ml"]) == 2
+    assert "gpu-efficiency restore: error: expected KIND/NAME" in capsys.readouterr().err

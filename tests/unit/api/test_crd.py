@@ -114,3 +114,36 @@ def test_conditions_are_a_map_keyed_by_type_with_date_time_transitions() -> None
     assert item["lastTransitionTime"]["format"] == "date-time"
     assert "default" not in item["lastTransitionTime"]
     assert item["observedGeneration"]["type"] == "integer"
+
+
+def test_kubectl_get_shows_reclaims_and_gpu_hours_returned_from_real_status_fields() -> None:
+    """Enforce mostly reclaims owners: an Evicted column alone read 0 after a week of scaled-down
+    Deployments. Every column must read a field the status model really has."""
+    crd = build_crd()
+    (version,) = crd["spec"]["versions"]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Reclaimed"] == ".status.reclaimsTotal"
+    assert columns["GPU-h Returned"] == ".status.gpuHoursReturned"
+    assert columns["Evicted"] == ".status.evictionsTotal"
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    for name, path in columns.items():
+        if path.startswith(".status.") and "[" not in path:
+            assert path.removeprefix(".status.") in status, name
+
+
+def test_the_mode_description_says_what_enforce_does_per_owner_kind() -> None:
+    (version,) = build_crd()["spec"]["versions"]
+    mode = " ".join(
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["mode"][
+            "description"
+        ].split()
+    )
+    for words in (
+        "scaled to zero",
+        "Jobs and JobSets suspended",
+        "Notebooks stopped",
+        "allowBarePods",
+        "restore",
+    ):
+        assert words in mode, words
+    assert "evicts idle pods" not in mode

@@ -48,9 +48,10 @@ def test_a_warming_up_pod_is_told_so_and_until_when() -> None:
     assert patch[names.DIAGNOSIS] == "insufficient-data"
 
 
-def test_once_warm_a_pod_without_samples_is_told_what_to_check() -> None:
+def test_once_warm_a_pod_without_samples_is_told_there_is_nothing_to_do() -> None:
     """The warming-up text does not outlive the warm-up: a pod still without a diagnosis gets the
-    recommendation of its new reason."""
+    recommendation of its new reason, which asks nothing of the pod's owner (fixing the exporter is
+    the admins' task)."""
     warming = "warming up: judged from 2023-11-14T22:22:20Z, once it has run 10m"
     grown = pod(
         "p",
@@ -62,4 +63,5 @@ def test_once_warm_a_pod_without_samples_is_told_what_to_check() -> None:
     )
     plan = plan_cycle(snapshot([gpu("GPU-0", b.idle(), ("team-a", "other"))], [grown], enforce()))
     (patch,) = [a.annotations for a in plan.actions if isinstance(a, AnnotatePod)]
-    assert "dcgm-exporter" in (patch[names.RECOMMENDATION] or "")
+    assert (patch[names.RECOMMENDATION] or "").startswith("nothing to do: there are no usable GPU metrics")
+    assert "dcgm-exporter" not in (patch[names.RECOMMENDATION] or "")

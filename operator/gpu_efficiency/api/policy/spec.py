@@ -35,7 +35,13 @@ class GPUEfficiencyPolicySpec(Model):
     """Desired behaviour: what to watch, how to judge it and what the operator may do."""
 
     mode: Mode = Mode.OBSERVE
-    """Observe (default) only annotates and emits events; Enforce also evicts idle pods and taints faulty nodes."""
+    """Observe (default) only annotates pods and emits events. Enforce also reclaims idle GPUs by
+    their pod's owner (reclaim.actions): Deployments and StatefulSets are scaled to zero, Jobs and
+    JobSets suspended, Kubeflow Notebooks stopped, LeaderWorkerSets and InferenceServices only get a
+    recommendation, and bare pods are evicted only with eviction.allowBarePods; owners targeted by a
+    HorizontalPodAutoscaler or only partly idle are never acted on, and every reclaim writes its undo
+    on the owner (gpu-efficiency restore KIND/NAME -n NAMESPACE). Enforce also taints nodes with
+    faulty GPUs."""
     selection: Selection = Field(default_factory=Selection)
     """Which namespaces, pods and nodes are in scope."""
     interval: Duration = "60s"

@@ -7,7 +7,7 @@ The judge (judge.py) only decides; this turns the decision into writes, quiet wh
 from __future__ import annotations
 
 from gpu_efficiency.api import names
-from gpu_efficiency.engine.model import PodEvent, Verdict
+from gpu_efficiency.engine.model import Diagnosis, PodEvent, Verdict
 from gpu_efficiency.engine.params import CycleParams
 from gpu_efficiency.engine.pods.acknowledge import ending_with, keep_command
 from gpu_efficiency.engine.pods.annotations import annotation_patch, desired_annotations, state_value
@@ -18,6 +18,13 @@ from gpu_efficiency.engine.pods.judge import PLAIN_VALUE
 from gpu_efficiency.engine.pods.owners import action_words
 from gpu_efficiency.engine.pods.reclaim import OwnerGroup
 from gpu_efficiency.engine.pods.record import PodRecord
+
+
+def _underused_words(diagnosis: Diagnosis) -> str:
+    """How the GPUUnderutilized event starts: a hardware cause is not blamed on the pod's owner."""
+    if diagnosis is Diagnosis.THERMAL_THROTTLING:
+        return "this GPU is slowed by heat (thermal throttling), not by your code"
+    return f"this GPU is underused ({PLAIN_VALUE[diagnosis].replace('-', ' ')})"
 
 
 def act(
@@ -88,8 +95,7 @@ def act(
         events.append(
             PodEvent(
                 namespace=pod.namespace, name=pod.name, uid=pod.uid, reason=names.EV_UNDERUTILIZED,
-                message=f"this GPU is underused ({PLAIN_VALUE[verdict.diagnosis].replace('-', ' ')}): "
-                f"{verdict.recommendation}. Evidence: {verdict.reason}",
+                message=f"{_underused_words(verdict.diagnosis)}: {verdict.recommendation}. Evidence: {verdict.reason}",
             )
         )  # fmt: skip
     if (

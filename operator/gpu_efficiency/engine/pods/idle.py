@@ -41,7 +41,7 @@ from gpu_efficiency.engine.pods.acknowledge import ending_with, keep_command, pa
 from gpu_efficiency.engine.pods.activity import GPUActivity
 from gpu_efficiency.engine.pods.budgets import EvictionCandidate
 from gpu_efficiency.engine.pods.idleledger import IdleClock
-from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
+from gpu_efficiency.engine.timefmt import format_rfc3339, format_when, parse_rfc3339
 
 PodKey = tuple[str, str]
 
@@ -184,7 +184,7 @@ def hold_reason(annotations: Mapping[str, str], params: CycleParams, now: float,
     honoured, what = max(held)
     if now >= honoured:
         return ""
-    return f"acknowledged with {what}, honoured until {format_rfc3339(honoured)}"
+    return f"acknowledged with {what}, honoured until {format_when(honoured, now)}"
 
 
 class _Book:
@@ -380,9 +380,10 @@ def _lifecycle_of_idle(
         out.updates[names.EVICT_AFTER] = text
         message = (
             f"this GPU has done no work for {format_duration(now - idle_since + params.window_s)}: "
-            f"{subject} after {text} unless its GPU becomes active"
+            f"{subject} after {format_when(evict_after, now)} unless its GPU becomes active"
             + (" or it is acknowledged" if params.allow_keep_until else "")
-            + f". Idle since {format_rfc3339(idle_since)}; evidence: {evidence}"
+            + f". Idle since {format_when(idle_since, now)}, after a whole {format_duration(params.window_s)} "
+            f"window without work; evidence: {evidence}"
         )
         if params.allow_keep_until:
             message = ending_with(
@@ -401,7 +402,7 @@ def _lifecycle_of_idle(
         idle_since=idle_since,
         message=(
             f"this GPU did no work for {format_duration(now - idle_since + params.window_s)} and its "
-            f"warning ran out: evicted to free the GPU. Idle since {format_rfc3339(idle_since)}, "
-            f"evict-after {format_rfc3339(evict_after)}; evidence: {evidence}"
+            f"warning ran out: evicted to free the GPU. Idle since {format_when(idle_since, now)}, "
+            f"evict-after {format_when(evict_after, now)}; evidence: {evidence}"
         ),
     )

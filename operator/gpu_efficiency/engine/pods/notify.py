@@ -33,7 +33,7 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.pods.acknowledge import ending_with, keep_command
 from gpu_efficiency.engine.pods.owners import BARE, resolve_owner, restore_commands
-from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
+from gpu_efficiency.engine.timefmt import format_rfc3339, format_when, parse_rfc3339
 
 #: CloudEvents ``type`` prefix (reverse DNS of the API group); the event reason follows.
 CLOUDEVENT_TYPE_PREFIX = "io.gpuefficiency."
@@ -331,7 +331,7 @@ def slack_message(n: Notification) -> dict[str, Any]:
     title = f"{TITLES.get(n.reason, n.reason)}: {n.target}"
     lines = [f"*What:* {_plain_message(n)}", f"*Why:* {n.why}."]
     if n.deadline is not None:
-        lines.append(f"*When:* {format_rfc3339(n.deadline)} (in {format_duration(n.deadline - n.time)})")
+        lines.append(f"*When:* {format_when(n.deadline, n.time)}")
     if n.acknowledge:
         lines.append(f"*Keep it:* run `{n.acknowledge}`")
     if n.restore:

@@ -45,9 +45,13 @@ PRECEDENCE: tuple[Diagnosis, ...] = (
 RANK: Mapping[Diagnosis, int] = {d: i for i, d in enumerate(PRECEDENCE)}
 
 RECOMMENDATIONS: Mapping[Diagnosis, str] = {
-    Diagnosis.IDLE: "release the GPU when not in use (scale to zero, stop the notebook kernel)",
-    Diagnosis.THERMAL_THROTTLING: "the GPU is thermally throttled: check node cooling and airflow, "
-    "or move the workload to a cooler node",
+    # Stopping a Jupyter kernel frees GPU memory, not the nvidia.com/gpu the pod holds: only the
+    # server (or the workload) going away gives the GPU back.
+    Diagnosis.IDLE: "give the GPU back while you do not use it: stop the notebook server (stopping "
+    "only the kernel keeps the GPU allocated) or scale the workload to 0",
+    # A hardware cause: the researcher's code is not at fault and the admins are the ones to act.
+    Diagnosis.THERMAL_THROTTLING: "nothing to fix in your code: the node's GPU is slowed by heat (a "
+    "cooling or hardware problem for the cluster admins); for full speed now, run on another node",
     Diagnosis.MEMORY_PRESSURE: "reduce the batch size or enable activation checkpointing / "
     "memory-efficient attention before the GPU runs out of memory",
     Diagnosis.COMMUNICATION_BOUND: "overlap communication with compute, check NVLink/NCCL topology, "
@@ -61,7 +65,10 @@ RECOMMENDATIONS: Mapping[Diagnosis, str] = {
     Diagnosis.LOW_OCCUPANCY: "raise the batch size (or use larger fused kernels / CUDA graphs)",
     Diagnosis.LOW_COMPUTE: "profile with Nsight Systems to find the stall, or use a smaller GPU/MIG slice",
     Diagnosis.COMPUTE_BOUND: "none: the GPU is used well",
-    Diagnosis.INSUFFICIENT_DATA: "check that dcgm-exporter runs on the node and labels this pod's GPUs",
+    # Shown on the researcher's pod: the exporter set-up is the admins' task (explain and the
+    # policy's status tell them).
+    Diagnosis.INSUFFICIENT_DATA: "nothing to do: there are no usable GPU metrics for this pod yet, "
+    "and nothing happens to it until there are",
 }
 
 #: Clock-event reason bits that mean thermal slowdown (SW thermal 0x20, HW thermal 0x40).
