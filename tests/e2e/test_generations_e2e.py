@@ -1,0 +1,226 @@
+"""The core scenarios on every dcgm-exporter generation at once, and on a mixed fleet.
+
+One scenario run, one operator, one Prometheus target: the diagnosis scenario, the ECC and the
+XID/thermal fault scenarios and the idle-reclaim scenario (``tests/e2e/scenarios/``) are copied side
+by side, once per generation (legacy, 4.x, 4.8.3+, 4.9+) and once on a fleet whose nodes alternate
+4.9+ and 4.x, each copy with its own nodes, namespaces and policies (selected by a copy label), and
+must give the same verdicts, taints and actions as the originals. A sixth copy plays the ECC
+scenario on dcgm-exporter's default CSV, where no ECC counter is served: the node must not be
+tainted, and the policy must say the ECC fault kind is blind (``SignalsComplete=False``) instead of
+reading silence as health. Playing them side by side costs one run of the longest scenario instead
+of six per scenario (``make test`` budget).
+
+The copies change names only; what each scenario checks stays the file's, except its PromQL
+``metric`` expectations, which query one generation's names and label and test the simulator, not
+the operator.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import yaml
+
+from gpu_efficiency.api.exporter_fields import Generation
+from gpu_efficiency_sim.runner import RunOptions, run_scenario
+from gpu_efficiency_sim.scenario import load_scenario
+from tests.e2e.harness import Cluster, OperatorIdentity
+
+pytestmark = pytest.mark.e2e
+
+SCENARIOS: Final = Path(__file__).parent / "scenarios"
+#: The scenarios the matrix plays ("Matrices play the core scenarios, not every file").
+CORE: Final = ("diagnoses.yaml", "ecc-fault.yaml", "xid-thermal.yaml", "idle-reclaim.yaml")
+#: Copy tag -> the generations its nodes take in turn (node i of a scenario: gens[i % len]).
+COPIES: Final[dict[str, tuple[Generation, ...]]] = {
+    "gl": (Generation.LEGACY,),
+    "g4": (Generation.V4,),
+    "g483": (Generation.V4_8_3,),
+    "g49": (Generation.V4_9,),
+    "gmix": (Generation.V4_9, Generation.V4),  # half the nodes each; the faulted nodes 4.9+
+}
+COPY_LABEL: Final = "sim.gpuefficiency.io/matrix-copy"
+DEFAULT_CSV_TAG: Final = "gcsv"
+
+
+def _renamed(tag: str) -> Callable[[str], str]:
+    return lambda name: f"{tag}-{name}"
+
+
+def copy_scenario(
+    source: dict[str, Any], tag: str, generations: Sequence[Generation]
+) -> dict[str, list[Any] | dict[str, Any]]:
+    """``source`` with every node, namespace and policy renamed ``<tag>-<name>`` (workloads
+    ``<tag>-<scenario>-<name>``: two scenarios have a ``trainer``), its nodes
+    served by ``generations`` in turn and its policies selecting only this copy's namespaces and
+    nodes (by ``COPY_LABEL``). Returns the parts to merge: nodes, namespaces, workloads, faults,
+    policies, expectations."""
+    rename = _renamed(tag)
+    rename_workload = _renamed(f"{tag}-{source['name'].split('-')[0]}")
+    nodes: list[dict[str, Any]] = []
+    index = 0
+    for spec in source["nodes"]:
+        names = (
+            [spec["name"]]
+            if "name" in spec
+            else [f"{spec['prefix']}{i}" for i in range(spec.get("count", 1))]
+        )
+        for name in names:
+            node = {k: v for k, v in spec.items() if k not in ("name", "prefix", "count")}
+            node["name"] = rename(name)
+            node["labels"] = {**spec.get("labels", {}), COPY_LABEL: tag}
+            node["exporter"] = generations[index % len(generations)].value
+            nodes.append(node)
+            index += 1
+    workloads = []
+    namespaces: dict[str, Any] = {}
+    for w in source.get("workloads", []):
+        w = copy.deepcopy(w)
+        w["name"] = rename_workload(w["name"])
+        w["namespace"] = rename(w["namespace"])
+        namespaces[w["namespace"]] = {"labels": {COPY_LABEL: tag}}
+        if "node" in w:
+            w["node"] = rename(w["node"])
+        workloads.append(w)
+    for ns in source.get("namespaces", {}):
+        namespaces[rename(ns)] = {"labels": {COPY_LABEL: tag}}
+    faults = []
+    for f in source.get("faults", []):
+        f = copy.deepcopy(f)
+        if "node" in f:
+            f["node"] = rename(f["node"])
+        faults.append(f)
+    policies = {}
+    for name, spec in source.get("policies", {}).items():
+        spec = copy.deepcopy(spec)
+        selection = spec.setdefault("selection", {})
+        selection["namespaceSelector"] = {"matchLabels": {COPY_LABEL: tag}}
+        selection["nodeSelector"] = {"matchLabels": {COPY_LABEL: tag}}
+        if "excludedNamespaces" in selection:
+            selection["excludedNamespaces"] = [rename(ns) for ns in selection["excludedNamespaces"]]
+        policies[rename(name)] = spec
+    expectations = []
+    for e in source.get("expectations", []):
+        if "metric" in e:
+            continue
+        e = copy.deepcopy(e)
+        for key, check in e.items():
+            if isinstance(check, dict):
+                for ref in ("node", "policy"):
+                    if ref in check:
+                        check[ref] = rename(check[ref])
+                if "workload" in check:
+                    old = check["workload"]
+                    check["workload"] = rename_workload(old)
+                    if key == "event" and "messageContains" in check:
+                        check["messageContains"] = re.sub(
+                            rf"/{re.escape(old)}\b", f"/{rename_workload(old)}", check["messageContains"]
+                        )
+        e["name"] = f"[{tag}] " + (e.get("name") or _summary(e))
+        expectations.append(e)
+    return {
+        "nodes": nodes,
+        "namespaces": namespaces,
+        "workloads": workloads,
+        "faults": faults,
+        "policies": policies,
+        "expectations": expectations,
+    }
+
+
+def _summary(e: dict[str, Any]) -> str:
+    kind = next(k for k in e if k not in ("within", "after", "hold", "name"))
+    return f"{kind} {e[kind]}"
+
+
+def default_csv_ecc_copy() -> dict[str, list[Any] | dict[str, Any]]:
+    """The ECC scenario on the default CSV: no taint ever, and the blind spot said, not hidden."""
+    source = yaml.safe_load((SCENARIOS / "ecc-fault.yaml").read_text())
+    parts = copy_scenario(source, DEFAULT_CSV_TAG, (Generation.DEFAULT_CSV,))
+    node, policy = f"{DEFAULT_CSV_TAG}-ecc-gpu-0", f"{DEFAULT_CSV_TAG}-ecc-fault"
+    parts["expectations"] = [
+        {
+            "name": f"[{DEFAULT_CSV_TAG}] no ECC counter served: the injected fault taints nothing",
+            "nodeNotTainted": {"node": node},
+            "within": "90s",
+        },
+        {
+            "name": f"[{DEFAULT_CSV_TAG}] silence is not health: the ECC kind is reported blind",
+            "policyCondition": {"policy": policy, "type": "SignalsComplete", "status": "False"},
+            "within": "60s",
+        },
+    ]
+    return parts
+
+
+def matrix_scenario() -> dict[str, Any]:
+    merged: dict[str, Any] = {
+        "name": "exporter-generations",
+        "description": "The core scenarios on every dcgm-exporter generation and on a mixed fleet.",
+        "nodes": [],
+        "namespaces": {},
+        "workloads": [],
+        "faults": [],
+        "policies": {},
+        "expectations": [],
+    }
+    parts = [
+        copy_scenario(yaml.safe_load((SCENARIOS / name).read_text()), tag, gens)
+        for tag, gens in COPIES.items()
+        for name in CORE
+    ]
+    parts.append(default_csv_ecc_copy())
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, list):
+                merged[key].extend(value)
+            else:
+                merged[key].update(value)
+    return merged
+
+
+def test_the_matrix_scenario_is_valid_and_keeps_every_operator_expectation(tmp_path: Path) -> None:
+    path = tmp_path / "generations.yaml"
+    path.write_text(yaml.safe_dump(matrix_scenario(), sort_keys=False))
+    scenario = load_scenario(path).scenario
+    kept = 0
+    for name in CORE:
+        source = load_scenario(SCENARIOS / name).scenario
+        kept += sum(e.kind != "metric" for e in source.expectations)
+    assert len(scenario.expectations) == kept * len(COPIES) + 2
+    mixed = [n.exporter for n in scenario.nodes if n.name and n.name.startswith("gmix-")]
+    assert mixed.count(Generation.V4_9) >= mixed.count(Generation.V4) >= len(mixed) // 2
+
+
+def test_core_scenarios_on_every_exporter_generation_and_a_mixed_fleet(
+    cluster: Cluster, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    path = tmp_path / "generations.yaml"
+    path.write_text(yaml.safe_dump(matrix_scenario(), sort_keys=False))
+    identity: OperatorIdentity = request.getfixturevalue("operator_identity")
+    lines: list[str] = []
+    result = run_scenario(
+        path,
+        RunOptions(
+            kubeconfig=cluster.kubeconfig,
+            prometheus_url=cluster.prometheus_url,
+            targets_dir=cluster.prometheus_targets_dir(),
+            operator_cmd=identity.run_command(cluster),
+            operator_env={"KUBECONFIG": identity.kubeconfig},
+            namespace_prefix=f"e2e-{uuid.uuid4().hex[:4]}-",
+            log_dir=tmp_path,
+            output=lines.append,
+        ),
+    )
+    report = "\n".join(lines)
+    if not result.passed and result.operator_log and result.operator_log.exists():
+        report += (
+            "\n----- operator log (tail) -----\n" + result.operator_log.read_text(errors="replace")[-4000:]
+        )
+    assert result.passed, report
