@@ -88,8 +88,10 @@ def copy_scenario(
         if "node" in w:
             w["node"] = rename(w["node"])
         workloads.append(w)
-    for ns in source.get("namespaces", {}):
-        namespaces[rename(ns)] = {"labels": {COPY_LABEL: tag}}
+    for ns, spec in source.get("namespaces", {}).items():
+        spec = copy.deepcopy(spec or {})
+        spec["labels"] = {**spec.get("labels", {}), COPY_LABEL: tag}
+        namespaces[rename(ns)] = spec
     faults = []
     for f in source.get("faults", []):
         f = copy.deepcopy(f)
