@@ -46,6 +46,8 @@ COPIES: Final[dict[str, tuple[Generation, ...]]] = {
     "gmix": (Generation.V4_9, Generation.V4),  # half the nodes each; the faulted nodes 4.9+
 }
 COPY_LABEL: Final = "sim.gpuefficiency.io/matrix-copy"
+#: The source scenario of a copied node or namespace: its policies select by it.
+SCENARIO_LABEL: Final = "sim.gpuefficiency.io/matrix-scenario"
 DEFAULT_CSV_TAG: Final = "gcsv"
 
 
@@ -56,13 +58,13 @@ def _renamed(tag: str) -> Callable[[str], str]:
 def copy_scenario(
     source: dict[str, Any], tag: str, generations: Sequence[Generation]
 ) -> dict[str, list[Any] | dict[str, Any]]:
-    """``source`` with every node, namespace and policy renamed ``<tag>-<name>`` (workloads
-    ``<tag>-<scenario>-<name>``: two scenarios have a ``trainer``), its nodes
-    served by ``generations`` in turn and its policies selecting only this copy's namespaces and
-    nodes (by ``COPY_LABEL``). Returns the parts to merge: nodes, namespaces, workloads, faults,
-    policies, expectations."""
+    """``source``'s nodes, namespaces, workloads, faults and expectations renamed ``<tag>-<name>``
+    (workloads ``<tag>-<scenario>-<name>``: two scenarios have a ``trainer``), its nodes served by
+    ``generations`` in turn and labelled, with its namespaces, for the source's policies
+    (``SCENARIO_LABEL``). Policies and their status checks are shared by the copies (``shared``)."""
     rename = _renamed(tag)
     rename_workload = _renamed(f"{tag}-{source['name'].split('-')[0]}")
+    labels = {SCENARIO_LABEL: source["name"], COPY_LABEL: tag}
     nodes: list[dict[str, Any]] = []
     index = 0
     for spec in source["nodes"]:
@@ -74,7 +76,7 @@ def copy_scenario(
         for name in names:
             node = {k: v for k, v in spec.items() if k not in ("name", "prefix", "count")}
             node["name"] = rename(name)
-            node["labels"] = {**spec.get("labels", {}), COPY_LABEL: tag}
+            node["labels"] = {**spec.get("labels", {}), **labels}
             node["exporter"] = generations[index % len(generations)].value
             nodes.append(node)
             index += 1
@@ -84,13 +86,13 @@ def copy_scenario(
         w = copy.deepcopy(w)
         w["name"] = rename_workload(w["name"])
         w["namespace"] = rename(w["namespace"])
-        namespaces[w["namespace"]] = {"labels": {COPY_LABEL: tag}}
+        namespaces[w["namespace"]] = {"labels": dict(labels)}
         if "node" in w:
             w["node"] = rename(w["node"])
         workloads.append(w)
     for ns, spec in source.get("namespaces", {}).items():
         spec = copy.deepcopy(spec or {})
-        spec["labels"] = {**spec.get("labels", {}), COPY_LABEL: tag}
+        spec["labels"] = {**spec.get("labels", {}), **labels}
         namespaces[rename(ns)] = spec
     faults = []
     for f in source.get("faults", []):
@@ -98,25 +100,15 @@ def copy_scenario(
         if "node" in f:
             f["node"] = rename(f["node"])
         faults.append(f)
-    policies = {}
-    for name, spec in source.get("policies", {}).items():
-        spec = copy.deepcopy(spec)
-        selection = spec.setdefault("selection", {})
-        selection["namespaceSelector"] = {"matchLabels": {COPY_LABEL: tag}}
-        selection["nodeSelector"] = {"matchLabels": {COPY_LABEL: tag}}
-        if "excludedNamespaces" in selection:
-            selection["excludedNamespaces"] = [rename(ns) for ns in selection["excludedNamespaces"]]
-        policies[rename(name)] = spec
     expectations = []
     for e in source.get("expectations", []):
-        if "metric" in e:
+        if "metric" in e or "policyStatus" in e:
             continue
         e = copy.deepcopy(e)
         for key, check in e.items():
             if isinstance(check, dict):
-                for ref in ("node", "policy"):
-                    if ref in check:
-                        check[ref] = rename(check[ref])
+                if "node" in check:
+                    check["node"] = rename(check["node"])
                 if "workload" in check:
                     old = check["workload"]
                     check["workload"] = rename_workload(old)
@@ -131,9 +123,38 @@ def copy_scenario(
         "namespaces": namespaces,
         "workloads": workloads,
         "faults": faults,
-        "policies": policies,
         "expectations": expectations,
     }
+
+
+def shared(source: dict[str, Any], tags: Sequence[str]) -> dict[str, dict[str, Any] | list[Any]]:
+    """``source``'s policies, once for all copies: selecting the copies' namespaces and nodes by
+    ``SCENARIO_LABEL`` (the operator runs every policy's cycle on one worker, so one policy per copy
+    would multiply the cycles), with the copies' names in ``excludedNamespaces``; and its policy
+    status checks with every count multiplied by the copies (each copy reclaims or evicts its own)."""
+    policies = {}
+    for name, spec in source.get("policies", {}).items():
+        spec = copy.deepcopy(spec)
+        selection = spec.setdefault("selection", {})
+        selection["namespaceSelector"] = {"matchLabels": {SCENARIO_LABEL: source["name"]}}
+        selection["nodeSelector"] = {"matchLabels": {SCENARIO_LABEL: source["name"]}}
+        if "excludedNamespaces" in selection:
+            selection["excludedNamespaces"] = [
+                _renamed(tag)(ns) for ns in selection["excludedNamespaces"] for tag in tags
+            ]
+        policies[name] = spec
+    expectations = []
+    for e in source.get("expectations", []):
+        if "policyStatus" not in e:
+            continue
+        e = copy.deepcopy(e)
+        check = e["policyStatus"]
+        for test in ("equals", "atLeast", "atMost"):
+            if isinstance(check.get(test), int | float) and not isinstance(check[test], bool):
+                check[test] = check[test] * len(tags)
+        e["name"] = f"[{len(tags)} copies] " + (e.get("name") or _summary(e))
+        expectations.append(e)
+    return {"policies": policies, "expectations": expectations}
 
 
 def _summary(e: dict[str, Any]) -> str:
@@ -145,7 +166,7 @@ def default_csv_ecc_copy() -> dict[str, list[Any] | dict[str, Any]]:
     """The ECC scenario on the default CSV: no taint ever, and the blind spot said, not hidden."""
     source = yaml.safe_load((SCENARIOS / "ecc-fault.yaml").read_text())
     parts = copy_scenario(source, DEFAULT_CSV_TAG, (Generation.DEFAULT_CSV,))
-    node, policy = f"{DEFAULT_CSV_TAG}-ecc-gpu-0", f"{DEFAULT_CSV_TAG}-ecc-fault"
+    node = f"{DEFAULT_CSV_TAG}-ecc-gpu-0"
     parts["expectations"] = [
         {
             "name": f"[{DEFAULT_CSV_TAG}] no ECC counter served: the injected fault taints nothing",
@@ -154,7 +175,7 @@ def default_csv_ecc_copy() -> dict[str, list[Any] | dict[str, Any]]:
         },
         {
             "name": f"[{DEFAULT_CSV_TAG}] silence is not health: the ECC kind is reported blind",
-            "policyCondition": {"policy": policy, "type": "SignalsComplete", "status": "False"},
+            "policyCondition": {"policy": source["name"], "type": "SignalsComplete", "status": "False"},
             "within": "60s",
         },
     ]
@@ -172,11 +193,12 @@ def matrix_scenario() -> dict[str, Any]:
         "policies": {},
         "expectations": [],
     }
-    parts = [
-        copy_scenario(yaml.safe_load((SCENARIOS / name).read_text()), tag, gens)
-        for tag, gens in COPIES.items()
-        for name in CORE
-    ]
+    parts = []
+    for name in CORE:
+        source = yaml.safe_load((SCENARIOS / name).read_text())
+        parts += [copy_scenario(source, tag, gens) for tag, gens in COPIES.items()]
+        tags = [*COPIES, DEFAULT_CSV_TAG] if name == "ecc-fault.yaml" else list(COPIES)
+        parts.append(shared(source, tags))
     parts.append(default_csv_ecc_copy())
     for part in parts:
         for key, value in part.items():
@@ -191,11 +213,13 @@ def test_the_matrix_scenario_is_valid_and_keeps_every_operator_expectation(tmp_p
     path = tmp_path / "generations.yaml"
     path.write_text(yaml.safe_dump(matrix_scenario(), sort_keys=False))
     scenario = load_scenario(path).scenario
-    kept = 0
+    kept = shared_checks = 0
     for name in CORE:
         source = load_scenario(SCENARIOS / name).scenario
-        kept += sum(e.kind != "metric" for e in source.expectations)
-    assert len(scenario.expectations) == kept * len(COPIES) + 2
+        kept += sum(e.kind not in ("metric", "policyStatus") for e in source.expectations)
+        shared_checks += sum(e.kind == "policyStatus" for e in source.expectations)
+    assert len(scenario.expectations) == kept * len(COPIES) + shared_checks + 2
+    assert len(scenario.policies) == sum(len(load_scenario(SCENARIOS / n).scenario.policies) for n in CORE)
     mixed = [n.exporter for n in scenario.nodes if n.name and n.name.startswith("gmix-")]
     assert mixed.count(Generation.V4_9) >= mixed.count(Generation.V4) >= len(mixed) // 2
 
