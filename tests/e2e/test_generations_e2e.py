@@ -2,17 +2,18 @@
 
 One scenario run, one operator, one Prometheus target: the diagnosis scenario, the ECC and the
 XID/thermal fault scenarios and the idle-reclaim scenario (``tests/e2e/scenarios/``) are copied side
-by side, once per generation (legacy, 4.x, 4.8.3+, 4.9+) and once on a fleet whose nodes alternate
-4.9+ and 4.x, each copy with its own nodes, namespaces and policies (selected by a copy label), and
-must give the same verdicts, taints and actions as the originals. A sixth copy plays the ECC
+by side, once per generation (legacy, 4.8.3+, 4.9+; 4.x is the simulator's default, which the shipped
+scenarios play themselves) and once on a fleet whose nodes alternate 4.9+ and 4.x, each copy with
+its own nodes, namespaces and workloads under the source's policies (one operator cycle per policy,
+not per copy), and must give the same verdicts, taints and actions as the originals. A sixth copy plays the ECC
 scenario on dcgm-exporter's default CSV, where no ECC counter is served: the node must not be
 tainted, and the policy must say the ECC fault kind is blind (``SignalsComplete=False``) instead of
 reading silence as health. Playing them side by side costs one run of the longest scenario instead
 of six per scenario (``make test`` budget).
 
-The copies change names only; what each scenario checks stays the file's, except its PromQL
-``metric`` expectations, which query one generation's names and label and test the simulator, not
-the operator.
+The copies change names, and GPU counts where the source has GPUs it never uses (``GPUS``); what
+each scenario checks stays the file's, except its PromQL ``metric`` expectations, which query one
+generation's names and label and test the simulator, not the operator.
 """
 
 from __future__ import annotations
@@ -40,10 +41,25 @@ CORE: Final = ("diagnoses.yaml", "ecc-fault.yaml", "xid-thermal.yaml", "idle-rec
 #: Copy tag -> the generations its nodes take in turn (node i of a scenario: gens[i % len]).
 COPIES: Final[dict[str, tuple[Generation, ...]]] = {
     "gl": (Generation.LEGACY,),
-    "g4": (Generation.V4,),
     "g483": (Generation.V4_8_3,),
     "g49": (Generation.V4_9,),
     "gmix": (Generation.V4_9, Generation.V4),  # half the nodes each; the faulted nodes 4.9+
+}
+#: GPUs of the copied nodes whose source has more than it ever uses (every policy's cycle reads every
+#: GPU Prometheus holds, so idle spare GPUs cost each cycle): the pinned Job's 8 on ecc-gpu-0, the
+#: faulted GPU's index on the XID/thermal nodes, the 11 one-GPU diagnosis pods on two nodes.
+GPUS: Final[dict[str, int]] = {
+    "diag-gpu-0": 6,
+    "diag-gpu-1": 6,
+    "ecc-gpu-1": 1,
+    "ecc-gpu-2": 1,
+    "ecc-gpu-3": 1,
+    "xid-gpu-0": 6,
+    "xid-gpu-1": 1,
+    "xid-gpu-2": 2,
+    "xid-gpu-3": 3,
+    "xid-gpu-4": 1,
+    "xid-gpu-5": 1,
 }
 COPY_LABEL: Final = "sim.gpuefficiency.io/matrix-copy"
 #: The source scenario of a copied node or namespace: its policies select by it.
@@ -76,6 +92,7 @@ def copy_scenario(
         for name in names:
             node = {k: v for k, v in spec.items() if k not in ("name", "prefix", "count")}
             node["name"] = rename(name)
+            node["gpus"] = GPUS.get(name, spec.get("gpus", 8))
             node["labels"] = {**spec.get("labels", {}), **labels}
             node["exporter"] = generations[index % len(generations)].value
             nodes.append(node)
