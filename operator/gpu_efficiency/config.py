@@ -26,12 +26,18 @@ from gpu_efficiency.settings import (
 )
 
 #: Default label matchers of every DCGM query: the scrape jobs (a label Prometheus itself sets) of
-#: dcgm-exporter as the GPU Operator (nvidia-dcgm-exporter), its own chart (dcgm-exporter) and
-#: NVIDIA's kube-prometheus example (gpu-metrics) name them, a plain "dcgm" job, and this chart's
-#: node agent (node-agent). Series another tenant's scrape target publishes carry its own job and
-#: are not read. Set --prometheus-matchers to your exporter's job (and, with honorLabels false, its
-#: namespace, e.g. namespace="gpu-operator"); an explicit empty value reads every job.
-DEFAULT_MATCHERS = 'job=~"nvidia-dcgm-exporter|dcgm-exporter|gpu-metrics|dcgm|node-agent"'
+#: dcgm-exporter as the GPU Operator names it (NVIDIA/gpu-operator ``assets/state-dcgm-exporter/
+#: 0500_service_monitor.yaml``: ``jobLabel: app``, the Service's ``app: nvidia-dcgm-exporter``), as its own chart
+#: does (NVIDIA/dcgm-exporter ``deployment/templates/_helpers.tpl``: the Service is the release's
+#: full name, ``<release>-dcgm-exporter``, or the release name itself when it already holds
+#: ``dcgm-exporter``, so ``helm install dcgm ...`` gives ``dcgm-dcgm-exporter`` and the README's
+#: ``--generate-name`` gives ``dcgm-exporter-<timestamp>``; the ServiceMonitor sets no jobLabel, so
+#: the job is the Service's name), NVIDIA's kube-prometheus example (gpu-metrics), a plain "dcgm" job
+#: and this chart's node agent (node-agent). Series another tenant's scrape target publishes carry
+#: its own job and are not read. Set --prometheus-matchers to your exporter's job (and, with
+#: honorLabels false, its namespace, e.g. namespace="gpu-operator"); an explicit empty value reads
+#: every job. Short on purpose: the activity window query repeats it in each of its 67 terms.
+DEFAULT_MATCHERS = 'job=~".*dcgm-exporter.*|dcgm|gpu-metrics|node-agent"'
 #: Default cap on the series of one Prometheus answer (--prometheus-max-series): ~30,000 GPUs'
 #: activity windows (67 series a GPU). More means a flood: the cycle reads "metrics unavailable".
 DEFAULT_MAX_SERIES = 2_000_000

@@ -27,11 +27,12 @@ from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolic
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.apiclient import load_api_client
 from gpu_efficiency.config import OperatorConfig, config_from_args
+from gpu_efficiency.engine.exporter_coverage import blind_summary, coverage, csv_lines, nodeless
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, ReclaimOwner, Snapshot, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
 from gpu_efficiency.engine.pods.waste import price_for
-from gpu_efficiency.runtime.cycle import CycleRunner, format_validation_error
+from gpu_efficiency.runtime.cycle import CycleRunner, format_validation_error, no_series_message
 from gpu_efficiency.runtime.deps import build_runner
 
 EXIT_OK, EXIT_USAGE, EXIT_CLUSTER, EXIT_METRICS = 0, 2, 3, 4
@@ -135,7 +136,9 @@ def _mean(values: list[float]) -> float | None:
 PROJECTION = "the GPUs idle now, held idle for 24 h"
 
 
-def build_report(snapshot: Snapshot, plan: Plan, *, currency: str = "USD") -> dict[str, Any]:
+def build_report(
+    snapshot: Snapshot, plan: Plan, *, currency: str = "USD", matchers: str | None = None
+) -> dict[str, Any]:
     """The report as data; the per-day figures are a projection (:data:`PROJECTION`), not a history."""
     prices = cycle_params(snapshot.policy).prices  # normalised keys, as price_for expects
     pods = {(p.namespace, p.name): p for p in snapshot.pods}
@@ -214,7 +217,40 @@ def build_report(snapshot: Snapshot, plan: Plan, *, currency: str = "USD") -> di
         ],
         "owners": [n for n in plan.notes if ": owner " in n],
         "notes": list(plan.notes),
+        "exporters": exporters(snapshot, matchers),
     }
+
+
+def exporters(snapshot: Snapshot, matchers: str | None = None) -> dict[str, Any]:
+    """Which dcgm-exporter generation the GPUs speak, what they are blind to (with the CSV lines
+    that would serve it), whether any GPU names its node, and (``matchers``: the ones the fetch
+    used) that no series was found at all, even where no GPU pod runs yet."""
+    cover = coverage(snapshot.gpus)
+    found_none = matchers is not None and snapshot.metrics_available and not snapshot.gpus
+    return {
+        "noSeries": no_series_message(matchers or "") if found_none else "",
+        "generations": dict(cover.generations),
+        "blind": dict(cover.blind),
+        "csvLines": csv_lines(cover.blind),
+        "nodeless": nodeless(cover),
+    }
+
+
+def render_exporters(exp: dict[str, Any]) -> list[str]:
+    out = []
+    if exp["noSeries"]:
+        out.append(f"\n{exp['noSeries']}")
+    if exp["generations"]:
+        spoken = ", ".join(f"{gen} {n}" for gen, n in exp["generations"].items())
+        out.append(f"\nExporter generations (GPUs): {spoken}")
+    if exp["nodeless"]:
+        out.append(f"\nNO GPU TIED TO A NODE: {exp['nodeless']}")
+    if exp["blind"]:
+        out.append(f"\nBlind spots (unknown, never healthy): {blind_summary(exp['blind'])}")
+        if exp["csvLines"]:
+            out.append("  add to dcgm-exporter's counters CSV (-f / the chart's metrics ConfigMap):")
+            out += [f"    {line}" for line in exp["csvLines"]]
+    return out
 
 
 def _fmt(value: float | None, pct: bool = True) -> str:
@@ -314,6 +350,7 @@ def render_table(report: dict[str, Any]) -> str:
             "\nOwners of idle pods (the action Enforce mode takes once all their GPU pods are idle and due):"
         )
         out += [f"  {line}" for line in report["owners"]]
+    out += render_exporters(report["exporters"])
     if report["actions"]:
         out.append("\nWould act (Enforce mode):")
         out += [f"  {a['action']:5}  {a['pod']}: {a['why']}" for a in report["actions"]]
@@ -327,7 +364,7 @@ def report_main(args: argparse.Namespace) -> int:
     except ReportError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.code
-    report = build_report(snapshot, plan, currency=config.currency)
+    report = build_report(snapshot, plan, currency=config.currency, matchers=config.prometheus_matchers)
     sys.stdout.write((json.dumps(report, indent=2) if args.output == "json" else render_table(report)) + "\n")
     return EXIT_OK if snapshot.metrics_available else EXIT_METRICS
 

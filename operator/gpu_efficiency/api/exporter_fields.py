@@ -298,14 +298,21 @@ NODE_LABELS: Final = ("hostname", "Hostname", "kubernetes_node", "node", "nodena
 OLD_NODE_LABEL: Final = "Hostname"
 NODE_LABEL: Final = "hostname"
 
-#: Profiling (DCP) fields: absent where the default CSV (or a GPU without DCP) leaves them out.
+#: Profiling (DCP, ``DCGM_FI_PROF_*``) fields: all absent in the default-CSV variant, which models a
+#: CSV (or a GPU without DCP) serving none of them. dcgm-exporter's real default CSV serves
+#: GR_ENGINE_ACTIVE, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE and PCIE_*_BYTES but not SM_ACTIVE or
+#: SM_OCCUPANCY (``etc/default-counters.csv``): the operator tells either by its missing
+#: SM_OCCUPANCY and ECC counters.
 PROFILING_SIGNALS: Final = (
     "SM_ACTIVE",
+    "GR_ENGINE_ACTIVE",
     "SM_OCCUPANCY",
     "TENSOR_ACTIVE",
     "DRAM_ACTIVE",
     "PCIE_RX_BYTES",
     "PCIE_TX_BYTES",
+    "NVLINK_RX_BYTES",
+    "NVLINK_TX_BYTES",
 )
 #: Fault signals by kind (a GPU whose exporter serves none of a kind's signals is blind to it).
 FAULT_KIND_SIGNALS: Final[dict[str, tuple[str, ...]]] = {

@@ -146,3 +146,11 @@ class GPUEfficiencyPolicyStatus(StatusModel):
     of another node than the pod's), gpus-exceed-capacity (a node reporting more GPUs than it has:
     its fault windows are not believed), contradicts-agent (a Prometheus reading below what the
     node agent's busy reading of the same GPU implies: the agent's is used)."""
+    exporter_generations: dict[str, int] = Field(default_factory=dict)
+    """GPUs by the dcgm-exporter generation their series speak, in the last cycle: legacy
+    (CLOCK_THROTTLE_REASONS, Hostname), 4.x (to 4.8.2), 4.8.3+ (hostname, DCGM_EXP_* counters),
+    4.9+ (DCGM 4.6+ names and units), default-csv (no profiling fields, no ECC counters), unknown."""
+    blind_gpus: dict[str, int] = Field(default_factory=dict)
+    """GPUs whose exporter serves none of the signals of a fault kind (ecc, xid, thermal, pcie,
+    rowremap) or diagnosis input, in the last cycle: unknown for them, never healthy (the
+    SignalsComplete condition)."""

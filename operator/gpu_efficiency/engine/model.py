@@ -94,6 +94,15 @@ class GPUSample:
     # tiered refresh): its Stats keep the sample times they were fetched with, and this, the GPU's
     # newest sample time now (NaN: none), is what their freshness is judged by (activity.data_bounds).
     carried_newest: float | None = None
+    # The dcgm-exporter generation this GPU's series speak (api/exporter_fields.Generation; "": not
+    # told, e.g. the node agent) and the fault kinds and diagnosis inputs none of whose signals its
+    # exporter serves (blind is not healthy: engine/exporter_coverage.py).
+    exporter: str = ""
+    blind: frozenset[str] = frozenset()
+    labels_seen: frozenset[str] = frozenset()  # a node-less GPU's identity labels (what to fix)
+    # XID events counted (DCGM_EXP_XID_ERRORS_COUNT): duration (s) -> code -> events within it;
+    # None where the exporter serves only the last-XID gauge (engine/faults/xid.py).
+    xid_events: Mapping[int, Mapping[int, int]] | None = None
 
     def get(self, window: Window, signal: Signal) -> Stats | None:
         return self.stats.get(window, {}).get(signal)

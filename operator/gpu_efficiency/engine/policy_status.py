@@ -18,6 +18,7 @@ from gpu_efficiency.api.status import (
     VerdictCounts,
 )
 from gpu_efficiency.engine.conditions import condition_flipped, find_condition, set_condition
+from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS, coverage, nodeless, signals_condition
 from gpu_efficiency.engine.model import (
     FaultOutcome,
     GPUSample,
@@ -69,6 +70,9 @@ def policy_status(
     )
     events: list[PolicyEvent] = []
     conditions = list(previous.conditions)
+    cover = coverage(snapshot.gpus)
+    no_node = nodeless(cover)  # no GPU tied to a node: no pod can be either
+    unattributed = no_node or unattributed
     if snapshot.metrics_available and unattributed:
         if condition_flipped(conditions, names.COND_METRICS, "False"):
             events.append(
@@ -82,7 +86,7 @@ def policy_status(
             conditions,
             type=names.COND_METRICS,
             status="False",
-            reason="NoPodSamples",
+            reason=NO_NODE_LABELS if no_node else "NoPodSamples",
             message=unattributed,
             now=now,
             generation=generation,
@@ -136,6 +140,9 @@ def policy_status(
     )
     conditions, shadow_events = _shadowed_condition(conditions, shadowed, now, generation)
     events.extend(shadow_events)
+    if snapshot.metrics_available:
+        conditions, signal_events = signals_condition(conditions, cover, now, generation)
+        events.extend(signal_events)
     quarantined = previous.quarantined_nodes
     if faults is not None:
         state = "True" if faults.breaker_open else "False"
@@ -179,6 +186,10 @@ def policy_status(
             "estimated_waste_total": previous.estimated_waste_total + waste.cost,
             "quarantined_nodes": quarantined,
             "dropped_samples": dict(dropped or {}),
+            "exporter_generations": dict(cover.generations)
+            if snapshot.metrics_available
+            else previous.exporter_generations,
+            "blind_gpus": dict(cover.blind) if snapshot.metrics_available else previous.blind_gpus,
             "pending_gpu_demand": PendingGpuDemand(
                 pods=len(waiting), gpus=sum(p.gpu_request for p in waiting)
             ),

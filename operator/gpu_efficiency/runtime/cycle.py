@@ -34,6 +34,7 @@ from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.conditions import set_condition
 from gpu_efficiency.engine.faults.devices import with_dra_capacity
+from gpu_efficiency.engine.faults.xid_repeats import FLOOD_WINDOW_S
 from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
@@ -117,10 +118,15 @@ def fault_hints(spec: GPUEfficiencyPolicySpec, cluster: ClusterState) -> FaultHi
     """What the source needs to fetch fault series only for GPUs that may be faulted."""
     thermal = spec.faults.thermal
     hot = spec.faults.enabled and thermal.enabled
+    xid_windows: tuple[float, ...] = ()
+    if spec.faults.enabled and spec.faults.xid.enabled:
+        lookback = parse_duration(spec.faults.lookback)
+        xid_windows = (lookback, FLOOD_WINDOW_S, *(parse_duration(r.within) for r in spec.faults.xid.repeat))
     return FaultHints(
         gpu_temperature_above=thermal.gpu_temperature_above if hot else None,
         memory_temperature_above=thermal.memory_temperature_above if hot else None,
         held_nodes=frozenset(n.name for n in cluster.nodes if names.NODE_FAULTS in n.annotations),
+        xid_windows=xid_windows,
     )
 
 
@@ -354,10 +360,7 @@ class CycleRunner:
             available, error = False, dra.error
         gpus = result.gpus if result is not None else ()
         if available and not gpus and cluster.pods:
-            available, error = (
-                False,
-                "Prometheus returned no GPU series (is dcgm-exporter or the node agent scraped?)",
-            )
+            available, error = False, no_series_message(self.config.prometheus_matchers)
         snapshot = Snapshot(
             now=now,
             policy_name=name,
@@ -438,6 +441,8 @@ class CycleRunner:
             ledger = self._ledgers.setdefault(name, IdleLedger())
             before = ledger.checkpoint()
             plan = plan_cycle(snapshot, memo, ledger)
+            known = self._last_status.get(name, previous)
+            log_generations(name, known.exporter_generations, plan.status.exporter_generations)
             if (
                 snapshot.owners is None
                 and self.owners is not None
@@ -531,6 +536,23 @@ class CycleRunner:
 
 
 _NODE_WRITES = (TaintNode, UntaintNode, SetNodeCondition, AnnotateNode)
+
+
+def no_series_message(matchers: str) -> str:
+    """What a cycle that found no GPU series says: the matcher it used and how to check it."""
+    used = f"matcher {matchers}" if matchers else "no matcher (any job)"
+    return (
+        f"no dcgm-exporter series found with the {used}: is dcgm-exporter (or the node agent) scraped, "
+        'and under which job? Check with count by (job) ({__name__=~"DCGM_FI_DEV_(GPU_UTIL|FB_USED).*"}) '
+        "and set --prometheus-matchers to match"
+    )
+
+
+def log_generations(name: str, before: Mapping[str, int], after: Mapping[str, int]) -> None:
+    """Log which dcgm-exporter generations the policy's GPUs speak, once per change."""
+    if dict(before) != dict(after):
+        spoken = ", ".join(f"{gen} {n} GPU{'' if n == 1 else 's'}" for gen, n in after.items()) or "none"
+        log.info("policy %s: dcgm-exporter generations: %s", name, spoken)
 
 
 def feed_write(reader: ClusterSource, outcome: Outcome) -> None:

@@ -26,6 +26,9 @@ class FaultHints:
     gpu_temperature_above: float | None = None
     memory_temperature_above: float | None = None
     held_nodes: frozenset[str] = frozenset()
+    #: Durations (s) over which XID events are counted where DCGM_EXP_XID_ERRORS_COUNT is served:
+    #: the fault lookback, each repeat rule's ``within``, the flood window (sources/xid_counts.py).
+    xid_windows: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

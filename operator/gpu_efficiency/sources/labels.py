@@ -1,5 +1,8 @@
 """Read GPU identity and pod attribution from exporter labels, whatever their spelling.
 
+The node comes from ``hostname`` (dcgm-exporter since #655), ``Hostname`` (before) or what a scrape
+config adds (``kubernetes_node``, ``node``, ``nodename``).
+
 dcgm-exporter writes ``pod``/``namespace``/``container``; Prometheus with ``honorLabels: false``
 renames them ``exported_pod``/...; old exporters used ``pod_name``/``pod_namespace``. All are accepted.
 """
@@ -10,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpu_efficiency.api.exporter_fields import NODE_LABELS
 from gpu_efficiency.engine.model import PodRef
 
 _POD_VARIANTS = (
@@ -17,7 +21,9 @@ _POD_VARIANTS = (
     ("pod", "namespace", "container"),
     ("pod_name", "pod_namespace", "container_name"),
 )
-_NODE_LABELS = ("Hostname", "kubernetes_node", "node", "nodename")
+#: dcgm-exporter's ``hostname`` (since NVIDIA/dcgm-exporter #655) and ``Hostname`` (before), then
+#: what a scrape config adds (``api/exporter_fields.py`` NODE_LABELS).
+_NODE_LABELS = NODE_LABELS
 
 
 def pod_of(labels: Mapping[str, str]) -> PodRef | None:

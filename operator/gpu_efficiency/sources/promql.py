@@ -3,7 +3,12 @@
 Every (signal, aggregation) pair of a window is reduced ``by (UUID, GPU_I_ID)`` and tagged with a
 ``gpueff_agg`` label, then joined with ``or``. Prometheus returns small series (two labels), and one
 extra identity query carries the full labels (node, model, pods) once per GPU. Query count stays
-constant: 1 identity + 1 per window.
+constant: 1 identity + 1 inventory + 1 per window.
+
+Every exporter generation is read (``api/exporter_fields.py``): a signal served under both DCGM
+name families is selected with one ``__name__`` regex where the units agree, and as ``old or
+new * factor`` where they do not (GPU_UTIL: percent vs ratio), so the engine sees one unit and a
+GPU serving both names (a double scrape) is read once, the old name first.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpu_efficiency.api import exporter_fields as ef
 from gpu_efficiency.engine.faults.pcie import BUSY_UTIL_PERCENT
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN
@@ -21,7 +27,64 @@ GPU_KEY_LABELS = ("UUID", "GPU_I_ID")
 AGG_LABEL = "gpueff_agg"
 
 #: The clock-event bitmask was renamed; read both names.
-OLD_CLOCK_EVENTS = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+OLD_CLOCK_EVENTS = ef.OLD_CLOCK_EVENTS
+#: What one unit is in the engine's (the legacy family's): GPU_UTIL is percent, a ratio is x100.
+_TO_ENGINE = {(ef.Unit.RATIO, ef.Unit.PERCENT): 100.0}
+
+
+def served_names(signal: Signal) -> tuple[tuple[float, tuple[str, ...]], ...]:
+    """The metric names ``signal`` is served under, grouped by the factor to the engine's unit
+    (factor 1 first: its unit is certain, so a GPU serving both is read in it)."""
+    spec = ef.FIELDS_BY_SIGNAL[signal.name]
+    same = [spec.legacy] + ([OLD_CLOCK_EVENTS] if signal is Signal.CLOCK_EVENTS else [])
+    factor = _TO_ENGINE.get((spec.current_units[0], spec.legacy_unit), 1.0)
+    if factor == 1.0 or spec.current == spec.legacy:  # same name: its 4.9+ unit is windows.py's
+        return ((1.0, tuple(dict.fromkeys([*same, spec.current]))),)
+    return ((1.0, tuple(same)), (factor, (spec.current,)))
+
+
+def name_regex(names: Sequence[str]) -> str:
+    """``a|b`` as a shorter RE2 alternation with their common prefix and suffix factored out
+    (``DCGM_FI_PROF_SM_(ACTIVE|UTIL_RATIO)``): every window query repeats it per aggregate."""
+    if len(names) == 1:
+        return names[0]
+    prefix = names[0]
+    for name in names[1:]:
+        while not name.startswith(prefix):
+            prefix = prefix[:-1]
+    rests = [n[len(prefix) :] for n in names]
+    suffix = rests[0]
+    for rest in rests[1:]:
+        while not rest.endswith(suffix):
+            suffix = suffix[1:]
+    middles = [r[: len(r) - len(suffix)] for r in rests]
+    return f"{prefix}({'|'.join(middles)}){suffix}"
+
+
+def _names_selector(names: Sequence[str], matchers: str) -> str:
+    if len(names) == 1:
+        return names[0] + (f"{{{matchers}}}" if matchers else "")
+    return '{__name__=~"' + name_regex(names) + '"' + (f",{matchers}" if matchers else "") + "}"
+
+
+#: Range functions whose value scales with the sample values (count, changes, resets do not).
+_SCALED = frozenset({"max_over_time", "avg_over_time", "min_over_time", "last_over_time", "stddev_over_time"})
+
+
+def over(signal: Signal, func: str, window: str, matchers: str) -> str:
+    """``func(signal[window])`` per series, in the engine's unit, over every name it is served under."""
+    parts = []
+    for factor, names in served_names(signal):
+        expr = f"{func}({_names_selector(names, matchers)}[{window}])"
+        parts.append(expr if factor == 1.0 or func not in _SCALED else f"{expr} * {factor:g}")
+    return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+
+
+def timestamps_of(signal: Signal, matchers: str) -> str:
+    """``timestamp(signal)`` per series, over every name it is served under."""
+    parts = [f"timestamp({_names_selector(names, matchers)})" for _, names in served_names(signal)]
+    return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+
 
 _RANGE_FUNCS = {
     "max": "max_over_time",
@@ -93,10 +156,7 @@ IDENTITY_LABELS = (
     *GPU_KEY_LABELS,
     "gpu",
     "modelName",
-    "Hostname",
-    "kubernetes_node",
-    "node",
-    "nodename",
+    *ef.NODE_LABELS,
     "pod",
     "namespace",
     "container",
@@ -142,13 +202,13 @@ class Query:
     text: str
     candidates: bool = False  # names the GPUs whose fault windows to fetch (see ``candidates_query``)
     idle: bool = False  # names the GPUs that may be idle (see ``idle_candidates_query``)
+    inventory: bool = False  # each GPU's generation and served signals (``sources/exporter_inventory.py``)
+    xid_counts: bool = False  # XID events per GPU and code (``sources/xid_counts.py``)
 
 
 def _selector(signal: Signal, matchers: str) -> str:
-    if signal is Signal.CLOCK_EVENTS:
-        names = f"{Signal.CLOCK_EVENTS.value}|{OLD_CLOCK_EVENTS}"
-        return '{__name__=~"' + names + '"' + (f",{matchers}" if matchers else "") + "}"
-    return signal.value + (f"{{{matchers}}}" if matchers else "")
+    """Every name of ``signal`` whose unit is the engine's (for a unit-free use: a filter on labels)."""
+    return _names_selector(served_names(signal)[0][1], matchers)
 
 
 def _duration(seconds: float) -> str:
@@ -156,8 +216,11 @@ def _duration(seconds: float) -> str:
 
 
 def _term(signal: Signal, agg: str, seconds: float, matchers: str) -> str:
-    sel = _selector(signal, matchers)
-    inner = f"timestamp({sel})" if agg == "ts" else f"{_RANGE_FUNCS[agg]}({sel}[{_duration(seconds)}])"
+    inner = (
+        timestamps_of(signal, matchers)
+        if agg == "ts"
+        else over(signal, _RANGE_FUNCS[agg], _duration(seconds), matchers)
+    )
     by = ", ".join(GPU_KEY_LABELS)
     return f'label_replace(max by ({by}) ({inner}), "{AGG_LABEL}", "{signal.name}:{agg}", "", "")'
 
@@ -202,8 +265,11 @@ def _held_nodes(nodes: frozenset[str], matchers: str) -> str | None:
     if not nodes:
         return None
     pattern = "|".join(sorted(re_escape(n) for n in nodes))
-    sel = _selector(Signal.GPU_TEMP, (f"{matchers}," if matchers else "") + f'Hostname=~"{pattern}"')
-    return _any_key(sel)
+    terms = [
+        _any_key(_selector(Signal.GPU_TEMP, (f"{matchers}," if matchers else "") + f'{label}=~"{pattern}"'))
+        for label in (ef.NODE_LABEL, ef.OLD_NODE_LABEL)
+    ]
+    return union(terms)
 
 
 def re_escape(name: str) -> str:
@@ -215,8 +281,8 @@ def _below_max(current: Signal, maximum: Signal, window: str, matchers: str) -> 
     """GPUs whose ``current`` link value never reached ``maximum`` in the window: a superset of the
     PCIe rule's faults (max current < min maximum), without a flapping link (which is none)."""
     keys = ", ".join(GPU_KEY_LABELS)
-    best = f"max_over_time({_selector(current, matchers)}[{window}])"
-    limit = f"max by ({keys}) (max_over_time({_selector(maximum, matchers)}[{window}]))"
+    best = over(current, "max_over_time", window, matchers)
+    limit = f"max by ({keys}) ({over(maximum, 'max_over_time', window, matchers)})"
     return f"{best} < on ({keys}) group_left {limit}"
 
 
@@ -224,7 +290,7 @@ def pcie_filter(window: str, matchers: str) -> list[str]:
     """GPUs whose link may be down-trained (``engine/faults/pcie.py``): narrower than its maximum over
     the whole window, or slower while busy in every sample. Two cheap terms: an idle GPU's low
     generation (power saving) does not make it a candidate."""
-    util = f"min_over_time({_selector(Signal.GPU_UTIL, matchers)}[{window}]) >= {BUSY_UTIL_PERCENT:g}"
+    util = f"{over(Signal.GPU_UTIL, 'min_over_time', window, matchers)} >= {BUSY_UTIL_PERCENT:g}"
     keys = ", ".join(GPU_KEY_LABELS)
     slow = _below_max(Signal.PCIE_LINK_GEN, Signal.PCIE_MAX_LINK_GEN, window, matchers)
     return [
@@ -237,7 +303,9 @@ def fault_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
     """GPUs whose fault window can hold a fault: any non-zero fault signal, a down-trained PCIe link,
     or a held node."""
     window = _duration(seconds)
-    parts = [_any_key(f"max_over_time({_selector(sig, matchers)}[{window}]) > 0") for sig in FAULT_SIGNALS]
+    parts = [_any_key(f"{over(sig, 'max_over_time', window, matchers)} > 0") for sig in FAULT_SIGNALS]
+    counted = f'{ef.XID_COUNT}{{{ef.XID_LABEL}!=""' + (f",{matchers}" if matchers else "") + "}"
+    parts.append(_any_key(f"max_over_time({counted}[{window}]) > 0"))  # XIDs counted (4.8.3+)
     parts.extend(pcie_filter(window, matchers))
     held = _held_nodes(hints.held_nodes, matchers)
     return union(parts + ([held] if held else []))
@@ -248,13 +316,12 @@ def thermal_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
     window = _duration(seconds)
     parts = []
     if hints.gpu_temperature_above is not None:
-        sel = _selector(Signal.GPU_TEMP, matchers)
-        parts.append(_any_key(f"max_over_time({sel}[{window}]) > {hints.gpu_temperature_above:g}"))
+        hot = over(Signal.GPU_TEMP, "max_over_time", window, matchers)
+        parts.append(_any_key(f"{hot} > {hints.gpu_temperature_above:g}"))
     if hints.memory_temperature_above is not None:
-        sel = _selector(Signal.MEMORY_TEMP, matchers)
-        parts.append(_any_key(f"max_over_time({sel}[{window}]) > {hints.memory_temperature_above:g}"))
-    clock = _selector(Signal.CLOCK_EVENTS, matchers)
-    parts.append(_any_key(thermal_bits_expr(f"last_over_time({clock}[{window}])")))
+        hot = over(Signal.MEMORY_TEMP, "max_over_time", window, matchers)
+        parts.append(_any_key(f"{hot} > {hints.memory_temperature_above:g}"))
+    parts.append(_any_key(thermal_bits_expr(over(Signal.CLOCK_EVENTS, "last_over_time", window, matchers))))
     held = _held_nodes(hints.held_nodes, matchers)
     return union(parts + ([held] if held else []))
 
@@ -269,11 +336,11 @@ def identity_query(matchers: str = "", timestamps: bool = False) -> Query:
     is not selected at all). Series of other targets keep other label sets and the ``max`` picks the
     newest. Tagging each metric apart with ``label_replace`` instead cost Prometheus ~2x the CPU.
     """
-    names = "|".join(sig.value for sig in IDENTITY_METRICS)
+    names = "|".join(name for sig in IDENTITY_METRICS for _, group in served_names(sig) for name in group)
     sel = '{__name__=~"' + names + '"' + (f",{matchers}" if matchers else "") + "}"
     labels = ", ".join(IDENTITY_LABELS)
     if timestamps:
-        parts = [f"timestamp({_selector(sig, matchers)})" for sig in IDENTITY_METRICS]
+        parts = [timestamps_of(sig, matchers) for sig in IDENTITY_METRICS]
         return Query(window=None, text=f"max by ({labels}) ({union(parts)})")
     return Query(window=None, text=f"group by ({labels}) ({sel})")
 
@@ -296,8 +363,7 @@ def idle_candidates_query(seconds: float, idle_below: float, matchers: str = "")
     """
     window = _duration(seconds)
     parts = [
-        _by_key(f"max_over_time({_selector(signal, matchers)}[{window}])")
-        + f" < {idle_limit(idle_below, scale)!r}"
+        _by_key(over(signal, "max_over_time", window, matchers)) + f" < {idle_limit(idle_below, scale)!r}"
         for signal, _, scale in ACTIVITY_CHAIN
     ]
     return Query(window=None, text=union(parts), idle=True)

@@ -16,7 +16,9 @@ from tests.unit.runtime.test_scheduler import body
 from gpu_efficiency import metrics
 from gpu_efficiency.actuators.notify import Notifier
 from gpu_efficiency.api import names
+from gpu_efficiency.api.exporter_fields import NODE_LABELS
 from gpu_efficiency.api.policy import KIND, Mode
+from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS
 from gpu_efficiency.engine.faults.kinds import REASON_CLEARED, REASON_DEGRADED_CLEARED, FaultKind
 from gpu_efficiency.engine.model import Verdict
 from gpu_efficiency.engine.pods.annotations import STATE_WARNED
@@ -250,7 +252,7 @@ def test_documented_conditions_and_event_reasons_exist_in_code_and_the_reverse()
         conditions | reasons | {v.value for v in Verdict} | {m.value for m in Mode}
         | {STATE_WARNED, names.GPU_HEALTHY, names.GPU_DEGRADED, KIND} | KUBERNETES_WORDS
         | {k.condition_reason for k in FaultKind} | {REASON_CLEARED, REASON_DEGRADED_CLEARED}
-        | AGENT_FAULT_REASONS
+        | AGENT_FAULT_REASONS | set(NODE_LABELS) | {NO_NODE_LABELS}
     )  # fmt: skip
     documented = set(BACKTICKED.findall(readme))
     assert sorted(documented - vocabulary) == [], "README names a condition or reason the code lacks"

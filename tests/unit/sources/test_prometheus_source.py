@@ -77,13 +77,15 @@ def test_fault_windows_are_filtered_by_hints() -> None:
     queries = {q.window: q.text for q in cycle_queries(WINDOWS, hints=hints)}
     fault = queries[Window.FAULT]
     assert "and on (UUID, GPU_I_ID)" in fault
-    for signal in (
+    for selector in (  # both DCGM name families (api/exporter_fields.py)
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "DCGM_FI_DEV_XID_ERRORS",
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        '{__name__=~"DCGM_FI_DEV_XID_ERROR(S|)"}',
+        '{__name__=~"DCGM_FI_DEV_ROW_REMAP_FAIL(URE|ED)"}',
     ):
-        assert f"max_over_time({signal}[120s]) > 0)" in fault
-    assert 'Hostname=~"node-a\\\\.x"' in fault  # held nodes are always fetched (recovery needs them)
+        assert f"max_over_time({selector}[120s]) > 0)" in fault
+    for label in ("Hostname", "hostname"):  # held nodes are always fetched (recovery needs them)
+        assert f'{label}=~"node-a\\\\.x"' in fault
+        assert f'{label}=~"node-a\\\\.x"' in queries[Window.THERMAL_RECOVERY]
     thermal = queries[Window.THERMAL_HOLD]
     for fragment in ("> 90)", "> 95)", "[120s]) % 128, 31) % 16 >= 8)"):
         assert fragment in thermal
@@ -103,7 +105,7 @@ def test_query_count_is_constant_and_covers_plan() -> None:
         for signal, aggs in QUERY_PLAN[query.window].items():
             for agg in aggs:
                 assert f'"{signal.name}:{agg}"' in query.text
-    assert "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" in queries[1].text  # old clock-event name read too
+    assert "DCGM_FI_DEV_CLOCK(S_EVENT|_THROTTLE)_REASONS" in queries[1].text  # old clock-event name read too
 
 
 def _vector(series: list[tuple[dict[str, str], Any]]) -> bytes:
@@ -183,7 +185,7 @@ def test_fetch_assembles_samples(tmp_path: Any) -> None:
     result = fake.source(token_file=str(token)).fetch(
         FetchRequest(now=1700000000.0, windows=WINDOWS, scrape_interval=15.0)
     )
-    assert result.queries == 5 == len(fake.queries)
+    assert result.queries == 6 == len(fake.queries)  # identity, inventory, 4 windows
     assert set(fake.auth) == {"Bearer s3cret"}
     _check_assembled(result)
 

@@ -92,7 +92,8 @@ def test_union_is_balanced_and_complete() -> None:
 def test_restricted_query_lists_uuids_in_every_selector() -> None:
     unrestricted = {q.window: q.text for q in cycle_queries(WINDOWS, hints=HINTS)}[Window.FAULT]
     text = restricted_query(Window.FAULT, 120.0, HINTS, ["GPU-b", "GPU-a.1"]).text
-    assert text.count('UUID=~"GPU-a\\\\.1|GPU-b"') == unrestricted.count("DCGM_FI_")
+    selectors = unrestricted.count("DCGM_FI_") + unrestricted.count("DCGM_EXP_")
+    assert text.count('UUID=~"GPU-a\\\\.1|GPU-b"') == selectors
     assert "and on (UUID, GPU_I_ID)" in text  # the filter still applies, over the listed GPUs
     many = restricted_query(Window.FAULT, 120.0, HINTS, [f"GPU-{i}" for i in range(MAX_LISTED_GPUS + 1)])
     assert many.text == unrestricted  # too many to list: the filter over every GPU
@@ -136,7 +137,7 @@ def test_fetch_with_hints_asks_candidates_then_their_windows() -> None:
     transport = httpx.MockTransport(lambda request: _prometheus(sent, request))
     source = PrometheusSource(PrometheusConfig(url="http://prometheus.test"), transport=transport)
     result = source.fetch(FetchRequest(now=1700000000.0, windows=WINDOWS, scrape_interval=15.0, hints=HINTS))
-    assert result.queries == len(sent) == 4  # identity, activity, candidates, the fault window of GPU-2
+    assert result.queries == len(sent) == 5  # identity, inventory, activity, candidates, GPU-2's fault window
     fault = [q for q in sent if "ECC_DBE_VOLATILE:max" in q]
     assert len(fault) == 1
     assert 'UUID=~"GPU-2"' in fault[0]

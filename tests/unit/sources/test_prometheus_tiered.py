@@ -70,9 +70,9 @@ class Model:
                 )
                 for u, g in self.gpus.items()
             ]
-        if CANDIDATE_LABEL in query:
+        if CANDIDATE_LABEL in query or "gpueff_has" in query:  # fault candidates, inventory
             return []
-        if AGG_LABEL not in query and "DCGM_FI_PROF_SM_ACTIVE" in query:  # idle candidates
+        if AGG_LABEL not in query and "DCGM_FI_PROF_SM_(ACTIVE|UTIL_RATIO)" in query:  # idle candidates
             limit = float(re.findall(r"< ([0-9.e-]+)", query)[0])  # the first term: SM_ACTIVE
             assert limit == idle_limit(0.01, 1.0)
             return [({"UUID": u}, g.sm) for u, g in self.gpus.items() if g.sm < limit]
@@ -214,7 +214,7 @@ def test_first_cycle_fetches_everything_then_carries_busy_gpus(model: Model) -> 
     first, sent = _fetch(source, model)
     assert _listed(_activity(sent)[0]) == {"*"}  # the cache is empty: the unrestricted query
     assert (first.refreshed, first.carried, model.started) == (6, 0, 0)  # all just refreshed
-    assert len(sent) == 4  # identity, idle candidates, fault candidates, activity
+    assert len(sent) == 5  # identity, idle candidates, fault candidates, inventory, activity
     assert model.background == []
     second, sent = _fetch(source, model, NOW + 200)
     assert (second.refreshed, second.carried, model.started) == (0, 6, 1)
@@ -412,7 +412,7 @@ def test_large_refresh_sets_are_chunked_and_most_gpus_go_unrestricted(
     listed = [_listed(q) for q in _activity(sent)]
     assert sorted(len(x) for x in listed) == [1, 2, 2]
     assert set().union(*listed) == set(sorted(model.gpus)[:5])  # key order: GPU-0, GPU-1, GPU-10, ...
-    assert result.queries == 3 + 3
+    assert result.queries == 4 + 3  # identity, idle and fault candidates, inventory; 3 activity chunks
     background = [_listed(q) for q in model.background]
     assert sorted(len(x) for x in background) == [1, 2, 2]  # rule 4: five of the seven others
     assert set().union(*background) == set(sorted(model.gpus)[5:10])
@@ -439,7 +439,7 @@ def test_chain_chunks_hold_as_many_series_as_whole_window_chunks(
     result, sent = _fetch(source, model, NOW + 200)
     assert [_listed(q) for q in _activity(sent)] == [set(idle)]  # one chain-only query, not three
     assert all("FB_USED" not in q for q in _activity(sent))
-    assert result.queries == 3 + 1
+    assert result.queries == 4 + 1
     assert all(_sm(result, uuid).max == 0.0 for uuid in idle)
 
 

@@ -63,7 +63,7 @@ from gpu_efficiency.engine.faults.pcie import judge_pcie
 from gpu_efficiency.engine.faults.record import kind_order
 from gpu_efficiency.engine.faults.thermal import judge_thermal
 from gpu_efficiency.engine.faults.workloads import workload_actions
-from gpu_efficiency.engine.faults.xid import judge_xid, new_xid
+from gpu_efficiency.engine.faults.xid import judge_xid, new_xids
 from gpu_efficiency.engine.faults.xid_catalogue import XidChoice
 from gpu_efficiency.engine.faults.xid_repeats import XidSighting, screen_xids
 from gpu_efficiency.engine.model import (
@@ -389,8 +389,10 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
         sightings = [
             XidSighting(g.node, g.uuid, g.index, code)
             for g in snapshot.gpus
-            if g.node in scope and (code := new_xid(g, rules)) is not None
+            if g.node in scope
+            for code in new_xids(g, rules)
         ]
+        counts = {g.uuid: g.xid_events for g in snapshot.gpus if g.node in scope and g.xid_events is not None}
         screen = screen_xids(
             judged,
             sightings,
@@ -398,6 +400,7 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
             spec.faults.xid,
             now=snapshot.now,
             memory_s=ctx.xid_memory_s,
+            counts=counts,
         )
         judged, xid_actions = screen.judged, screen.actions
     else:

@@ -10,7 +10,12 @@ fault. A fault is a critical, not ignored, current value that is new within the 
 
 Anything else with clean data is HEALTHY (nothing new happened), which is what lets the same value
 staying in the gauge never re-trigger. Limits: the gauge shows only the last XID, so a critical XID
-followed by an ignored one inside one scrape is invisible; the node agent reports events instead.
+followed by an ignored one inside one scrape is invisible, and a repeat of the same code leaves it
+unchanged; the node agent reports events instead.
+
+Where the exporter serves ``DCGM_EXP_XID_ERRORS_COUNT`` (``GPUSample.xid_events``, dcgm-exporter
+4.8.3+ or any CSV that enables it), the events counted within the lookback decide instead: every
+code that arrived is seen, however many came between two scrapes.
 """
 
 from __future__ import annotations
@@ -68,6 +73,24 @@ def _read_xid(gpu: GPUSample, rules: DataRules) -> tuple[int, bool] | str:
     return int(stats.last), new
 
 
+def counted(gpu: GPUSample, rules: DataRules) -> dict[int, int] | None:
+    """XID events per code within the fault lookback, where the exporter counts them (else None)."""
+    if gpu.xid_events is None:
+        return None
+    within = gpu.xid_events.get(max(1, round(rules.window_s.get(Window.FAULT, 0.0))), {})
+    return {code: n for code, n in within.items() if n > 0}
+
+
+def new_xids(gpu: GPUSample, rules: DataRules) -> list[int]:
+    """Every XID code the GPU newly reported within the window: all counted codes where the exporter
+    counts them, else the gauge's new code (``new_xid``)."""
+    events = counted(gpu, rules)
+    if events is not None:
+        return sorted(code for code in events if code != 0)
+    code = new_xid(gpu, rules)
+    return [] if code is None else [code]
+
+
 def new_xid(gpu: GPUSample, rules: DataRules) -> int | None:
     """The XID code the GPU newly reported within the window (any code, tainting or not), else None."""
     read_ = _read_xid(gpu, rules)
@@ -95,6 +118,14 @@ def judge_xid(gpu: GPUSample, rules: DataRules, *, taints: Callable[[int], bool]
             triggered=("xid",) if state is GpuState.FAULT else (),
         )
 
+    events = counted(gpu, rules)
+    if events is not None:
+        tainting = sorted(((n, -code) for code, n in events.items() if code and taints(code)), reverse=True)
+        if tainting:
+            n, code = tainting[0][0], -tainting[0][1]
+            return judged(GpuState.FAULT, summary=f"xid={code} x{n} counted", xid=float(code))
+        seen = ", ".join(f"{code} x{n}" for code, n in sorted(events.items()))
+        return judged(GpuState.HEALTHY, summary=f"xids counted: {seen or 'none'}")
     read_ = _read_xid(gpu, rules)
     if isinstance(read_, str):
         return judged(GpuState.UNKNOWN, reason=read_)

@@ -15,6 +15,9 @@ With them, per cycle and before the node decisions:
   one GPU within ``within`` (until then PENDING, which never taints nor recovers);
 - a fault's summary carries its count (``xid=79 x12 in 1h``), so a flood shows in one event and in
   the condition, not as one event per change;
+- where the exporter counts XIDs (``DCGM_EXP_XID_ERRORS_COUNT``: ``counts``), a repeat rule's and
+  a flood's count is the events counted within its window instead of the sightings, which see a
+  repeated code only once per lookback;
 - application-class XIDs (catalogue class restart-app or ignore) newly seen on at least
   ``incidentNodes`` nodes in the same cycle are one incident: one policy event naming the nodes,
   and none of them taints, even where a policy lists the code as critical (``incident`` keeps that
@@ -183,11 +186,13 @@ def screen_xids(
     *,
     now: float,
     memory_s: float,
+    counts: Mapping[str, Mapping[int, Mapping[int, int]]] | None = None,
 ) -> XidScreen:
     """Apply repeat rules, flood counts and incidents to this cycle's XID judgements (see module doc).
 
     ``annotations``: every in-scope node's annotations (their histories are read and pruned);
-    ``sightings``: this cycle's new XID codes per GPU (clean data only).
+    ``sightings``: this cycle's new XID codes per GPU (clean data only); ``counts``: per GPU that
+    the exporter counts XIDs for, duration (s) -> code -> events (``GPUSample.xid_events``).
     """
     keep_s = keep_seconds(spec, memory_s)
     rules = repeat_rules(spec)
@@ -220,7 +225,9 @@ def screen_xids(
     for node, history in histories.items():
         xids = out.judged.get(node, {}).get(FaultKind.XID)
         if xids:
-            out.judged[node][FaultKind.XID] = [_screen(j, history, rules, now) for j in xids]
+            out.judged[node][FaultKind.XID] = [
+                _screen(j, history, rules, now, (counts or {}).get(j.uuid)) for j in xids
+            ]
         text = dump_history(history)
         if text != annotations[node].get(XID_HISTORY):
             out.actions.append(AnnotateNode(node=node, annotations={XID_HISTORY: text}))
@@ -228,11 +235,22 @@ def screen_xids(
 
 
 def _screen(
-    judgement: GpuJudgement, history: NodeHistory, rules: Mapping[int, RepeatRule], now: float
+    judgement: GpuJudgement,
+    history: NodeHistory,
+    rules: Mapping[int, RepeatRule],
+    now: float,
+    counted: Mapping[int, Mapping[int, int]] | None = None,
 ) -> GpuJudgement:
     if judgement.state is not GpuState.FAULT:
         return judgement
     code = int(judgement.fingerprint["xid"])
+
+    def within(seconds: float) -> int:
+        exact = counted.get(max(1, round(seconds))) if counted is not None else None
+        if exact is not None:
+            return exact.get(code, 0)
+        return count(history, judgement.uuid, code, now=now, within_s=seconds)
+
     seen = history.gpus.get(judgement.uuid, {}).get(code, ())
     if is_application(code) and history.incident is not None and seen and seen[-1] <= history.incident:
         return replace(
@@ -240,7 +258,7 @@ def _screen(
         )
     rule = rules.get(code)
     if rule is not None:
-        n = count(history, judgement.uuid, code, now=now, within_s=rule.within_s)
+        n = within(rule.within_s)
         if n < rule.count:
             return replace(
                 judgement,
@@ -249,5 +267,5 @@ def _screen(
                 triggered=(),
             )
         return replace(judgement, summary=f"xid={code} x{n} in {rule.within}")
-    n = count(history, judgement.uuid, code, now=now, within_s=FLOOD_WINDOW_S)
+    n = within(FLOOD_WINDOW_S)
     return replace(judgement, summary=f"xid={code} x{n} in 1h") if n > 1 else judgement

@@ -61,6 +61,7 @@ class Identity:
     model: str = ""
     pods: set[PodRef] = field(default_factory=set)
     newest: float = NAN  # largest series value: the newest sample time with identity_query(timestamps=True)
+    labels: frozenset[str] = frozenset()  # while no series names the node: the labels they carry
 
 
 def identities(
@@ -89,6 +90,8 @@ def identities(
                 conflicts.add(key)
             else:
                 ident.node = node
+        if not ident.node:
+            ident.labels = ident.labels | {k for k, v in labels.items() if v}
         pod = pod_of(labels)
         if pod is not None:
             ident.pods.add(pod)

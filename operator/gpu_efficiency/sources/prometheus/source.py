@@ -16,7 +16,9 @@ import httpx
 
 from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.model import Window
+from gpu_efficiency.sources import exporter_inventory, xid_counts
 from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult
+from gpu_efficiency.sources.exporter_inventory import ExporterView
 from gpu_efficiency.sources.labels import GPUKey
 from gpu_efficiency.sources.prometheus import answers
 from gpu_efficiency.sources.prometheus.answers import Identity
@@ -80,13 +82,18 @@ class PrometheusSource:
         drops = drops if drops is not None else DropTally()
         if query.idle:
             return answers.idle_keys(series, drops)
+        if query.inventory:
+            return exporter_inventory.inventory(series, drops)
+        if query.xid_counts:
+            return xid_counts.events(series, drops)
         return answers.candidates(series, drops) if query.candidates else answers.identities(series, drops)
 
     def first_round(self, request: FetchRequest) -> list[Query]:
-        """Identity, the unfiltered windows and (with hints) the fault candidates query."""
+        """Identity, the inventory, the unfiltered windows and (with hints) the fault candidates query."""
         matchers, hints = self.config.matchers, request.hints
+        inventory = exporter_inventory.query(matchers)
         if hints is None:
-            return list(cycle_queries(request.windows, matchers))
+            return [*cycle_queries(request.windows, matchers), inventory]
         # filtered windows come second, for the GPUs the candidates query names
         queries = [
             q for q in cycle_queries(request.windows, matchers, hints) if q.window not in FILTERED_WINDOWS
@@ -94,6 +101,10 @@ class PrometheusSource:
         candidates = candidates_query(request.windows, hints, matchers)
         if candidates is not None:
             queries.append(candidates)
+        queries.append(inventory)
+        counted = xid_counts.query(hints.xid_windows, matchers)
+        if counted is not None:
+            queries.append(counted)
         return queries
 
     def fetch(self, request: FetchRequest) -> FetchResult:
@@ -103,12 +114,18 @@ class PrometheusSource:
         started = time.monotonic()
         identity: dict[GPUKey, Identity] = {}
         windows: dict[Window, WindowValues] = {}
+        views: dict[tuple[str, str], ExporterView] = {}
+        xids: xid_counts.XidEvents = {}
         drops = DropTally()
 
         def take(query: Query, result: Any) -> list[Query]:
-            nonlocal identity
+            nonlocal identity, views, xids
             if query.window is not None:
                 windows[query.window] = result
+            elif query.inventory:
+                views = result
+            elif query.xid_counts:
+                xids = result
             elif not query.candidates:
                 identity = result
             return self.fault_windows(query, result, request)
@@ -118,7 +135,7 @@ class PrometheusSource:
             sent = self.run_rounds(
                 queries, request.now, take, len(queries) + len(FILTERED_WINDOWS), drops=drops
             )
-            gpus = samples(identity, windows, request)
+            gpus = samples(identity, windows, request, views=views, xids=xids)
         return FetchResult(
             gpus=gpus, queries=sent, seconds=time.monotonic() - started, dropped=drops.counts()
         )

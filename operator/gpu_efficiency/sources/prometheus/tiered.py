@@ -30,6 +30,7 @@ from gpu_efficiency.sources.activity_cache import (
     plan_refresh,
 )
 from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
+from gpu_efficiency.sources.exporter_inventory import ExporterView
 from gpu_efficiency.sources.labels import GPUKey
 from gpu_efficiency.sources.prometheus.answers import Identity
 from gpu_efficiency.sources.prometheus.windows import Overlay, Rows, WindowValues, samples
@@ -42,6 +43,7 @@ from gpu_efficiency.sources.promql import (
     listed_window_query,
     window_query,
 )
+from gpu_efficiency.sources.xid_counts import XidEvents
 
 if TYPE_CHECKING:
     from gpu_efficiency.sources.prometheus.source import PrometheusSource
@@ -72,7 +74,9 @@ class TieredFetch:
             idle_candidates_query(seconds, idle_below, matchers),
         ]
         queries += [
-            q for q in source.first_round(request) if q.candidates or q.window not in (None, Window.ACTIVITY)
+            q
+            for q in source.first_round(request)
+            if q.candidates or q.inventory or q.xid_counts or q.window not in (None, Window.ACTIVITY)
         ]
         cache = self._cache(seconds)
         state = TieredRound()
@@ -117,7 +121,13 @@ class TieredFetch:
                 whole = cache.whole_stats(plan)
             windows: dict[Window, Rows] = {**state.windows, Window.ACTIVITY: Overlay(reused, state.fresh)}
             gpus = samples(
-                state.identity, windows, request, {Window.ACTIVITY: state.built}, {Window.ACTIVITY: whole}
+                state.identity,
+                windows,
+                request,
+                {Window.ACTIVITY: state.built},
+                {Window.ACTIVITY: whole},
+                views=state.views,
+                xids=state.xids,
             )
         log.debug(
             "activity window: %d in full%s, %d chain only (new %d, idle %d, not busy %d, settling %d),"
@@ -217,6 +227,8 @@ class TieredRound:
     early: frozenset[str] = frozenset()  # UUIDs whose chain was asked for before identity answered
     carried: dict[Key, Entry] = field(default_factory=dict)  # the plan's carried GPUs, as it judged them
     built: dict[Key, dict[Signal, Stats]] = field(default_factory=dict)  # their Stats (build_carried)
+    views: dict[Key, ExporterView] = field(default_factory=dict)  # the inventory's answer
+    xids: XidEvents = field(default_factory=dict)  # XID events counted (sources/xid_counts.py)
 
     def build_carried(self) -> None:
         """The carried GPUs' activity Stats, from the entries the plan judged: each entry's own
@@ -236,6 +248,10 @@ class TieredRound:
             self.windows[query.window] = result
         elif query.idle:
             self.idle = result
+        elif query.inventory:
+            self.views = result
+        elif query.xid_counts:
+            self.xids = result
         elif not query.candidates:
             self.identity = result
             self.seen = {

@@ -11,10 +11,12 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from gpu_efficiency.api.exporter_fields import FIELDS_BY_SIGNAL, Generation
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
 from gpu_efficiency.sources.activity_cache import Key, ReusedRows, WholeStats
 from gpu_efficiency.sources.aggregate_rows import FIELDS, WIDTH, rows_stats
 from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable
+from gpu_efficiency.sources.exporter_inventory import ExporterView
 from gpu_efficiency.sources.labels import GPUKey
 from gpu_efficiency.sources.prometheus.answers import Identity
 from gpu_efficiency.sources.prometheus.vector import check_cap
@@ -71,6 +73,27 @@ def fold_window(chunks: Iterable[Iterable[Mapping[str, Any]]], max_series: int =
     return out
 
 
+#: Signals served under one name by every generation whose unit a public source leaves ambiguous on
+#: a 4.9+ GPU (api/exporter_fields.py: MHz or Hz, MiB or bytes): not read as amounts there.
+AMBIGUOUS_ON_4_9 = frozenset(
+    s
+    for s in Signal
+    if s.name in FIELDS_BY_SIGNAL
+    and FIELDS_BY_SIGNAL[s.name].unit_ambiguous
+    and not FIELDS_BY_SIGNAL[s.name].renamed
+)
+
+
+def drop_ambiguous(
+    stats: dict[Window, dict[Signal, Stats]], view: ExporterView | None
+) -> dict[Window, dict[Signal, Stats]]:
+    """``stats`` without the signals whose unit this GPU's generation leaves unknown (copied: the
+    activity cache's Stats are shared)."""
+    if view is None or view.generation is not Generation.V4_9:
+        return stats
+    return {w: {s: v for s, v in by.items() if s not in AMBIGUOUS_ON_4_9} for w, by in stats.items()}
+
+
 class Rows(Protocol):
     """A window's rows by GPU key, consumed by ``samples`` (a ``WindowValues`` dict, or lazier)."""
 
@@ -96,12 +119,15 @@ def samples(
     request: FetchRequest,
     built: Mapping[Window, dict[Key, dict[Signal, Stats]]] | None = None,
     whole: Mapping[Window, WholeStats] | None = None,
+    views: Mapping[tuple[str, str], ExporterView] | None = None,
+    xids: Mapping[tuple[str, str], Mapping[int, Mapping[int, int]]] | None = None,
 ) -> tuple[GPUSample, ...]:
     """Join identities with the window aggregates (consumed): one GPUSample per GPU, sorted.
     ``built``: carried windows' Stats (``Entry.stats``), taken instead of rows (also consumed);
     their GPU's sample is marked carried, with identity's newest time (``GPUSample.carried_newest``).
     ``whole``: Stats of windows fetched whole this cycle, equal to their rows' (also consumed), not
-    marked carried."""
+    marked carried. ``views``: each GPU's generation and blind spots (the inventory query);
+    ``xids``: XID events counted, for the GPUs whose exporter serves the counter."""
     expected = {
         w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0
     }
@@ -122,6 +148,8 @@ def samples(
                 stats[window] = own
             elif rows is not None:
                 stats[window] = rows_stats(rows)
+        view = views.get(key) if views is not None else None
+        stats = drop_ambiguous(stats, view)
         gpus.append(
             GPUSample(
                 node=ident.node,
@@ -134,6 +162,10 @@ def samples(
                 expected_samples=expected,
                 fb_total_mib=fb_total(stats.get(Window.ACTIVITY, {})),
                 carried_newest=carried,
+                exporter=view.generation.value if view is not None else "",
+                blind=view.blind if view is not None else frozenset(),
+                labels_seen=ident.labels if not ident.node else frozenset(),
+                xid_events=(xids or {}).get(key, {}) if view is not None and view.xid_counter else None,
             )
         )
     gpus.sort(key=lambda g: (g.node, g.index, g.uuid))
