@@ -16,9 +16,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from gpu_efficiency.api.exporter_fields import Generation
 from gpu_efficiency_sim import catalog
 from gpu_efficiency_sim.exposition import PodLabels
 from gpu_efficiency_sim.fake_nvml.command import add_fake_agent_command
+from gpu_efficiency_sim.generations import DEFAULT_EXPORTER, SIMULATED
 from gpu_efficiency_sim.gpu_models import CLUSTER_MODELS, MODELS, find_model
 from gpu_efficiency_sim.operator_process import DEFAULT_OPERATOR_CMD
 from gpu_efficiency_sim.profiles import PROFILES
@@ -59,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--static-nodes",
         action="append",
         default=[],
-        metavar="PREFIX:COUNT[:GPUS[:MODEL]]",
-        help="simulate these nodes instead of discovering them (repeatable)",
+        metavar="PREFIX:COUNT[:GPUS[:MODEL[:EXPORTER]]]",
+        help="simulate these nodes instead of discovering them (repeatable; EXPORTER as --exporter)",
     )
     serve.add_argument(
         "--node-selector", default=DEFAULT_NODE_SELECTOR, help="nodes to discover from the API"
@@ -161,6 +163,12 @@ def _add_presentation_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--old-clock-events-name", action="store_true", help="serve DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+    )
+    parser.add_argument(
+        "--exporter",
+        choices=[g.value for g in SIMULATED],
+        help="dcgm-exporter generation of nodes that name none (default: scenario's or "
+        f"{DEFAULT_EXPORTER.value}); see `schema`, simulator.exporter",
     )
     parser.add_argument(
         "--default-profile",
@@ -325,12 +333,23 @@ def _static_nodes(specs: list[str]) -> list[SimNode]:
     nodes = []
     for spec in specs:
         parts = spec.split(":")
-        if len(parts) < 2:
-            raise SystemExit(f"--static-nodes {spec!r}: use PREFIX:COUNT[:GPUS[:MODEL]]")
+        if len(parts) < 2 or len(parts) > 5:
+            raise SystemExit(f"--static-nodes {spec!r}: use PREFIX:COUNT[:GPUS[:MODEL[:EXPORTER]]]")
         prefix, count = parts[0], int(parts[1])
         gpus = int(parts[2]) if len(parts) > 2 else 8
-        model = find_model(parts[3]) if len(parts) > 3 else MODELS[0]
-        nodes += [SimNode(f"{prefix}{i}", gpus, model) for i in range(count)]
+        model = find_model(parts[3]) if len(parts) > 3 and parts[3] else MODELS[0]
+        exporter = None
+        if len(parts) > 4:
+            try:
+                exporter = Generation(parts[4])
+                if exporter not in SIMULATED:
+                    raise ValueError(parts[4])
+            except ValueError:
+                raise SystemExit(
+                    f"--static-nodes {spec!r}: unknown exporter {parts[4]!r}; use one of "
+                    + ", ".join(g.value for g in SIMULATED)
+                ) from None
+        nodes += [SimNode(f"{prefix}{i}", gpus, model, exporter=exporter) for i in range(count)]
     return nodes
 
 
@@ -362,6 +381,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         else options.clock_events_metric,
         driver_version=options.driver_version,
         default_profile=args.default_profile,
+        exporter=Generation(args.exporter) if args.exporter else options.exporter,
     )
     sim = Simulator(nodes, workloads=plays, faults=faults, options=options)
     stoppers: list[Any] = []

@@ -46,15 +46,18 @@ def gpu_labels(
     driver_version: str,
     holder: Holder | None,
     pod_labels: PodLabels,
+    node_label: str = "Hostname",
 ) -> str:
-    """The label set of one GPU's series (without braces), in dcgm-exporter's order."""
+    """The label set of one GPU's series (without braces), in dcgm-exporter's order.
+
+    ``node_label``: ``Hostname`` up to dcgm-exporter 4.8.2, ``hostname`` from 4.8.3 (``generations``)."""
     parts = [
         f'gpu="{index}"',
         f'UUID="{uuid}"',
         f'pci_bus_id="{pci_bus_id}"',
         f'device="nvidia{index}"',
         f'modelName="{escape(model_name)}"',
-        f'Hostname="{escape(hostname)}"',
+        f'{node_label}="{escape(hostname)}"',
     ]
     if driver_version:
         parts.append(f'DCGM_FI_DRIVER_VERSION="{escape(driver_version)}"')

@@ -10,7 +10,7 @@ from gpu_efficiency_sim.simulator import SimNode, SimOptions, WorkloadPlay
 
 def sim_nodes(scenario: Scenario) -> list[SimNode]:
     return [
-        SimNode(name, spec.gpus, spec.gpu_model, spec.time_slicing)
+        SimNode(name, spec.gpus, spec.gpu_model, spec.time_slicing, spec.exporter)
         for spec in scenario.nodes
         for name in spec.names
     ]
@@ -60,4 +60,5 @@ def sim_options(scenario: Scenario) -> SimOptions:
         sm_active=o.sm_active,
         clock_events_metric=o.clock_events_metric,
         driver_version=o.driver_version,
+        exporter=o.exporter,
     )

@@ -11,17 +11,28 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from gpu_efficiency.api.durations import parse_duration
+from gpu_efficiency.api.exporter_fields import Generation
 from gpu_efficiency.api.policy import Duration, GPUEfficiencyPolicySpec
 from gpu_efficiency_sim import catalog
 from gpu_efficiency_sim.exposition import PodLabels
 from gpu_efficiency_sim.faults import ExporterDown, FaultKind, Garbage, parse_link
+from gpu_efficiency_sim.generations import DEFAULT_EXPORTER, SIMULATED
 from gpu_efficiency_sim.gpu_models import GPUModel, find_model
 from gpu_efficiency_sim.profiles import PROFILES
 
@@ -46,6 +57,22 @@ def seconds(duration: str) -> float:
 # ---- simulator options ------------------------------------------------------------------------
 
 
+def _simulated_exporter(value: object) -> object:
+    """A generation the simulator serves; anything else (``unknown``, ``4.9`` read as a number) is named."""
+    allowed = [g.value for g in SIMULATED]
+    if value is not None and (not isinstance(value, str) or value not in allowed):
+        raise ValueError(f"unknown exporter {value!r}; use one of {', '.join(allowed)}")
+    return value
+
+
+#: A dcgm-exporter generation the simulator can serve (``gpu_efficiency_sim.generations``).
+Exporter = Annotated[
+    Generation,
+    BeforeValidator(_simulated_exporter),
+    WithJsonSchema({"type": "string", "enum": [g.value for g in SIMULATED]}),
+]
+
+
 class SimulatorOptions(Model):
     """How the simulated dcgm-exporter presents its series."""
 
@@ -55,10 +82,18 @@ class SimulatorOptions(Model):
     container_name) or none."""
     sm_active: bool = True
     """false: dcgm-exporter's default CSV (no SM_ACTIVE, occupancy, tensor, DRAM, PCIe/NVLink PROF)."""
-    clock_events_metric: Literal["DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] = (
-        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
-    )
-    """The clock-event metric name: the new one, or the old CLOCK_THROTTLE_REASONS."""
+    clock_events_metric: (
+        Literal["DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] | None
+    ) = None
+    """The clock-event metric name on every node: the new one, or the old CLOCK_THROTTLE_REASONS;
+    empty: the exporter generation's (the old name on legacy, the new one otherwise)."""
+    exporter: Exporter = DEFAULT_EXPORTER
+    """The dcgm-exporter generation of nodes that name none: legacy (CLOCK_THROTTLE_REASONS, label
+    Hostname), 4.x (up to 4.8.2: CLOCKS_EVENT_REASONS, Hostname; the default), 4.8.3+ (label hostname,
+    DCGM_EXP_XID_ERRORS_COUNT and DCGM_EXP_CLOCK_EVENTS_COUNT), 4.9+ (DCGM 4.6+ names such as
+    DCGM_FI_PROF_SM_UTIL_RATIO and DCGM_FI_DEV_GPU_UTIL_RATIO, units ratio/Hz/J/bytes, hostname, the
+    DCGM_EXP counters) or default-csv (4.8.3+ with dcgm-exporter's default-counters.csv: no ECC, retired
+    pages, clock events, PCIe link, SM_ACTIVE, occupancy, NVLink rates or DCGM_EXP counters)."""
     driver_version: str = "550.90.07"
     """The DCGM_FI_DRIVER_VERSION label; empty leaves the label out."""
 
@@ -95,6 +130,9 @@ class NodeSpec(Model):
     dra: bool = False
     """Publish the GPUs as DRA devices (a ResourceSlice of driver gpu.nvidia.com, one device per GPU
     with its uuid) instead of nvidia.com/gpu capacity, as NVIDIA's DRA driver would."""
+    exporter: Exporter | None = None
+    """The dcgm-exporter generation serving these nodes (see simulator.exporter); empty: the
+    simulator's. Nodes of different generations make a fleet mid-upgrade."""
 
     @model_validator(mode="after")
     def _name_or_prefix(self) -> NodeSpec:

@@ -15,11 +15,21 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from gpu_efficiency.api.exporter_fields import CLOCK_EVENTS_COUNT, XID_COUNT, Generation
 from gpu_efficiency.engine.model import Signal
 from gpu_efficiency_sim import catalog, faults, profiles
 from gpu_efficiency_sim.allocation import GPUAllocator, Holder, PodInfo
 from gpu_efficiency_sim.exposition import PodLabels, Reading, format_value, gpu_labels, header
-from gpu_efficiency_sim.faults import Fault
+from gpu_efficiency_sim.faults import Fault, FaultKind
+from gpu_efficiency_sim.generations import (
+    CLOCK_EVENT_LABELS,
+    COUNT_WINDOW_MS,
+    DEFAULT_EXPORTER,
+    Presentation,
+    clock_event_count_labels,
+    presentation,
+    xid_count_labels,
+)
 from gpu_efficiency_sim.gpu_models import GPUModel
 from gpu_efficiency_sim.noise import seed_for, uniform
 
@@ -48,6 +58,8 @@ class SimNode:
     #: nvidia.com/gpu, device d is a share of GPU d // slices, and a GPU's series are repeated for
     #: each pod on it, as dcgm-exporter attributes a shared GPU to every pod using it.
     slices: int = 1
+    #: The dcgm-exporter generation serving this node; None: the simulator's (``SimOptions.exporter``).
+    exporter: Generation | None = None
 
     @property
     def devices(self) -> int:
@@ -90,7 +102,10 @@ class WorkloadPlay:
 class SimOptions:
     pod_labels: PodLabels = PodLabels.STANDARD
     sm_active: bool = True  # False: the exporter's default CSV (no SM_ACTIVE, occupancy, tensor, DRAM...)
-    clock_events_metric: str = catalog.CLOCK_EVENTS_NEW  # or catalog.CLOCK_EVENTS_OLD
+    #: The clock-event metric name for every node; None: the generation's (the old name on legacy).
+    clock_events_metric: str | None = None
+    #: The dcgm-exporter generation of nodes that name none (``exporter_fields.Generation``).
+    exporter: Generation = DEFAULT_EXPORTER
     driver_version: str = "550.90.07"
     default_profile: str = "compute-bound"  # attributed pods that no workload or annotation describes
 
@@ -98,13 +113,19 @@ class SimOptions:
 class _GPU:
     """Mutable per-GPU state: identity, attribution and the integrating counters."""
 
-    __slots__ = ("energy_mj", "energy_reset_at", "holders", "index", "labels", "last_t", "model", "node",
-                 "node_hash", "nvlink_total", "pci_bus_id", "prefixes", "seed", "uuid")  # fmt: skip
+    __slots__ = ("clock_event_seconds", "energy_mj", "energy_reset_at", "gen", "holders", "index", "labels",
+                 "last_t", "model", "node", "node_hash", "nvlink_total", "pci_bus_id", "prefixes", "seed",
+                 "served", "uuid")  # fmt: skip
 
-    def __init__(self, node: str, index: int, model: GPUModel) -> None:
+    def __init__(self, node: str, index: int, model: GPUModel, gen: Presentation) -> None:
         self.node = node
         self.index = index
         self.model = model
+        self.gen = gen
+        # the served name per exposed metric position ("" where this generation does not serve it)
+        self.served: tuple[str, ...] = ()
+        # clock-event bit -> the whole seconds it was seen set (DCGM_EXP_CLOCK_EVENTS_COUNT's window)
+        self.clock_event_seconds: dict[int, list[int]] = {}
         self.seed = seed_for(node, index)
         self.node_hash = seed_for(node)
         self.uuid = "GPU-" + str(uuidlib.UUID(int=self.seed << 64 | seed_for(node, index, "uuid")))
@@ -164,7 +185,7 @@ class Simulator:
             for m in catalog.METRICS
             if self.options.sm_active or m.name not in catalog.OFF_WITHOUT_SM_ACTIVE
         ]
-        self._headers = {m.name: header(self._exposed_name(m.name), m.type, m.help) for m in self._metrics}
+        self._headers: dict[str, str] = {}  # served name -> its HELP/TYPE lines
         self.set_nodes(nodes)
 
     # ---- clock ---------------------------------------------------------------------------------
@@ -184,12 +205,13 @@ class Simulator:
             self._nodes = {n.name: n for n in nodes}
             gpus: dict[tuple[str, int], _GPU] = {}
             for node in self._nodes.values():
+                gen = presentation(node.exporter or self.options.exporter)
                 for index in range(node.gpus):
                     old = self._gpus.get((node.name, index))
                     gpus[(node.name, index)] = (
                         old
-                        if old is not None and old.model == node.model
-                        else _GPU(node.name, index, node.model)
+                        if old is not None and old.model == node.model and old.gen is gen
+                        else _GPU(node.name, index, node.model, gen)
                     )
             self._gpus = gpus
             self._order = [gpus[k] for k in sorted(gpus)]
@@ -241,6 +263,7 @@ class Simulator:
             holders = tuple(by_gpu.get(key, ()))
             if holders != gpu.holders or not gpu.labels:
                 gpu.holders = holders
+                gpu.served = tuple(self._served_name(gpu.gen, m.name) for m in self._metrics)
                 gpu.labels = tuple(
                     gpu_labels(
                         index=gpu.index,
@@ -251,11 +274,12 @@ class Simulator:
                         driver_version=self.options.driver_version,
                         holder=holder,
                         pod_labels=self.options.pod_labels,
+                        node_label=gpu.gen.node_label,
                     )
                     for holder in (holders or (None,))
                 )
                 gpu.prefixes = tuple(
-                    tuple(f"{self._exposed_name(m.name)}{{{labels}}} " for m in self._metrics)
+                    tuple(f"{served}{{{labels}}} " if served else "" for served in gpu.served)
                     for labels in gpu.labels
                 )
 
@@ -339,34 +363,109 @@ class Simulator:
 
     # ---- exposition ----------------------------------------------------------------------------
 
-    def _exposed_name(self, name: str) -> str:
-        if name == catalog.CLOCK_EVENTS_NEW:
+    def _served_name(self, gen: Presentation, name: str) -> str:
+        """The name ``gen`` serves ``name`` under; "" when it does not serve it."""
+        if not gen.serves(name):
+            return ""
+        if name == catalog.CLOCK_EVENTS_NEW and self.options.clock_events_metric:
             return self.options.clock_events_metric
-        return name
+        return gen.name(name)
+
+    def _header(self, served: str, position: int, gen: Presentation) -> str:
+        text = self._headers.get(served)
+        if text is None:
+            metric = self._metrics[position]
+            text = self._headers[served] = header(served, metric.type, gen.help(metric.name, metric.help))
+        return text
 
     def render(self, shard: Shard | None = None, t: float | None = None) -> str:
         """The /metrics text of one shard's nodes (default all) at t (default now)."""
         t = self.elapsed() if t is None else t
         with self._lock:
             gpus = [g for g in self._order if shard is None or g.node_hash % shard[1] == shard[0]]
-        rows: list[tuple[tuple[str, ...], dict[str, Reading]]] = []
+        rows: list[tuple[tuple[str, ...], dict[str, Reading], _GPU]] = []
+        counted: list[tuple[_GPU, dict[str, Reading]]] = []
         for gpu in gpus:
             values = self._values(gpu, t)
-            if values is not None:
-                rows.extend((prefixes, values) for prefixes in gpu.prefixes)
+            if values is None:
+                continue
+            if gpu.gen.scale:
+                values = _scaled(values, gpu.gen)
+            rows.extend((prefixes, values, gpu) for prefixes in gpu.prefixes)
+            if gpu.gen.counts:
+                counted.append((gpu, values))
         out: list[str] = []
         for position, metric in enumerate(self._metrics):
             name = metric.name
+            # One family per served name: a mixed fleet serves one reading under two names.
+            families: dict[str, list[str]] = {}
             # str(int) and repr(float) are already the text format; NaN/Inf arrive as strings.
-            lines = [
-                f"{prefixes[position]}{v}\n"
-                for prefixes, values in rows
-                if (v := values.get(name)) is not None
-            ]
-            if lines:
-                out.append(self._headers[name])
+            for prefixes, values, gpu in rows:
+                v = values.get(name)
+                if v is not None and prefixes[position]:
+                    served = gpu.served[position]
+                    lines = families.get(served)
+                    if lines is None:
+                        lines = families[served] = [self._header(served, position, gpu.gen)]
+                    lines.append(f"{prefixes[position]}{v}\n")
+            for lines in families.values():
                 out.extend(lines)
+        if counted:
+            out.extend(self._counts(counted, t))
         return "".join(out)
+
+    def _counts(self, counted: list[tuple[_GPU, dict[str, Reading]]], t: float) -> list[str]:
+        """DCGM_EXP_XID_ERRORS_COUNT and DCGM_EXP_CLOCK_EVENTS_COUNT, as dcgm-exporter's exp collectors
+        write them: per GPU, one series per XID (clock event) seen in the window, valued by how often it
+        was seen; one series valued 0 without the ``xid`` (``clock_event``) label when none was."""
+        window = COUNT_WINDOW_MS / 1000.0
+        xid_lines: list[str] = []
+        clock_lines: list[str] = []
+        for gpu, values in counted:
+            xids: dict[int, int] = {}
+            for f in self._faults_by_node.get(gpu.node, ()) + self._global_faults:
+                if f.kind is FaultKind.XID and f.hits(gpu.node, gpu.index) and t - window < f.at <= t:
+                    xid = int(f.value) if isinstance(f.value, int | float) else 79
+                    xids[xid] = xids.get(xid, 0) + 1
+            events = self._clock_event_counts(gpu, values, t, window)
+            for labels in gpu.labels:
+                seen: list[tuple[int | None, int]] = [*sorted(xids.items())] or [(None, 0)]
+                for code, n in seen:
+                    extra = xid_count_labels(COUNT_WINDOW_MS, code)
+                    xid_lines.append(f"{XID_COUNT}{{{labels}{extra}}} {n}\n")
+                for event, n in sorted(events.items()) or [("", 0)]:
+                    extra = clock_event_count_labels(COUNT_WINDOW_MS, event)
+                    clock_lines.append(f"{CLOCK_EVENTS_COUNT}{{{labels}{extra}}} {n}\n")
+        return [
+            header(XID_COUNT, "counter", "Count of XID Errors within user-specified time window."),
+            *xid_lines,
+            header(
+                CLOCK_EVENTS_COUNT, "counter", "Count of clock events within the user-specified time window."
+            ),
+            *clock_lines,
+        ]
+
+    @staticmethod
+    def _clock_event_counts(gpu: _GPU, values: dict[str, Reading], t: float, window: float) -> dict[str, int]:
+        """Seconds in the window each clock-event bit was seen set, by dcgm-exporter's label value.
+
+        The exporter counts the field's samples in the window; the simulator samples once a second, at
+        the renders (scrapes), so a bit set for 20 s of the last five minutes counts 20."""
+        raw = values.get(catalog.CLOCK_EVENTS_NEW)
+        bits = int(raw) if isinstance(raw, int | float) and math.isfinite(raw) else 0
+        second = int(t)
+        for bit in CLOCK_EVENT_LABELS:
+            if bits & bit:
+                seen = gpu.clock_event_seconds.setdefault(bit, [])
+                if not seen or seen[-1] < second:
+                    seen.append(second)
+        counts: dict[str, int] = {}
+        for bit, seen in gpu.clock_event_seconds.items():
+            while seen and seen[0] <= t - window:
+                seen.pop(0)
+            if seen:
+                counts[CLOCK_EVENT_LABELS[bit]] = len(seen)
+        return counts
 
     def render_cached(self, shard: Shard | None = None, max_age: float = 0.5) -> str:
         """``render`` shared by the scrapes of one shard that arrive within ``max_age`` seconds."""
@@ -377,6 +476,17 @@ class Simulator:
             if cache.frame is None or now - cache.frame.t >= max_age or now < cache.frame.t:
                 cache.frame = _Frame(now, self.render(shard, now))
             return cache.frame.text
+
+
+def _scaled(values: dict[str, Reading], gen: Presentation) -> dict[str, Reading]:
+    """``values`` in ``gen``'s units (a copy): integers stay integers where the factor is at least 1."""
+    out = dict(values)
+    for name, factor in gen.scale.items():
+        v = out.get(name)
+        if isinstance(v, int | float):
+            scaled = v * factor
+            out[name] = round(scaled) if factor >= 1 and float(v).is_integer() else round(scaled, 9)
+    return out
 
 
 #: Fault fields of a healthy GPU; fault injections change them.

@@ -17,6 +17,7 @@ from typing import Any
 
 from prometheus_client import disable_created_metrics
 
+from gpu_efficiency.agent.naming import AGENT_GENERATIONS, DEFAULT_NAMES
 from gpu_efficiency.agent.nvml.types import NvmlBackend
 from gpu_efficiency.agent.pods import DEFAULT_SOCKET, Attribution, Attributor, PodResourcesClient
 from gpu_efficiency.agent.runtime import Agent, AgentConfig
@@ -27,6 +28,7 @@ from gpu_efficiency.agent.server import (
     parse_listen,
 )
 from gpu_efficiency.api.durations import parse_duration
+from gpu_efficiency.api.exporter_fields import Generation
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,15 @@ def add_agent_command(
     p.add_argument("--attribution-interval", type=_duration, default="10s", help="pod attribution refresh")
     p.add_argument("--write-node-condition", action="store_true", help="patch the GPUHealthy node condition")
     p.add_argument("--critical-xids", type=_xids, help="XIDs that make GPUHealthy False (default: policy's)")
+    p.add_argument(
+        "--exporter-names",
+        choices=[g.value for g in AGENT_GENERATIONS],
+        default=DEFAULT_NAMES.value,
+        help="whose metric names, units and node label /metrics serves, as dcgm-exporter of that "
+        "generation would: legacy (CLOCK_THROTTLE_REASONS, Hostname), 4.x (Hostname), 4.8.3+ (hostname), "
+        "4.9+ (DCGM 4.6+ names, GPU_UTIL ratio, Hz, bytes); the JSON snapshot is unaffected "
+        "(default %(default)s)",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=lambda args: run_agent(args, backend_factory=backend_factory))
     return p
@@ -140,6 +151,7 @@ def build_agent(args: argparse.Namespace, *, backend_factory: BackendFactory = n
         interval_s=args.interval,
         history_s=args.history,
         attribution_interval_s=args.attribution_interval,
+        exporter_names=Generation(args.exporter_names),
     )
     return Agent(backend, config, attributor)
 

@@ -1,6 +1,7 @@
 """``/metrics``: the GPU fields under dcgm-exporter's names and labels, plus the agent's own metrics.
 
-Labels follow dcgm-exporter (gpu, UUID, pci_bus_id, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION,
+Names, units and the node label are one dcgm-exporter generation's (``naming.py``, ``--exporter-names``).
+Labels follow dcgm-exporter (gpu, UUID, pci_bus_id, device, modelName, hostname or Hostname, DCGM_FI_DRIVER_VERSION,
 container, namespace, pod; GPU_I_PROFILE and GPU_I_ID on MIG devices, whose gpu/UUID are the parent's),
 so Prometheus queries written for the exporter, and our Prometheus source, read the agent unchanged.
 A GPU used by several containers gets one series per container, as the exporter does.
@@ -16,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpu_efficiency.agent.fields import BY_KEY, FIELDS, XID_METRIC
+from gpu_efficiency.agent.naming import Naming, naming
 from gpu_efficiency.agent.state import GpuView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -31,7 +33,7 @@ class HostLabels:
     driver_version: str
 
 
-def series_labels(view: GpuView, host: HostLabels) -> list[dict[str, str]]:
+def series_labels(view: GpuView, host: HostLabels, node_label: str = "Hostname") -> list[dict[str, str]]:
     """One label set per container using the GPU (one with empty pod labels when none)."""
     d = view.reading.device
     base = {
@@ -40,7 +42,7 @@ def series_labels(view: GpuView, host: HostLabels) -> list[dict[str, str]]:
         "pci_bus_id": d.pci_bus_id,
         "device": f"nvidia{d.index}",
         "modelName": d.model,
-        "Hostname": host.hostname,
+        node_label: host.hostname,
         "DCGM_FI_DRIVER_VERSION": host.driver_version,
     }
     if d.is_mig:
@@ -55,9 +57,15 @@ def series_labels(view: GpuView, host: HostLabels) -> list[dict[str, str]]:
 class DcgmCollector(Collector):
     """Renders the current GPU views at scrape time (so a fault event shows without waiting a sample)."""
 
-    def __init__(self, views: Callable[[], Sequence[GpuView]], host: Callable[[], HostLabels]) -> None:
+    def __init__(
+        self,
+        views: Callable[[], Sequence[GpuView]],
+        host: Callable[[], HostLabels],
+        names: Naming | None = None,
+    ) -> None:
         self._views = views
         self._host = host
+        self._names = names or naming()
 
     def collect(self) -> Iterator[Metric]:
         host = self._host()
@@ -67,17 +75,20 @@ class DcgmCollector(Collector):
             "1 for each field NVML did not return for a GPU in the latest sample, with the NVML error.",
             labels=["gpu", "UUID", "field", "error"],
         )
+        names = self._names
         for view in self._views():
             values = view.metric_values()
-            label_sets = series_labels(view, host)
+            label_sets = series_labels(view, host, names.node_label)
             for name in _ORDER:
                 if name not in values:
                     continue
+                served = names.name(name)
+                value = names.value(name, values[name])
                 family = families.get(name)
                 if family is None:
-                    family = families[name] = Metric(name, _HELP[name], "gauge")
+                    family = families[name] = Metric(served, names.help(name, _HELP[name]), "gauge")
                 for labels in label_sets:
-                    family.add_sample(name, labels, values[name])
+                    family.add_sample(served, labels, value)
             d = view.reading.device
             for key, error in sorted(view.reading.failures.items()):
                 if key in BY_KEY:
@@ -89,7 +100,12 @@ class DcgmCollector(Collector):
 class AgentMetrics:
     """The registry behind ``/metrics``: dcgm-compatible GPU series and the agent's self-metrics."""
 
-    def __init__(self, views: Callable[[], Sequence[GpuView]], host: Callable[[], HostLabels]) -> None:
+    def __init__(
+        self,
+        views: Callable[[], Sequence[GpuView]],
+        host: Callable[[], HostLabels],
+        names: Naming | None = None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
         self.nvml_ready = Gauge(PREFIX + "nvml_ready", "1 when NVML is initialised and sampling.", registry=r)
@@ -114,7 +130,7 @@ class AgentMetrics:
         self.node_condition_writes = Counter(
             PREFIX + "node_condition_writes", "GPUHealthy node condition patches.", ["result"], registry=r
         )
-        r.register(DcgmCollector(views, host))
+        r.register(DcgmCollector(views, host, names))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

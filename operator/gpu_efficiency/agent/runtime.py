@@ -25,9 +25,11 @@ from gpu_efficiency.agent.exposition import AgentMetrics, HostLabels
 from gpu_efficiency.agent.faults import EventWatcher, FaultEvent, FaultLog
 from gpu_efficiency.agent.fields import HISTORY_SIGNALS
 from gpu_efficiency.agent.history import History
+from gpu_efficiency.agent.naming import DEFAULT_NAMES, naming
 from gpu_efficiency.agent.nvml.types import DeviceInfo, NvmlBackend, NvmlError
 from gpu_efficiency.agent.pods import Attribution, AttributionResult, Attributor, pods_for
 from gpu_efficiency.agent.state import GpuView
+from gpu_efficiency.api.exporter_fields import Generation
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
     node_name: str
-    hostname: str = ""  # the Hostname label; defaults to node_name
+    hostname: str = ""  # the hostname (Hostname) label; defaults to node_name
+    exporter_names: Generation = DEFAULT_NAMES  # whose names, units and node label /metrics serves
     interval_s: float = 1.0
     history_s: float = 900.0  # rolling history kept per GPU
     backoff_initial_s: float = 1.0
@@ -58,7 +61,7 @@ class Agent:
         self.backend = backend
         self.config = config
         self.faults = FaultLog(config.max_events, clock)
-        self.metrics = AgentMetrics(self.views, self._host_labels)
+        self.metrics = AgentMetrics(self.views, self._host_labels, naming(config.exporter_names))
         self._clock = clock
         self._collector = Collector(backend, clock)
         self._attributor = attributor if attributor is not None else Attributor(backend)

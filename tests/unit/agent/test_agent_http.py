@@ -22,7 +22,7 @@ DCGM_LABELS = {
     "pci_bus_id",
     "device",
     "modelName",
-    "Hostname",
+    "hostname",
     "DCGM_FI_DRIVER_VERSION",
     "container",
     "namespace",
@@ -74,7 +74,7 @@ def test_metrics_parse_with_dcgm_names_and_labels(
     ]  # one series per container, as dcgm-exporter
     assert {s.value for s in busy} == {90.0}
     (s0,) = {s.labels["device"]: s for s in busy if s.labels["container"] == "worker"}.values()
-    assert (s0.labels["gpu"], s0.labels["device"], s0.labels["Hostname"]) == ("0", "nvidia0", "node-a")
+    assert (s0.labels["gpu"], s0.labels["device"], s0.labels["hostname"]) == ("0", "nvidia0", "node-a")
     assert s0.labels["modelName"] == "NVIDIA H100 80GB HBM3"
     assert s0.labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15"
     idle = [s for s in util if s.labels["UUID"] == "GPU-bbb"]

@@ -206,7 +206,7 @@ def test_agent_process_serves_and_stops_on_sigterm(wait_until: Callable[..., Any
 
             wait_until(ready, timeout=20.0, step=0.1)
             text = http.get(f"http://127.0.0.1:{port}/metrics").text
-        assert 'Hostname="node-from-env"' in text
+        assert 'hostname="node-from-env"' in text  # dcgm-exporter 4.8.3+'s label, the default
         assert 'pod="x"' in text
         assert "_created" not in text  # no client-library noise next to dcgm's names
         proc.send_signal(signal.SIGTERM)
