@@ -64,6 +64,13 @@ EXPECTED_OPERATOR_RULES = {
     ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "patch"},
     ("kubeflow.org", "notebooks"): {"list", "patch"},
     ("serving.kserve.io", "inferenceservices"): {"list"},
+    ("ray.io", "rayclusters"): {"list", "patch"},
+    ("ray.io", "rayjobs"): {"list", "patch"},
+    ("kubeflow.org", "pytorchjobs"): {"list", "patch"},
+    ("kubeflow.org", "mpijobs"): {"list", "patch"},
+    ("kubeflow.org", "tfjobs"): {"list", "patch"},
+    ("trainer.kubeflow.org", "trainjobs"): {"list", "patch"},
+    ("kueue.x-k8s.io", "workloads"): {"list", "patch"},
 }
 PART_OF_LABELS = (
     "app.kubernetes.io/name",

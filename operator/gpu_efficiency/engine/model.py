@@ -154,7 +154,9 @@ class OwnerObject:
     controller: OwnerRef | None  # its ownerReferences[controller=true]
     annotations: Mapping[str, str]  # gpuefficiency.io/ ones and kubeflow-resource-stopped
     replicas: int | None = None  # spec.replicas of scalable kinds
-    suspended: bool = False  # spec.suspend of Jobs and JobSets
+    suspended: bool = False  # its suspend switch is off (api/suspend_fields.py; a Workload: inactive)
+    kueue_queue: str = ""  # its kueue.x-k8s.io/queue-name: Kueue owns its suspend switch
+    cannot_suspend: str = ""  # why its own controller would refuse a suspend ('' when it would not)
 
 
 @dataclass(frozen=True, slots=True)
