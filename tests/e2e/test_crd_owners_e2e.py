@@ -377,6 +377,13 @@ def test_a_kueue_job_is_deactivated_through_its_workload_and_a_raycluster_suspen
                 "GPUReclaimed on the Workload",
             )
             assert reclaimed == 1
+            # and on the Job, where its user looks, naming the Workload to restore
+            job_events = core.list_namespaced_event(
+                ns,
+                field_selector=f"reason={names.EV_RECLAIMED},involvedObject.kind=Job,involvedObject.name=train",
+            ).items
+            assert [e.count or 1 for e in job_events] == [1], job_events
+            assert f"gpu-efficiency restore workload/{kueue.name} -n {ns}" in job_events[0].message
             assert event_count(core, ns, "RayCluster", "rc", names.EV_RECLAIMED) == 1
             time.sleep(2 * 5 + 1)  # two more cycles: nothing acted on again
             assert status().get("reclaimsTotal") == 2, status()

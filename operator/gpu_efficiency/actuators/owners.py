@@ -154,9 +154,12 @@ def owner_ref(action: ReclaimOwner) -> ObjectRef:
 
 
 def reclaim_events(action: ReclaimOwner) -> list[tuple[ObjectRef, str]]:
-    """The GPUReclaimed events of a done reclaim: on the owner and on each of its GPU pods, each
-    with the exact way back."""
+    """The GPUReclaimed events of a done reclaim: on the owner (and the job a Kueue Workload admits,
+    where its user looks) and on each of its GPU pods, each with the exact way back."""
     way_back = restore_commands(action.namespace, action.owner.kind, action.owner.name)
     message = f"{action.reason}. {way_back}"
     refs = [owner_ref(action)] + [pod_ref(action.namespace, name, uid) for name, uid in action.pods]
+    if action.admitted is not None:
+        job = action.admitted
+        refs.insert(1, ObjectRef(job.kind, job.name, job.uid, action.namespace, job.api_version))
     return [(ref, message) for ref in refs]

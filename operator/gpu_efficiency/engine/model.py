@@ -367,6 +367,7 @@ class ReclaimOwner:
     pods: tuple[tuple[str, str], ...]  # (name, uid) of its GPU pods, for their events
     reason: str  # one sentence: why (written to reclaim-reason and the events)
     policy: str
+    admitted: OwnerRef | None = None  # Deactivate: the job Kueue admits through this Workload (its event)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,11 +3,14 @@ and ``gpu-efficiency restore`` bringing each back."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpu_efficiency.actuators.outcomes import Result
-from gpu_efficiency.actuators.owners import reclaim_owner
+from gpu_efficiency.actuators.owners import reclaim_events, reclaim_owner
 from gpu_efficiency.api import names
+from gpu_efficiency.engine.model import OwnerRef
 from gpu_efficiency.restore import RestoreError, restore
 
 from .fake_custom import FakeCustom, Key
@@ -101,3 +104,17 @@ def test_an_api_error_or_a_successor_changes_nothing() -> None:
     assert outcome.result is Result.SKIPPED
     assert "409" in outcome.message
     assert obj["spec"]["active"] is True
+
+
+def test_the_job_kueue_admits_gets_the_reclaimed_event_with_the_way_back() -> None:
+    job = OwnerRef("batch/v1", "Job", "train", "uid-train")
+    deactivate = replace(
+        action("Workload", "job-train-3f2a1", "Deactivate", "kueue.x-k8s.io/v1beta2"), admitted=job
+    )
+    events = reclaim_events(deactivate)
+    assert [(r.kind, r.name, r.uid, r.api_version) for r, _ in events] == [
+        ("Workload", "job-train-3f2a1", "uid-job-train-3f2a1", "kueue.x-k8s.io/v1beta2"),
+        ("Job", "train", "uid-train", "batch/v1"),
+        ("Pod", "p-0", "uid-p-0", "v1"),
+    ]
+    assert all("gpu-efficiency restore workload/job-train-3f2a1 -n ml" in m for _, m in events)

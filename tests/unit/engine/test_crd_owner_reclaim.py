@@ -108,6 +108,10 @@ def test_a_kueue_admitted_job_is_deactivated_through_its_workload_not_suspended(
     action = next(a for a in plan.actions if isinstance(a, ReclaimOwner))
     assert action.owner == ref("Workload", "job-train-3f2a1")
     assert action.pods == (("p", "uid-team-a-p"),)
+    assert action.admitted == ref("Job", "train")  # its GPUReclaimed event, where the job's user looks
+    assert action.reason.endswith(
+        "deactivated to free the GPU by policy test-policy (the Kueue Workload of job/train)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpu_efficiency.api.policy import ReclaimAction
-from gpu_efficiency.engine.model import OwnerKey, OwnerObject
+from gpu_efficiency.engine.model import OwnerKey, OwnerObject, OwnerRef
 from gpu_efficiency.engine.pods.owners import ACTION_KINDS, Owner
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -58,6 +58,14 @@ def admitted_by_kueue(owner: Owner, workloads: WorkloadIndex) -> Owner:
         )
         return Owner(owner.namespace, owner.ref, False, why, owner.obj)
     return owner
+
+
+def kueue_admitted(owner: Owner) -> OwnerRef | None:
+    """The job a Kueue Workload owner admits (None for any other owner): its user looks there."""
+    obj = owner.obj
+    if owner.ref.kind != WORKLOAD or owner.ref.group != KUEUE_GROUP or obj is None:
+        return None
+    return obj.controller
 
 
 def refuse_suspend(owner: Owner, action: ReclaimAction, why: str) -> tuple[ReclaimAction, str]:

@@ -41,7 +41,12 @@ from gpu_efficiency.engine.pods.budgets import (
     permanent_blocker,
     temporary_blocker,
 )
-from gpu_efficiency.engine.pods.crd_owners import admitted_by_kueue, kueue_workloads, refuse_suspend
+from gpu_efficiency.engine.pods.crd_owners import (
+    admitted_by_kueue,
+    kueue_admitted,
+    kueue_workloads,
+    refuse_suspend,
+)
 from gpu_efficiency.engine.pods.idle import PodKey, hold_reason
 from gpu_efficiency.engine.pods.owners import (
     Owner,
@@ -371,6 +376,9 @@ def _actions(
         f"all {len(pods)} GPU pod(s) of {owner.label} idle since {format_rfc3339(idle_since)} and warned; "
         f"{action_words(owner, group.action).split(' will be ', 1)[-1]} to free the GPU by policy {policy_name}"
     )
+    admitted = kueue_admitted(owner)
+    if admitted is not None:
+        reason += f" (the Kueue Workload of {admitted.kind.lower()}/{admitted.name})"
     return [
         ReclaimOwner(
             namespace=owner.namespace,
@@ -379,5 +387,6 @@ def _actions(
             pods=pods,
             reason=reason,
             policy=policy_name,
+            admitted=admitted,
         )
     ]
