@@ -1,7 +1,9 @@
 """``gpu-efficiency restore KIND/NAME -n NS`` (default: the context's namespace): undo a reclaim from the record written on the owner.
 
 Scaled to zero -> the previous replicas (unless someone scaled it up meanwhile: then their choice
-stands and only the record is cleared); suspended -> resumed; stopped -> the kubeflow-resource-stopped
+stands and only the record is cleared); suspended -> resumed (at the kind's own switch:
+api/suspend_fields.py); a Kueue Workload deactivated -> reactivated (spec.active=true: Kueue requeues
+it, and admits and unsuspends its job when quota allows); stopped -> the kubeflow-resource-stopped
 annotation removed. Our owner annotations are removed in every case. An owner without our record
 is left untouched with a clear error.
 """
@@ -20,6 +22,7 @@ from gpu_efficiency.actuators.events import ObjectRef
 from gpu_efficiency.actuators.owners import MERGE, Target
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import ReclaimAction
+from gpu_efficiency.api.suspend_fields import INVERTED, SUSPEND_PATHS, spec_field, suspend_patch
 from gpu_efficiency.engine.model import OwnerRef
 
 #: KIND spellings accepted (kubectl's names and short names) -> (kind, apiVersion).
@@ -32,7 +35,16 @@ KINDS: Mapping[str, tuple[str, str]] = {
         ("leaderworkerset", "leaderworkersets", "lws"), ("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1")
     ),
     **dict.fromkeys(("notebook", "notebooks"), ("Notebook", "kubeflow.org/v1")),
+    **dict.fromkeys(("raycluster", "rayclusters"), ("RayCluster", "ray.io/v1")),
+    **dict.fromkeys(("rayjob", "rayjobs"), ("RayJob", "ray.io/v1")),
+    **dict.fromkeys(("pytorchjob", "pytorchjobs"), ("PyTorchJob", "kubeflow.org/v1")),
+    **dict.fromkeys(("mpijob", "mpijobs"), ("MPIJob", "kubeflow.org/v1")),
+    **dict.fromkeys(("tfjob", "tfjobs"), ("TFJob", "kubeflow.org/v1")),
+    **dict.fromkeys(("trainjob", "trainjobs"), ("TrainJob", "trainer.kubeflow.org/v1alpha1")),
+    **dict.fromkeys(("workload", "workloads"), ("Workload", "kueue.x-k8s.io/v1beta2")),
 }
+#: Older API versions tried when the first is not served (Kueue before v0.15 serves only v1beta1).
+OLDER_VERSIONS: Mapping[str, tuple[str, ...]] = {"Workload": ("kueue.x-k8s.io/v1beta1",)}
 EXIT_NOTHING = 1
 EXIT_USAGE = 2
 
@@ -62,13 +74,8 @@ def restore(
     """Undo the reclaim recorded on the owner; returns what was done (raises RestoreError)."""
     kind, api_version, name = parse_target(target)
     label = f"{kind.lower()}/{name}"
-    t = Target.of(namespace, OwnerRef(api_version, kind, name))
-    try:
-        obj: Any = api.get_namespaced_custom_object(t.group, t.version, t.namespace, t.plural, t.name)
-    except ApiException as exc:
-        if exc.status == 404:
-            raise RestoreError(f"{label} not found in namespace {namespace}") from exc
-        raise RestoreError(f"cannot read {label} in {namespace}: HTTP {exc.status} {exc.reason}") from exc
+    t, obj = _read(api, kind, api_version, name, namespace)
+    api_version = f"{t.group}/{t.version}"
     meta = obj.get("metadata") or {}
     ann = meta.get("annotations") or {}
     done = ann.get(names.RECLAIMED)
@@ -82,9 +89,10 @@ def restore(
     try:
         if done == ReclaimAction.SCALE_TO_ZERO:
             what = _scale_back(api, t, label, ann)
-        elif done == ReclaimAction.SUSPEND:
-            body["spec"] = {"suspend": False}
-            what = "resumed (spec.suspend=false)"
+        elif done in (ReclaimAction.SUSPEND, ReclaimAction.DEACTIVATE) and kind in SUSPEND_PATHS:
+            body["spec"] = suspend_patch(kind, False)
+            verb = "reactivated" if kind in INVERTED else "resumed"
+            what = f"{verb} ({spec_field(kind)}={str(kind in INVERTED).lower()})"
         elif done == ReclaimAction.STOP:
             clear[names.KUBEFLOW_STOPPED] = None
             what = f"started ({names.KUBEFLOW_STOPPED} removed)"
@@ -104,6 +112,25 @@ def restore(
         )
         record_event(ref, message)
     return message
+
+
+def _read(
+    api: client.CustomObjectsApi, kind: str, api_version: str, name: str, namespace: str
+) -> tuple[Target, Any]:
+    """The owner and where it was found (the first of its API versions that has it)."""
+    label = f"{kind.lower()}/{name}"
+    versions = (api_version, *OLDER_VERSIONS.get(kind, ()))
+    for i, version in enumerate(versions):
+        t = Target.of(namespace, OwnerRef(version, kind, name))
+        try:
+            return t, api.get_namespaced_custom_object(t.group, t.version, t.namespace, t.plural, t.name)
+        except ApiException as exc:
+            if exc.status == 404 and i + 1 < len(versions):
+                continue
+            if exc.status == 404:
+                raise RestoreError(f"{label} not found in namespace {namespace}") from exc
+            raise RestoreError(f"cannot read {label} in {namespace}: HTTP {exc.status} {exc.reason}") from exc
+    raise AssertionError("unreachable: versions is never empty")
 
 
 def _scale_back(api: client.CustomObjectsApi, t: Target, label: str, ann: Mapping[str, str]) -> str:

@@ -61,6 +61,13 @@ EXPECTED_OBSERVE_RULES = {
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"list"},
     ("kubeflow.org", "notebooks"): {"list"},
     ("serving.kserve.io", "inferenceservices"): {"list"},
+    ("ray.io", "rayclusters"): {"list"},
+    ("ray.io", "rayjobs"): {"list"},
+    ("kubeflow.org", "pytorchjobs"): {"list"},
+    ("kubeflow.org", "mpijobs"): {"list"},
+    ("kubeflow.org", "tfjobs"): {"list"},
+    ("trainer.kubeflow.org", "trainjobs"): {"list"},
+    ("kueue.x-k8s.io", "workloads"): {"list"},
 }
 #: What rbac.mode=enforce adds: evictions, owner reclaims and quarantine.
 ENFORCE_ADDS = {
@@ -77,6 +84,13 @@ ENFORCE_ADDS = {
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"patch"},
     ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "patch"},
     ("kubeflow.org", "notebooks"): {"patch"},
+    ("ray.io", "rayclusters"): {"patch"},
+    ("ray.io", "rayjobs"): {"patch"},
+    ("kubeflow.org", "pytorchjobs"): {"patch"},
+    ("kubeflow.org", "mpijobs"): {"patch"},
+    ("kubeflow.org", "tfjobs"): {"patch"},
+    ("trainer.kubeflow.org", "trainjobs"): {"patch"},
+    ("kueue.x-k8s.io", "workloads"): {"patch"},
 }
 EXPECTED_ENFORCE_RULES = {
     key: EXPECTED_OBSERVE_RULES.get(key, set()) | ENFORCE_ADDS.get(key, set())

@@ -128,7 +128,10 @@ apps: [deployments, statefulsets]
 batch: [jobs]
 jobset.x-k8s.io: [jobsets]
 leaderworkerset.x-k8s.io: [leaderworkersets]
-kubeflow.org: [notebooks]
+kubeflow.org: [notebooks, pytorchjobs, mpijobs, tfjobs]
+ray.io: [rayclusters, rayjobs]
+trainer.kubeflow.org: [trainjobs]
+kueue.x-k8s.io: [workloads]
 {{- end }}
 
 {{/* Every namespace the operator never writes in: Kubernetes' own, the release namespace and the

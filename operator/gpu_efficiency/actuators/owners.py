@@ -1,4 +1,5 @@
-"""Owner writes: scale to zero through ``/scale``, suspend, stop; and their undo (``restore``).
+"""Owner writes: scale to zero through ``/scale``, suspend, stop, deactivate (a Kueue Workload);
+and their undo (``restore``).
 
 The way back is written on the owner before the destructive write (previous replicas, when, by
 which policy, why), so it is never lost: a failed write after it is rolled back, and a record left
@@ -24,6 +25,7 @@ from gpu_efficiency.actuators.events import ObjectRef, pod_ref
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import ReclaimAction
+from gpu_efficiency.api.suspend_fields import suspend_patch
 from gpu_efficiency.engine.model import OwnerRef, ReclaimOwner
 from gpu_efficiency.engine.pods.owners import restore_commands
 from gpu_efficiency.engine.timefmt import format_rfc3339
@@ -36,6 +38,13 @@ PLURALS: Mapping[str, str] = {
     "Job": "jobs",
     "JobSet": "jobsets",
     "Notebook": "notebooks",
+    "RayCluster": "rayclusters",
+    "RayJob": "rayjobs",
+    "PyTorchJob": "pytorchjobs",
+    "MPIJob": "mpijobs",
+    "TFJob": "tfjobs",
+    "TrainJob": "trainjobs",
+    "Workload": "workloads",  # Kueue's: Deactivate
 }
 
 
@@ -90,8 +99,8 @@ def reclaim_owner(api: client.CustomObjectsApi, action: ReclaimOwner, now: float
     body: dict[str, Any] = {
         "metadata": {"uid": action.owner.uid, "annotations": undo_record(action, now, None)}
     }
-    if action.action == ReclaimAction.SUSPEND:
-        body["spec"] = {"suspend": True}
+    if action.action in (ReclaimAction.SUSPEND, ReclaimAction.DEACTIVATE):
+        body["spec"] = suspend_patch(action.owner.kind, True)  # a Workload: spec.active=false
     elif action.action == ReclaimAction.STOP:
         body["metadata"]["annotations"][names.KUBEFLOW_STOPPED] = format_rfc3339(now)
     else:
@@ -145,9 +154,12 @@ def owner_ref(action: ReclaimOwner) -> ObjectRef:
 
 
 def reclaim_events(action: ReclaimOwner) -> list[tuple[ObjectRef, str]]:
-    """The GPUReclaimed events of a done reclaim: on the owner and on each of its GPU pods, each
-    with the exact way back."""
+    """The GPUReclaimed events of a done reclaim: on the owner (and the job a Kueue Workload admits,
+    where its user looks) and on each of its GPU pods, each with the exact way back."""
     way_back = restore_commands(action.namespace, action.owner.kind, action.owner.name)
     message = f"{action.reason}. {way_back}"
     refs = [owner_ref(action)] + [pod_ref(action.namespace, name, uid) for name, uid in action.pods]
+    if action.admitted is not None:
+        job = action.admitted
+        refs.insert(1, ObjectRef(job.kind, job.name, job.uid, action.namespace, job.api_version))
     return [(ref, message) for ref in refs]

@@ -169,7 +169,9 @@ class OwnerObject:
     controller: OwnerRef | None  # its ownerReferences[controller=true]
     annotations: Mapping[str, str]  # gpuefficiency.io/ ones and kubeflow-resource-stopped
     replicas: int | None = None  # spec.replicas of scalable kinds
-    suspended: bool = False  # spec.suspend of Jobs and JobSets
+    suspended: bool = False  # its suspend switch is off (api/suspend_fields.py; a Workload: inactive)
+    kueue_queue: str = ""  # its kueue.x-k8s.io/queue-name: Kueue owns its suspend switch
+    cannot_suspend: str = ""  # why its own controller would refuse a suspend ('' when it would not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +382,7 @@ class ReclaimOwner:
     pods: tuple[tuple[str, str], ...]  # (name, uid) of its GPU pods, for their events
     reason: str  # one sentence: why (written to reclaim-reason and the events)
     policy: str
+    admitted: OwnerRef | None = None  # Deactivate: the job Kueue admits through this Workload (its event)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

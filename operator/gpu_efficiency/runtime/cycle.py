@@ -79,7 +79,12 @@ from gpu_efficiency.sources.targets import address_book
 #: Why samples are dropped as untrustworthy (gpu_efficiency_dropped_samples_total's reason label).
 DROP_REASONS = (INVALID_ID, NODE_CONFLICT, POD_NODE_MISMATCH, GPUS_EXCEED_CAPACITY, CONTRADICTS_AGENT)
 #: The owner actions counted in gpu_efficiency_reclaims_total (Evict is counted as evictions).
-RECLAIM_ACTIONS = (ReclaimAction.SCALE_TO_ZERO, ReclaimAction.STOP, ReclaimAction.SUSPEND)
+RECLAIM_ACTIONS = (
+    ReclaimAction.SCALE_TO_ZERO,
+    ReclaimAction.STOP,
+    ReclaimAction.SUSPEND,
+    ReclaimAction.DEACTIVATE,
+)
 #: How old the last owner read may be when no pod is warned or due this cycle (it then only shapes
 #: annotation texts; every warning and every action reads the owners afresh).
 OWNER_CACHE_SECONDS = 300.0

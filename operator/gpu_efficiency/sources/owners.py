@@ -2,7 +2,8 @@
 
 A cycle reads them only when some pod carries ``idle-since`` (nothing can be reclaimed before):
 one paged LIST per kind, cluster-wide, whatever the number of pods. Kinds from CRDs (JobSet,
-LeaderWorkerSet, Notebook, InferenceService) are found by discovery; an integration whose CRD is
+LeaderWorkerSet, Notebook, InferenceService, and those of crd_owners.py: KubeRay, Kubeflow
+training, Kueue's Workloads) are found by discovery; an integration whose CRD is
 not served, or that RBAC does not let us list, is skipped with one log line, and pods owned by it
 resolve to an unknown owner (recommendation only). A failure to read a built-in kind raises
 ``OwnersUnavailable``: then nothing with a controller is acted on this cycle.
@@ -23,15 +24,17 @@ from pydantic import ValidationError
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import LabelSelector
+from gpu_efficiency.api.suspend_fields import is_suspended
 from gpu_efficiency.engine.model import DisruptionBudget, OwnerKey, OwnerObject, OwnerRef
 from gpu_efficiency.sources.cluster import own_annotations
+from gpu_efficiency.sources.crd_owners import CRD_OWNER_KINDS, cannot_suspend, kueue_queue
 
 log = logging.getLogger(__name__)
 
 #: GET path + query -> decoded JSON; raises ApiException (tests pass a fake).
 Fetch = Callable[[str, Mapping[str, str]], Mapping[str, Any]]
 PAGE_SIZE = 500
-REDISCOVER_SECONDS = 60.0  # a CRD installed later is picked up within this (4 GETs, only while pods are idle)
+REDISCOVER_SECONDS = 60.0  # a CRD installed later is picked up within this (one GET per group version, only while pods are idle)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,7 @@ OWNER_KINDS = (
     OwnerKind("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", False),
     OwnerKind("Notebook", "kubeflow.org", "v1", "notebooks", False),
     OwnerKind("InferenceService", "serving.kserve.io", "v1beta1", "inferenceservices", False),
+    *(OwnerKind(kind, group, version, plural, False) for kind, group, version, plural in CRD_OWNER_KINDS),
 )
 HPA_PATH = "/apis/autoscaling/v2/horizontalpodautoscalers"
 PDB_PATH = "/apis/policy/v1/poddisruptionbudgets"
@@ -103,7 +107,9 @@ def owner_object(kind: OwnerKind, item: Mapping[str, Any]) -> OwnerObject:
         replicas=replicas
         if isinstance(replicas, int)
         else (1 if kind.kind in ("Deployment", "StatefulSet") else None),
-        suspended=spec.get("suspend") is True,
+        suspended=is_suspended(kind.kind, spec),
+        kueue_queue=kueue_queue(meta),
+        cannot_suspend=cannot_suspend(kind.kind, spec),
     )
 
 
@@ -137,7 +143,7 @@ class OwnerReader:
     def __init__(self, fetch: Fetch, clock: Callable[[], float] = time.monotonic) -> None:
         self.fetch = fetch
         self.clock = clock
-        self._served: dict[str, bool] = {}  # plural -> served, by discovery
+        self._served: dict[str, bool] = {}  # path -> served, by discovery
         self._discovered_at = float("-inf")
         self._skipped_logged: set[str] = set()
 
@@ -161,14 +167,22 @@ class OwnerReader:
                             f"discovery of {kind.api_version}: HTTP {exc.status}"
                         ) from exc
                     groups[kind.api_version] = None
-            served = kind.plural in (groups[kind.api_version] or set())
-            self._served[kind.plural] = served
-            if not served:
-                self._skip_once(kind, f"{kind.api_version} {kind.plural} is not served by this cluster")
+            self._served[kind.path] = kind.plural in (groups[kind.api_version] or set())
+        for kind in OWNER_KINDS:  # a kind offered at several versions is skipped only if none is served
+            versions = [k for k in OWNER_KINDS if (k.group, k.plural) == (kind.group, kind.plural)]
+            if kind.builtin or kind is not versions[0]:
+                continue
+            served_at = next((k for k in versions if self._served.get(k.path)), None)
+            if served_at is None:
+                offered = " nor ".join(k.api_version for k in versions)
+                self._skip_once(kind, f"{offered} {kind.plural} is not served by this cluster")
             elif kind.plural in self._skipped_logged:
                 self._skipped_logged.discard(kind.plural)
                 log.info(
-                    "%s integration enabled: %s %s is served now", kind.kind, kind.api_version, kind.plural
+                    "%s integration enabled: %s %s is served now",
+                    kind.kind,
+                    served_at.api_version,
+                    kind.plural,
                 )
         self._discovered_at = self.clock()
         return calls
@@ -195,9 +209,14 @@ class OwnerReader:
     def read(self) -> OwnerState:
         calls = self._discover()
         objects: dict[OwnerKey, OwnerObject] = {}
+        read_kinds: set[tuple[str, str]] = set()  # (group, kind): a kind served at two versions is read once
         for kind in OWNER_KINDS:
-            if not kind.builtin and not self._served.get(kind.plural):
+            if (not kind.builtin and not self._served.get(kind.path)) or (
+                kind.group,
+                kind.kind,
+            ) in read_kinds:
                 continue
+            read_kinds.add((kind.group, kind.kind))
             try:
                 items, made = self._list(kind.path)
             except ApiException as exc:

@@ -56,6 +56,13 @@ ENFORCE_ONLY = {
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"patch"},
     ("leaderworkerset.x-k8s.io", "leaderworkersets/scale"): {"get", "patch"},
     ("kubeflow.org", "notebooks"): {"patch"},
+    ("ray.io", "rayclusters"): {"patch"},
+    ("ray.io", "rayjobs"): {"patch"},
+    ("kubeflow.org", "pytorchjobs"): {"patch"},
+    ("kubeflow.org", "mpijobs"): {"patch"},
+    ("kubeflow.org", "tfjobs"): {"patch"},
+    ("trainer.kubeflow.org", "trainjobs"): {"patch"},
+    ("kueue.x-k8s.io", "workloads"): {"patch"},
 }
 
 

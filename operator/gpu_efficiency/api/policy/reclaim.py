@@ -55,6 +55,7 @@ class ReclaimAction(StrEnum):
     STOP = "Stop"  # Kubeflow Notebook: the kubeflow-resource-stopped annotation
     SUSPEND = "Suspend"  # Job, JobSet: spec.suspend=true
     EVICT = "Evict"  # the pods through the Eviction API (nothing recreates a bare pod)
+    DEACTIVATE = "Deactivate"  # a Kueue-admitted owner: its Workload's spec.active=false
     RECOMMEND = "Recommend"  # annotate and emit only
 
 
@@ -90,6 +91,41 @@ class OwnerActions(Model):
         default=ReclaimAction.RECOMMEND, alias="InferenceService"
     )
     """KServe InferenceServices (serving.kserve.io): recommend by default (their autoscaler owns replicas)."""
+    ray_cluster: Literal[ReclaimAction.SUSPEND, ReclaimAction.RECOMMEND] = Field(
+        default=ReclaimAction.SUSPEND, alias="RayCluster"
+    )
+    """KubeRay RayClusters (ray.io/v1) not owned by a RayJob: suspended (spec.suspend=true; KubeRay
+    deletes the head and worker pods and starts them again when resumed)."""
+    ray_job: Literal[ReclaimAction.SUSPEND, ReclaimAction.RECOMMEND] = Field(
+        default=ReclaimAction.SUSPEND, alias="RayJob"
+    )
+    """KubeRay RayJobs (ray.io/v1): suspended (spec.suspend=true; KubeRay deletes the RayJob's
+    RayCluster and creates a new one when resumed). Only RayJobs with shutdownAfterJobFinishes=true,
+    which KubeRay requires of a suspended RayJob; the others get a recommendation."""
+    py_torch_job: Literal[ReclaimAction.SUSPEND, ReclaimAction.RECOMMEND] = Field(
+        default=ReclaimAction.SUSPEND, alias="PyTorchJob"
+    )
+    """Kubeflow training-operator PyTorchJobs (kubeflow.org/v1): suspended (spec.runPolicy.suspend=true)."""
+    mpi_job: Literal[ReclaimAction.SUSPEND, ReclaimAction.RECOMMEND] = Field(
+        default=ReclaimAction.SUSPEND, alias="MPIJob"
+    )
+    """Kubeflow training-operator MPIJobs (kubeflow.org/v1): suspended (spec.runPolicy.suspend=true)."""
+    tf_job: Literal[ReclaimAction.SUSPEND, ReclaimAction.RECOMMEND] = Field(
+        default=ReclaimAction.SUSPEND, alias="TFJob"
+    )
+    """Kubeflow training-operator TFJobs (kubeflow.org/v1): suspended (spec.runPolicy.suspend=true)."""
+    train_job: Literal[ReclaimAction.SUSPEND, ReclaimAction.RECOMMEND] = Field(
+        default=ReclaimAction.SUSPEND, alias="TrainJob"
+    )
+    """Kubeflow Trainer TrainJobs (trainer.kubeflow.org/v1alpha1, through their JobSet): suspended
+    (spec.suspend=true)."""
+    workload: Literal[ReclaimAction.DEACTIVATE, ReclaimAction.RECOMMEND] = Field(
+        default=ReclaimAction.DEACTIVATE, alias="Workload"
+    )
+    """Owners admitted by Kueue (a kueue.x-k8s.io Workload controlled by the owner): Kueue owns their
+    suspend switch, so the Workload is deactivated instead (spec.active=false: Kueue evicts it,
+    suspends the owner and releases its quota). Recommend leaves them alone. A Kueue-labelled owner
+    whose Workload was not read is never suspended behind Kueue's back: it gets a recommendation."""
     pod: Literal[ReclaimAction.EVICT, ReclaimAction.RECOMMEND] = Field(
         default=ReclaimAction.EVICT, alias="Pod"
     )
@@ -105,6 +141,13 @@ class OwnerActions(Model):
             "LeaderWorkerSet": self.leader_worker_set,
             "Notebook": self.notebook,
             "InferenceService": self.inference_service,
+            "RayCluster": self.ray_cluster,
+            "RayJob": self.ray_job,
+            "PyTorchJob": self.py_torch_job,
+            "MPIJob": self.mpi_job,
+            "TFJob": self.tf_job,
+            "TrainJob": self.train_job,
+            "Workload": self.workload,
             "Pod": self.pod,
         }
         return chosen.get(kind, ReclaimAction.RECOMMEND)

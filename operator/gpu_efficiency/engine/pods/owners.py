@@ -10,11 +10,13 @@ unknown, and an unknown owner is only ever given a recommendation.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import OwnerActions, ReclaimAction
+from gpu_efficiency.api.suspend_fields import SUSPEND_PATHS, suspend_patch
 from gpu_efficiency.engine.model import OwnerKey, OwnerObject, OwnerRef, PodView
 
 #: Owner kinds with an integration, and the API group each must come from.
@@ -26,12 +28,20 @@ OWNER_GROUPS: Mapping[str, str] = {
     "LeaderWorkerSet": "leaderworkerset.x-k8s.io",
     "Notebook": "kubeflow.org",
     "InferenceService": "serving.kserve.io",
+    "RayCluster": "ray.io",
+    "RayJob": "ray.io",
+    "PyTorchJob": "kubeflow.org",
+    "MPIJob": "kubeflow.org",
+    "TFJob": "kubeflow.org",
+    "TrainJob": "trainer.kubeflow.org",
 }
 #: What each owner-level action can be applied to (the rest: Evict or Recommend only).
 ACTION_KINDS: Mapping[ReclaimAction, frozenset[str]] = {
     ReclaimAction.SCALE_TO_ZERO: frozenset({"Deployment", "StatefulSet", "LeaderWorkerSet"}),
     ReclaimAction.STOP: frozenset({"Notebook"}),
-    ReclaimAction.SUSPEND: frozenset({"Job", "JobSet"}),
+    ReclaimAction.SUSPEND: frozenset({"Job", "JobSet"})
+    | frozenset({"RayCluster", "RayJob", "PyTorchJob", "MPIJob", "TFJob", "TrainJob"}),
+    ReclaimAction.DEACTIVATE: frozenset({"Workload"}),  # Kueue's (engine/pods/crd_owners.py)
 }
 BARE = "Pod"
 _MAX_DEPTH = 8  # controller chains are 2-4 deep; a longer one is a loop in bad data
@@ -116,6 +126,7 @@ def already_reclaimed(owner: Owner) -> str:
         ReclaimAction.SCALE_TO_ZERO.value: obj.replicas == 0,
         ReclaimAction.SUSPEND.value: obj.suspended,
         ReclaimAction.STOP.value: names.KUBEFLOW_STOPPED in obj.annotations,
+        ReclaimAction.DEACTIVATE.value: obj.suspended,  # a Workload's spec.active=false
     }
     return done if in_state.get(done, False) else ""
 
@@ -128,6 +139,13 @@ _VERBS: Mapping[str, str] = {
     "Job": "suspend it",
     "JobSet": "suspend it",
     "Notebook": "stop it",
+    "RayCluster": "suspend it",
+    "RayJob": "suspend it",
+    "PyTorchJob": "suspend it",
+    "MPIJob": "suspend it",
+    "TFJob": "suspend it",
+    "TrainJob": "suspend it",
+    "Workload": "deactivate it (spec.active=false)",
     BARE: "delete it",
 }
 
@@ -144,6 +162,7 @@ _PAST: Mapping[ReclaimAction, str] = {
     ReclaimAction.STOP: "stopped",
     ReclaimAction.SUSPEND: "suspended",
     ReclaimAction.EVICT: "evicted",
+    ReclaimAction.DEACTIVATE: "deactivated",
 }
 
 
@@ -171,8 +190,9 @@ def kubectl_restore(namespace: str, kind: str, name: str) -> str:
             f"kubectl scale {label} -n {namespace} --replicas=$(kubectl get {label} -n {namespace} "
             f"-o jsonpath='{{.metadata.annotations.gpuefficiency\\.io/previous-replicas}}')"
         )
-    elif kind in ACTION_KINDS[ReclaimAction.SUSPEND]:
-        first = f'kubectl patch {label} -n {namespace} --type=merge -p \'{{"spec":{{"suspend":false}}}}\''
+    elif kind in SUSPEND_PATHS:
+        resume = json.dumps({"spec": suspend_patch(kind, False)}, separators=(",", ":"))
+        first = f"kubectl patch {label} -n {namespace} --type=merge -p '{resume}'"
     else:
         first = f"kubectl annotate {label} -n {namespace} {names.KUBEFLOW_STOPPED}-"
     return f"{first} && kubectl annotate {label} -n {namespace} {drop}"

@@ -41,6 +41,12 @@ from gpu_efficiency.engine.pods.budgets import (
     permanent_blocker,
     temporary_blocker,
 )
+from gpu_efficiency.engine.pods.crd_owners import (
+    admitted_by_kueue,
+    kueue_admitted,
+    kueue_workloads,
+    refuse_suspend,
+)
 from gpu_efficiency.engine.pods.idle import PodKey, hold_reason
 from gpu_efficiency.engine.pods.owners import (
     Owner,
@@ -106,17 +112,19 @@ def group_owners(
     resolved: dict[tuple[str, str, str], Owner] = {}
     groups: dict[OwnerKey, OwnerGroup] = {}
     of_pod: dict[PodKey, OwnerGroup] = {}
+    workloads = kueue_workloads(objects)
     for pod in pods:
         ref = pod.controller
         cache_key = (pod.namespace, ref.kind, ref.name) if ref is not None else None
         owner = resolved.get(cache_key) if cache_key is not None else None
         if owner is None:
-            owner = resolve_owner(pod, objects)
+            owner = admitted_by_kueue(resolve_owner(pod, objects), workloads)
             if cache_key is not None:
                 resolved[cache_key] = owner
         group = groups.get(owner.key)
         if group is None:
             action, why = choose_action(owner, snapshot.policy.reclaim.actions, snapshot.autoscaled)
+            action, why = refuse_suspend(owner, action, why)
             group = groups[owner.key] = OwnerGroup(owner, action, why)
         group.pods.append(pod)
         group.idle += verdicts.get((pod.namespace, pod.name)) is Verdict.IDLE
@@ -368,6 +376,9 @@ def _actions(
         f"all {len(pods)} GPU pod(s) of {owner.label} idle since {format_rfc3339(idle_since)} and warned; "
         f"{action_words(owner, group.action).split(' will be ', 1)[-1]} to free the GPU by policy {policy_name}"
     )
+    admitted = kueue_admitted(owner)
+    if admitted is not None:
+        reason += f" (the Kueue Workload of {admitted.kind.lower()}/{admitted.name})"
     return [
         ReclaimOwner(
             namespace=owner.namespace,
@@ -376,5 +387,6 @@ def _actions(
             pods=pods,
             reason=reason,
             policy=policy_name,
+            admitted=admitted,
         )
     ]
