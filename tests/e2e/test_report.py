@@ -73,6 +73,9 @@ def test_report_and_explain(cluster: Cluster, k8s: client.ApiClient, tmp_path: P
     report = json.loads(out["json"].stdout)
     assert out["json"].returncode == 0, out["json"].stderr
     assert report["metricsAvailable"] is True
+    # the inventory query, in the real Prometheus, tells each simulated GPU's exporter generation
+    assert report["exporters"]["generations"], report["exporters"]
+    assert "unknown" not in report["exporters"]["generations"], report["exporters"]
     rows = {r["namespace"]: r for r in report["namespaces"]}
     row = rows[namespace]
     assert (row["pods"], row["gpus"]) == (2, 3)

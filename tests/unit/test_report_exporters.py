@@ -3,11 +3,14 @@ add, and "no dcgm-exporter series found" with the matcher used."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
+
+import pytest
 
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.report import build_report, render_table
-from gpu_efficiency.runtime.cycle import no_series_message
+from gpu_efficiency.runtime.cycle import log_generations, no_series_message
 from tests.unit.engine import builders as b
 
 DEFAULT_CSV_BLIND = frozenset({"ecc", "pcie", "profiling", "occupancy", "tensor", "dram", "pcie-throughput"})
@@ -42,3 +45,12 @@ def test_report_shows_generations_blind_spots_with_csv_lines_and_no_series_with_
     empty = b.snapshot([], [])  # no GPU pod yet, and no series: still said, with the matcher
     shown = render_table(build_report(empty, plan_cycle(empty), matchers='job=~"x"'))
     assert 'no dcgm-exporter series found with the matcher job=~"x"' in shown
+
+
+def test_the_generations_are_logged_once_per_change(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="gpu_efficiency.runtime.cycle"):
+        log_generations("p", {}, {"4.9+": 2, "legacy": 1})
+        log_generations("p", {"4.9+": 2, "legacy": 1}, {"4.9+": 2, "legacy": 1})  # unchanged: silent
+    assert [r.getMessage() for r in caplog.records] == [
+        "policy p: dcgm-exporter generations: 4.9+ 2 GPUs, legacy 1 GPU"
+    ]
