@@ -51,7 +51,9 @@ EXPECTED_OPERATOR_RULES = {
     ("gpuefficiency.io", "gpuefficiencypolicies"): {"get", "list", "watch"},  # get: report --policy
     ("gpuefficiency.io", "gpuefficiencypolicies/status"): {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
-    ("apps", "replicasets"): {"list"},
+    ("apps", "replicasets"): {"list", "patch"},
+    ("apps", "replicasets/scale"): {"get", "patch"},
+    ("batch", "cronjobs"): {"list"},
     ("apps", "deployments"): {"list", "patch"},
     ("apps", "statefulsets"): {"list", "patch"},
     ("autoscaling", "horizontalpodautoscalers"): {"list"},

@@ -95,6 +95,24 @@ class Reclamation(StatusModel):
     """From the action to that pod's start (status.startTime)."""
 
 
+class OwnerHold(StatusModel):
+    """An owner this policy leaves alone for a while after reclaiming it did not hold."""
+
+    owner: str
+    """NAMESPACE/KIND/NAME of the owner (for a pod whose controller cannot be acted on: that controller)."""
+    reason: str
+    """ReclaimReverted (scaled back without restore, e.g. by a GitOps tool) or ReclaimIneffective
+    (its evicted pods came back and went idle again)."""
+    reclaimed_at: str
+    """Time of the reclamation that did not hold (the status.reclamations record): reported once."""
+    since: str
+    """When it was seen (RFC3339)."""
+    until: str
+    """The owner is not reclaimed again before this (RFC3339); remove the entry to retry sooner."""
+    count: int = 1
+    """How many times in a row: a ReclaimReverted back-off doubles with each."""
+
+
 class GPUEfficiencyPolicyStatus(StatusModel):
     """What the operator observed and did in its last cycles."""
 
@@ -120,6 +138,12 @@ class GPUEfficiencyPolicyStatus(StatusModel):
     """Evictions refused (PodDisruptionBudget) since the policy was created."""
     reclaims_total: int = 0
     """Owners reclaimed (scaled to zero, stopped or suspended) by this policy since it was created."""
+    reclaims_reverted_total: int = 0
+    """Reclaimed owners scaled or resumed back without gpu-efficiency restore (ReclaimReverted)."""
+    reclaims_ineffective_total: int = 0
+    """Evictions whose pods came back under the same owner and went idle again (ReclaimIneffective)."""
+    owner_holds: list[OwnerHold] = Field(default_factory=list)
+    """Owners left alone after a ReclaimReverted (back-off) or ReclaimIneffective, until their time."""
     recent_evictions: list[str] = Field(default_factory=list)
     """Times (RFC3339) of the evictions and reclaims in the last hour: the per-hour budget survives
     restarts."""

@@ -155,6 +155,7 @@ class OwnerObject:
     annotations: Mapping[str, str]  # gpuefficiency.io/ ones and kubeflow-resource-stopped
     replicas: int | None = None  # spec.replicas of scalable kinds
     suspended: bool = False  # spec.suspend of Jobs and JobSets
+    concurrency_policy: str = ""  # spec.concurrencyPolicy of a CronJob (Allow | Forbid | Replace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +271,9 @@ class Snapshot:
     # Owner-aware reclamation (engine/pods/owners.py). None: no owner was read this cycle (no pod carries
     # idle-since, so nothing can be due): pods are judged one by one, as before owners existed.
     owners: Mapping[OwnerKey, OwnerObject] | None = None
-    autoscaled: frozenset[OwnerKey] = frozenset()  # scaleTargetRefs of HorizontalPodAutoscalers
+    #: scaleTargetRef -> name of the HorizontalPodAutoscaler targeting it (recorded on the owner when
+    #: it is scaled to zero: the HPA stops at 0 replicas and resumes once restore scales it up).
+    autoscalers: Mapping[OwnerKey, str] = field(default_factory=dict)
     owners_error: str = ""  # why the owners could not be read: nothing with a controller is acted on
     disruption_budgets: tuple[DisruptionBudget, ...] = ()  # read with the owners
     pending: tuple[PendingPod, ...] = ()  # GPU pods not bound to a node (reclaimWhen OnPressure)
@@ -365,6 +368,7 @@ class ReclaimOwner:
     pods: tuple[tuple[str, str], ...]  # (name, uid) of its GPU pods, for their events
     reason: str  # one sentence: why (written to reclaim-reason and the events)
     policy: str
+    autoscaler: str = ""  # the HorizontalPodAutoscaler targeting the owner ('' when none)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,6 +28,21 @@ def _load_template(name: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all("\n".join(lines)) if doc]
 
 
+def test_cluster_role_scales_standalone_replicasets_and_only_lists_cronjobs_and_hpas() -> None:
+    """A ReplicaSet no Deployment owns is scaled through replicasets/scale and recorded by a patch;
+    a CronJob is only read (its Job is suspended); an HPA's target is scaled, the HPA only listed."""
+    (role,) = (d for d in _load_template("clusterrole.yaml") if d["kind"] == "ClusterRole")
+    verbs: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                verbs.setdefault((group, resource), set()).update(rule["verbs"])
+    assert verbs[("apps", "replicasets/scale")] == {"get", "patch"}
+    assert verbs[("apps", "replicasets")] == {"list", "patch"}
+    assert verbs[("batch", "cronjobs")] == {"list"}
+    assert verbs[("autoscaling", "horizontalpodautoscalers")] == {"list"}
+
+
 def test_cluster_role_gets_policies_for_report_and_explain() -> None:
     (role,) = (d for d in _load_template("clusterrole.yaml") if d["kind"] == "ClusterRole")
     verbs = {

@@ -68,7 +68,10 @@ def due_annotations(idle_minutes: int = 30) -> dict[str, str]:
 
 
 def with_owners(
-    snap: Snapshot, objects: Iterable[OwnerObject], autoscaled: Iterable[OwnerKey] = (), error: str = ""
+    snap: Snapshot,
+    objects: Iterable[OwnerObject],
+    autoscalers: Mapping[OwnerKey, str] | None = None,
+    error: str = "",
 ) -> Snapshot:
     index = {(o.namespace, o.ref.kind, o.ref.name): o for o in objects}
-    return replace(snap, owners=index, autoscaled=frozenset(autoscaled), owners_error=error)
+    return replace(snap, owners=index, autoscalers=dict(autoscalers or {}), owners_error=error)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -114,21 +116,6 @@ def test_a_partly_idle_deployment_is_never_scaled_and_gets_the_recommendation() 
     assert sorted(e.name for e in skipped) == ["web-0", "web-1"]
 
 
-def test_an_autoscaled_deployment_is_never_scaled() -> None:
-    pods, objects = deployment("api", 2)
-    plan = plan_cycle(cluster(pods, objects, autoscaled=[("team-a", "Deployment", "api")]))
-    assert reclaims(plan.actions) == []
-    assert evictions(plan.actions) == []
-    assert any("HorizontalPodAutoscaler" in n for n in plan.notes)
-
-
-def test_an_unknown_controller_is_recommended_never_evicted() -> None:
-    pods = [owned("p", ("Thing", "x"), annotations=due_annotations())]
-    plan = plan_cycle(cluster(pods, []))
-    assert reclaims(plan.actions) == []
-    assert evictions(plan.actions) == []
-
-
 def test_budgets_count_owners_not_pods() -> None:
     first, o1 = deployment("a", 3)
     second, o2 = deployment("b", 3)
@@ -193,8 +180,11 @@ def test_an_owner_already_reclaimed_is_not_acted_on_again() -> None:
         replicas=0,
         annotations={names.RECLAIMED: "ScaleToZero"},
     )
-    plan = plan_cycle(cluster(pods, objects))
+    ours = Reclamation(owner="team-a/Deployment/nb", action="ScaleToZero", time="2023-11-14T22:00:00Z")
+    snap = cluster(pods, objects)
+    plan = plan_cycle(replace(snap, status=snap.status.model_copy(update={"reclamations": [ours]})))
     assert reclaims(plan.actions) == []
+    assert evictions(plan.actions) == []
     assert any("already reclaimed" in n for n in plan.notes)
 
 
