@@ -137,7 +137,7 @@ def group_owners(
     holds = list(snapshot.status.owner_holds)
     new_holds: list[OwnerHold] = []
     events: list[Action] = []
-    if snapshot.owners is not None and not snapshot.owners_error:
+    if params.enforce and snapshot.owners is not None and not snapshot.owners_error:
         for revert in find_reverts(snapshot.status.reclamations, holds, objects, params, snapshot.now):
             new_holds.append(revert.hold)
             events.append(
@@ -239,7 +239,7 @@ def _decide(
         if blocker:
             group.blocker = f"pod {pod.namespace}/{pod.name} of {owner.label}: {blocker}"
             return
-    if group.fallback:
+    if group.fallback and params.enforce:  # Observe reclaims nothing, so nothing comes back
         record = came_back(owner.key, group.pods, snapshot.status.reclamations, holds)
         if record is not None:
             _ineffective(group, record, params, snapshot.now, plan)
