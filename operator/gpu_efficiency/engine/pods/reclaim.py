@@ -153,7 +153,7 @@ def _decide(group: OwnerGroup, snapshot: Snapshot, params: CycleParams) -> None:
     if not group.actionable:
         group.blocker = f"recommend only ({group.why}): {group.recommendation}"
         return
-    done = already_reclaimed(owner)
+    done = already_reclaimed(owner, snapshot.status.reclamations)
     if done:
         group.hold = f"{owner.label} already reclaimed ({done}): its pods are going"
         group.reclaimed = True
@@ -302,7 +302,10 @@ def _under_pressure(
     notes: list[str],
 ) -> tuple[list[tuple[float, OwnerGroup, list[EvictionCandidate]]], Mapping[OwnerKey, tuple[str, ...]]]:
     """The ready owners that make waiting GPU pods fit (the rest keep their warnings and wait)."""
-    freeing = frozenset(p.uid for g in plan.groups.values() if g.reclaimed for p in g.pods)
+    # Freeing: pods of owners our own status proves we reclaimed (group.reclaimed), and only those
+    # actually terminating. A forged `reclaimed` annotation, or a pod pointed at an owner we really
+    # scaled to zero but that nothing deletes, frees nothing.
+    freeing = frozenset(p.uid for g in plan.groups.values() if g.reclaimed for p in g.pods if p.deleting)
     choice = choose_for_pressure(
         pressure.nodes,
         pressure.pods,
