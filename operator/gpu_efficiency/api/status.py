@@ -69,6 +69,11 @@ class Reclamation(StatusModel):
 
     owner: str
     """NAMESPACE/KIND/NAME of the reclaimed owner (the pod itself when bare)."""
+    uid: str = ""
+    """metadata.uid of that owner as read when it was reclaimed: the proof that this operator
+    reclaimed it (an annotation on the owner alone proves nothing; its user can write one)."""
+    replicas: int | None = None
+    """Its replicas before it was scaled to zero: the most ``gpu-efficiency restore`` brings back."""
     action: str
     """ScaleToZero, Stop, Suspend or Evict."""
     time: str
@@ -162,8 +167,9 @@ class GPUEfficiencyPolicyStatus(StatusModel):
     (no pod of its controllers back, owner not restored), its GPUs times the time since the previous
     cycle (at most two intervals). A lower bound: only the last reclamations listed are counted."""
     reclamations: list[Reclamation] = Field(default_factory=list)
-    """The last reclamations (at most 10), newest last: what was freed, for which waiting pods, and
-    how long until the first of them ran there."""
+    """The reclamations still in force (at most 500) and the last 10 that ended, newest last: what
+    was freed, for which waiting pods, and how long until the first of them ran there. A record in
+    force is what ``restore`` and the engine believe an owner was reclaimed by."""
     dropped_samples: dict[str, int] = Field(default_factory=dict)
     """Metric series or GPUs dropped as untrustworthy in the last cycle, by reason:
     invalid-gpu-id, node-conflict (one GPU on two nodes), pod-node-mismatch (a pod label on a GPU

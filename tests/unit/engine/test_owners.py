@@ -16,8 +16,9 @@ from gpu_efficiency.engine.pods.owners import (
     resolve_owner,
     restore_commands,
 )
+from gpu_efficiency.engine.pods.reclaimedbyus import reclaimed_by_us
 
-from .owner_builders import chain, obj, owned, ref
+from .owner_builders import chain, obj, our_record, owned, ref
 
 
 def index(*objects):  # type: ignore[no-untyped-def]
@@ -147,8 +148,24 @@ def test_already_reclaimed_only_while_the_owner_is_still_in_that_state() -> None
     scaled_back = resolve_owner(
         owned("p", ("StatefulSet", "db")), index(obj("StatefulSet", "db", replicas=2, annotations=done))
     )
-    assert already_reclaimed(at_zero) == "ScaleToZero"
-    assert already_reclaimed(scaled_back) == ""
+    ours = [our_record("StatefulSet", "db")]
+    assert already_reclaimed(at_zero, ours) == "ScaleToZero"
+    assert already_reclaimed(scaled_back, ours) == ""
+
+
+def test_a_reclaimed_annotation_without_our_status_record_proves_nothing() -> None:
+    """Issue 32's escape: a decoy Deployment at 0 replicas carrying our annotation is not taken as
+    reclaimed by us unless our own status holds a record in force for its uid."""
+    done = {names.RECLAIMED: "ScaleToZero"}
+    decoy = resolve_owner(
+        owned("p", ("Deployment", "decoy")), index(obj("Deployment", "decoy", replicas=0, annotations=done))
+    )
+    assert already_reclaimed(decoy, []) == ""
+    other_uid = our_record("Deployment", "decoy", uid="uid-of-a-deleted-namesake")
+    assert already_reclaimed(decoy, [other_uid]) == ""
+    assert already_reclaimed(decoy, [our_record("Deployment", "decoy", returned=False)]) == ""
+    assert reclaimed_by_us("", [our_record("Deployment", "decoy", uid="")]) is None
+    assert already_reclaimed(decoy, [our_record("Deployment", "decoy")]) == "ScaleToZero"
 
 
 def test_restore_commands_name_the_cli_and_kubectl() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_efficiency.api import names
-from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -25,7 +23,7 @@ from gpu_efficiency.engine.planner import evaluate, plan_cycle
 
 from . import builders as b
 from .builders import enforce, gpu, no_faults, policy, snapshot  # noqa: F401 (fixture)
-from .owner_builders import chain, due_annotations, obj, owned, with_owners
+from .owner_builders import chain, due_annotations, obj, our_record, owned, with_owners, with_records
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 
@@ -180,12 +178,25 @@ def test_an_owner_already_reclaimed_is_not_acted_on_again() -> None:
         replicas=0,
         annotations={names.RECLAIMED: "ScaleToZero"},
     )
-    ours = Reclamation(owner="team-a/Deployment/nb", action="ScaleToZero", time="2023-11-14T22:00:00Z")
-    snap = cluster(pods, objects)
-    plan = plan_cycle(replace(snap, status=snap.status.model_copy(update={"reclamations": [ours]})))
+    plan = plan_cycle(with_records(cluster(pods, objects), our_record("Deployment", "nb")))
     assert reclaims(plan.actions) == []
     assert evictions(plan.actions) == []
     assert any("already reclaimed" in n for n in plan.notes)
+
+
+def test_a_decoy_owner_with_a_forged_reclaimed_annotation_does_not_hold_its_idle_pods() -> None:
+    """Issue 32's escape: a pod whose controller is a Deployment at 0 replicas carrying our
+    annotation, but which our status never recorded, is not 'already reclaimed': it is acted on."""
+    pods, _ = deployment("nb", 1)
+    objects = chain(
+        ("ReplicaSet", "nb-5d9"),
+        ("Deployment", "nb"),
+        replicas=0,
+        annotations={names.RECLAIMED: "ScaleToZero"},
+    )
+    plan = plan_cycle(cluster(pods, objects))
+    assert not any("already reclaimed" in n for n in plan.notes)
+    assert reclaims(plan.actions) or evictions(plan.actions)  # acted on (how: the owner kind's rule)
 
 
 def test_owners_unreadable_holds_without_withdrawing_warnings() -> None:

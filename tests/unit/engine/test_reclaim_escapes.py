@@ -27,7 +27,7 @@ from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 from . import builders as b
 from .builders import NOW, enforce, gpu, no_faults, snapshot  # noqa: F401 (fixture)
-from .owner_builders import chain, due_annotations, obj, owned, with_owners
+from .owner_builders import chain, due_annotations, obj, our_record, owned, with_owners
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 
@@ -160,12 +160,10 @@ def test_an_owner_at_zero_with_a_forged_reclaimed_record_does_not_hold_its_pods(
     pods, objects = zeroed({names.RECLAIMED: "ScaleToZero"})
     plan = plan_cycle(cluster(pods, objects))
     (evict,) = of(plan.actions, EvictPod)
-    assert "deployment/z is already ScaleToZero but not by this policy" in evict.reason
-    ours = GPUEfficiencyPolicyStatus(
-        reclamations=[
-            Reclamation(owner="team-a/Deployment/z", action="ScaleToZero", time=format_rfc3339(NOW - 60))
-        ]
-    )
+    assert "deployment/z is already at 0 replicas but not by this policy" in evict.reason
+    unannotated = plan_cycle(cluster(*zeroed({})))  # a decoy at 0 needs no annotation to hold a GPU
+    assert [a.name for a in of(unannotated.actions, EvictPod)] == ["z-0"]
+    ours = GPUEfficiencyPolicyStatus(reclamations=[our_record("Deployment", "z")])
     assert of(plan_cycle(cluster(pods, objects, status=ours)).actions, EvictPod) == []
 
 
@@ -178,7 +176,7 @@ def reclaimed_web(replicas: int, *, restored: bool = False) -> tuple[list[PodVie
 
 
 def scaled_web(at: float) -> Reclamation:
-    return Reclamation(owner="team-a/Deployment/web", action="ScaleToZero", time=format_rfc3339(at))
+    return our_record("Deployment", "web", time=format_rfc3339(at), replicas=2)
 
 
 def test_a_scale_reverted_without_restore_is_reported_once_and_backed_off() -> None:

@@ -27,6 +27,7 @@ from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, OwnerHold, Reclamation
 from gpu_efficiency.engine.model import OwnerKey, OwnerObject, PodView
 from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.pods.owners import in_reclaimed_state
 from gpu_efficiency.engine.pods.reclaimproof import owner_text
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
@@ -82,14 +83,6 @@ class Revert:
     message: str
 
 
-def _in_state(obj: OwnerObject, action: str) -> bool:
-    if action == ReclaimAction.SCALE_TO_ZERO.value:
-        return obj.replicas == 0
-    if action == ReclaimAction.SUSPEND.value:
-        return obj.suspended
-    return names.KUBEFLOW_STOPPED in obj.annotations
-
-
 def gitops_hint(kind: str, action: str) -> str:
     field = _FIELD.get(action, "the field we changed")
     return (
@@ -117,11 +110,9 @@ def find_reverts(
         seen.add(record.owner)
         namespace, kind, name = record.owner.split("/", 2)
         obj = owners.get((namespace, kind, name))
-        if (
-            obj is None
-            or obj.annotations.get(names.RECLAIMED) != record.action
-            or _in_state(obj, record.action)
-        ):
+        if obj is None or (record.uid and obj.ref.uid != record.uid):
+            continue  # gone, or a same-named successor: not the owner we reclaimed
+        if obj.annotations.get(names.RECLAIMED) != record.action or in_reclaimed_state(obj, record.action):
             continue
         if _reported(holds, record.owner, record):
             continue

@@ -21,12 +21,14 @@ scaled up again, which is what ``gpu-efficiency restore`` does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import OwnerActions, ReclaimAction
+from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.engine.model import OwnerKey, OwnerObject, OwnerRef, PodView
+from gpu_efficiency.engine.pods.reclaimedbyus import reclaimed_by_us
 
 #: Owner kinds with an integration, and the API group each must come from.
 OWNER_GROUPS: Mapping[str, str] = {
@@ -124,18 +126,28 @@ def choose_action(owner: Owner, actions: OwnerActions) -> tuple[ReclaimAction, s
     return action, ""
 
 
-def already_reclaimed(owner: Owner) -> str:
-    """The action recorded on the owner when it is still in that state ('' otherwise)."""
-    obj = owner.obj
-    if obj is None:
-        return ""
-    done = obj.annotations.get(names.RECLAIMED, "")
+def in_reclaimed_state(obj: OwnerObject, action: str) -> bool:
+    """The object is at 0 replicas, suspended or stopped, as ``action`` left it."""
     in_state = {
         ReclaimAction.SCALE_TO_ZERO.value: obj.replicas == 0,
         ReclaimAction.SUSPEND.value: obj.suspended,
         ReclaimAction.STOP.value: names.KUBEFLOW_STOPPED in obj.annotations,
     }
-    return done if in_state.get(done, False) else ""
+    return in_state.get(action, False)
+
+
+def already_reclaimed(owner: Owner, records: Iterable[Reclamation]) -> str:
+    """The action we reclaimed the owner with, while it is still in that state ('' otherwise).
+
+    Proven by our own status record for the owner's uid (``reclaimed_by_us``), never by the
+    ``reclaimed`` annotation alone, which the owner's user can write."""
+    obj = owner.obj
+    if obj is None:
+        return ""
+    record = reclaimed_by_us(obj.ref.uid, records)
+    if record is None or record.owner != "/".join(owner.key):
+        return ""
+    return record.action if in_reclaimed_state(obj, record.action) else ""
 
 
 _VERBS: Mapping[str, str] = {

@@ -64,6 +64,7 @@ from gpu_efficiency.engine.pods.owners import (
     action_words,
     already_reclaimed,
     choose_action,
+    in_reclaimed_state,
     recommendation,
     resolve_owner,
     scheduler_note,
@@ -73,7 +74,6 @@ from gpu_efficiency.engine.pods.reclaimproof import (
     draft,
     freed_gpu_ids,
     freed_gpus,
-    owner_text,
     waiting_names,
 )
 from gpu_efficiency.engine.selection import LabelMatcher, compile_selector
@@ -194,11 +194,11 @@ def _disruption_blocker(group: OwnerGroup, budgets: list[tuple[DisruptionBudget,
     return ""
 
 
-def _reclaimed_by_us(records: Sequence[Reclamation], key: OwnerKey, action: str) -> bool:
-    """Whether this policy's status records reclaiming ``key`` with ``action``: an owner's
-    ``reclaimed`` annotation alone proves nothing (anyone may write it)."""
-    text = owner_text(key)
-    return any(r.owner == text and r.action == action for r in records)
+_STATE: Mapping[ReclaimAction, str] = {
+    ReclaimAction.SCALE_TO_ZERO: "at 0 replicas",
+    ReclaimAction.SUSPEND: "suspended",
+    ReclaimAction.STOP: "stopped",
+}
 
 
 def _decide(
@@ -216,15 +216,19 @@ def _decide(
     if held is not None:
         group.blocker = f"{owner.label} {hold_text(held)}"
         return
-    done = already_reclaimed(owner) if owner.known else ""
-    if done and _reclaimed_by_us(snapshot.status.reclamations, owner.key, done):
+    done = already_reclaimed(owner, snapshot.status.reclamations) if owner.known else ""
+    if done:
         group.hold = f"{owner.label} already reclaimed ({done}): its pods are going"
         group.reclaimed = True
         return
-    if done:  # at 0 replicas (suspended, stopped) yet its pods run: acting on it frees nothing
+    obj = owner.obj
+    if owner.known and obj is not None and in_reclaimed_state(obj, group.action.value):
+        # at 0 replicas (suspended, stopped) yet its pods run, and not by us (a decoy, annotated
+        # reclaimed or not): acting on it frees nothing, so its pods are evicted instead
+        state = _STATE.get(group.action, "in its reclaimed state")
         group.action = snapshot.policy.reclaim.actions.for_kind(BARE)
         group.why = (
-            f"{owner.label} is already {done} but not by this policy and its GPU pods still run: "
+            f"{owner.label} is already {state} but not by this policy and its GPU pods still run: "
             "acting on it frees nothing"
         )
         group.fallback = True
@@ -414,7 +418,10 @@ def _under_pressure(
     notes: list[str],
 ) -> tuple[list[tuple[float, OwnerGroup, list[EvictionCandidate]]], Mapping[OwnerKey, tuple[str, ...]]]:
     """The ready owners that make waiting GPU pods fit (the rest keep their warnings and wait)."""
-    freeing = frozenset(p.uid for g in plan.groups.values() if g.reclaimed for p in g.pods)
+    # Freeing: pods of owners our own status proves we reclaimed (group.reclaimed), and only those
+    # actually terminating. A forged `reclaimed` annotation, or a pod pointed at an owner we really
+    # scaled to zero but that nothing deletes, frees nothing.
+    freeing = frozenset(p.uid for g in plan.groups.values() if g.reclaimed for p in g.pods if p.deleting)
     choice = choose_for_pressure(
         pressure.nodes,
         pressure.pods,
