@@ -28,6 +28,7 @@ from gpu_efficiency.engine.model import OwnerRef
 #: KIND spellings accepted (kubectl's names and short names) -> (kind, apiVersion).
 KINDS: Mapping[str, tuple[str, str]] = {
     **dict.fromkeys(("deployment", "deployments", "deploy"), ("Deployment", "apps/v1")),
+    **dict.fromkeys(("replicaset", "replicasets", "rs"), ("ReplicaSet", "apps/v1")),
     **dict.fromkeys(("statefulset", "statefulsets", "sts"), ("StatefulSet", "apps/v1")),
     **dict.fromkeys(("job", "jobs"), ("Job", "batch/v1")),
     **dict.fromkeys(("jobset", "jobsets"), ("JobSet", "jobset.x-k8s.io/v1alpha2")),
@@ -148,7 +149,9 @@ def _scale_back(api: client.CustomObjectsApi, t: Target, label: str, ann: Mappin
     api.patch_namespaced_custom_object_scale(
         t.group, t.version, t.namespace, t.plural, t.name, body, _content_type=MERGE
     )
-    return f"replicas 0 -> {text}"
+    hpa = ann.get(names.RECLAIMED_AUTOSCALER)
+    # The HPA controller resumes scaling a target once its replicas are above 0 (ScalingActive again).
+    return f"replicas 0 -> {text}" + (f"; {hpa} takes over scaling again" if hpa else "")
 
 
 def restore_main(args: argparse.Namespace) -> int:

@@ -4,7 +4,7 @@ under ``reclaimWhen: OnPressure`` only what a waiting pod needs is reclaimed, an
 
 The scenario files ``procedural/owner-reclaim.yaml``, ``procedural/reclaim-on-pressure.yaml`` and
 ``procedural/owner-lifecycle.yaml`` set the stage and check the owners' fields and events; these tests
-add the HorizontalPodAutoscaler, the waiting 2-GPU pod, the restore command, a Kubeflow-style
+add the HorizontalPodAutoscaler (whose target is scaled like any other), the waiting 2-GPU pod, the restore command, a Kubeflow-style
 Notebook (a minimal CRD; the test plays its controller), per-pod activity switched by annotating a
 pod, and a crash of the operator mid-warning, and print the time from the reclaim to the waiting pod
 running (for the issue's note).

@@ -124,7 +124,7 @@ app.kubernetes.io/component: node-agent
      annotations, the Kubeflow stop annotation, spec.suspend / spec.active / spec.runPolicy.suspend and
      replicas through /scale. A new owner kind is added here and in the ClusterRole. */}}
 {{- define "gpueff.workloadResources" -}}
-apps: [deployments, statefulsets]
+apps: [deployments, statefulsets, replicasets]
 batch: [jobs]
 jobset.x-k8s.io: [jobsets]
 leaderworkerset.x-k8s.io: [leaderworkersets]

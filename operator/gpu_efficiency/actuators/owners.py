@@ -33,6 +33,7 @@ from gpu_efficiency.engine.timefmt import format_rfc3339
 MERGE = "application/merge-patch+json"
 PLURALS: Mapping[str, str] = {
     "Deployment": "deployments",
+    "ReplicaSet": "replicasets",
     "StatefulSet": "statefulsets",
     "LeaderWorkerSet": "leaderworkersets",
     "Job": "jobs",
@@ -77,6 +78,9 @@ def undo_record(action: ReclaimOwner, now: float, previous_replicas: int | None)
         names.RECLAIMED_BY: action.policy,
         names.RECLAIM_REASON: action.reason[:1024],
         names.PREVIOUS_REPLICAS: None if previous_replicas is None else str(previous_replicas),
+        names.RECLAIMED_AUTOSCALER: f"horizontalpodautoscaler/{action.autoscaler}"
+        if action.autoscaler
+        else None,
     }
     return record
 

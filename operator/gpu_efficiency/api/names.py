@@ -59,15 +59,24 @@ OPERATOR_POD_ANNOTATIONS: Final = (
 # JSON {"kind", "code" (XIDs), "value", "meaning", "action", "node", "gpu", "since"}.
 POD_GPU_FAULT: Final = PREFIX + "gpu-fault"
 
-# Owner annotations (Deployment, StatefulSet, Job, JobSet, LeaderWorkerSet, Notebook) written when
-# reclaimed, read by `gpu-efficiency restore` to undo it.
+# Owner annotations (Deployment, ReplicaSet, StatefulSet, Job, JobSet, LeaderWorkerSet, Notebook)
+# written when reclaimed, read by `gpu-efficiency restore` to undo it.
 RECLAIMED: Final = PREFIX + "reclaimed"  # the action: ScaleToZero | Stop | Suspend
 PREVIOUS_REPLICAS: Final = PREFIX + "previous-replicas"  # replicas before ScaleToZero
 RECLAIMED_AT: Final = PREFIX + "reclaimed-at"  # RFC3339
 RECLAIMED_BY: Final = PREFIX + "reclaimed-by"  # the policy's name
 RECLAIM_REASON: Final = PREFIX + "reclaim-reason"  # why, in one sentence
+#: horizontalpodautoscaler/NAME when an HPA targets the owner scaled to zero: it resumes on restore.
+RECLAIMED_AUTOSCALER: Final = PREFIX + "autoscaler"
 #: Every owner annotation the operator writes; restore removes exactly these.
-OWNER_ANNOTATIONS: Final = (RECLAIMED, PREVIOUS_REPLICAS, RECLAIMED_AT, RECLAIMED_BY, RECLAIM_REASON)
+OWNER_ANNOTATIONS: Final = (
+    RECLAIMED,
+    PREVIOUS_REPLICAS,
+    RECLAIMED_AT,
+    RECLAIMED_BY,
+    RECLAIM_REASON,
+    RECLAIMED_AUTOSCALER,
+)
 #: The Kubeflow notebook controller stops a Notebook (0 replicas) while this annotation is set.
 KUBEFLOW_STOPPED: Final = "kubeflow-resource-stopped"
 
@@ -118,7 +127,9 @@ EV_RECLAIMED: Final = "GPUReclaimed"  # owner scaled to zero, stopped or suspend
 EV_RESTORED: Final = "GPURestored"
 EV_STRAGGLER: Final = "GPUStraggler"  # on the slow pod, its job's owner and (hardware cause) its node
 EV_STRAGGLER_CLEARED: Final = "GPUStragglerCleared"  # the pod's GPUs caught up with their group
-EV_RECLAIM_SKIPPED: Final = "ReclaimSkipped"  # HPA, partly idle or unknown owner: recommendation only
+EV_RECLAIM_SKIPPED: Final = "ReclaimSkipped"  # partly idle owner, or Recommend by policy: recommendation only
+EV_RECLAIM_INEFFECTIVE: Final = "ReclaimIneffective"  # evicted pods came back and idle again: left alone
+EV_RECLAIM_REVERTED: Final = "ReclaimReverted"  # our reclaimed owner scaled back without restore: backed off
 EV_NOTIFICATION_FAILED: Final = "NotificationFailed"  # a notification sink started failing
 EV_SIGNALS_INCOMPLETE: Final = "SignalsIncomplete"  # Warning: the set of blind kinds/inputs changed
 EV_SIGNALS_COMPLETE: Final = "SignalsComplete"  # every kind and input served again

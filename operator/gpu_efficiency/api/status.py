@@ -69,6 +69,11 @@ class Reclamation(StatusModel):
 
     owner: str
     """NAMESPACE/KIND/NAME of the reclaimed owner (the pod itself when bare)."""
+    uid: str = ""
+    """metadata.uid of that owner as read when it was reclaimed: the proof that this operator
+    reclaimed it (an annotation on the owner alone proves nothing; its user can write one)."""
+    replicas: int | None = None
+    """Its replicas before it was scaled to zero: the most ``gpu-efficiency restore`` brings back."""
     action: str
     """ScaleToZero, Stop, Suspend or Evict."""
     time: str
@@ -93,6 +98,24 @@ class Reclamation(StatusModel):
     """The first waiting pod seen Running on one of its nodes."""
     seconds_to_running: float | None = None
     """From the action to that pod's start (status.startTime)."""
+
+
+class OwnerHold(StatusModel):
+    """An owner this policy leaves alone for a while after reclaiming it did not hold."""
+
+    owner: str
+    """NAMESPACE/KIND/NAME of the owner (for a pod whose controller cannot be acted on: that controller)."""
+    reason: str
+    """ReclaimReverted (scaled back without restore, e.g. by a GitOps tool) or ReclaimIneffective
+    (its evicted pods came back and went idle again)."""
+    reclaimed_at: str
+    """Time of the reclamation that did not hold (the status.reclamations record): reported once."""
+    since: str
+    """When it was seen (RFC3339)."""
+    until: str
+    """The owner is not reclaimed again before this (RFC3339); remove the entry to retry sooner."""
+    count: int = 1
+    """How many times in a row: a ReclaimReverted back-off doubles with each."""
 
 
 class GPUEfficiencyPolicyStatus(StatusModel):
@@ -120,6 +143,12 @@ class GPUEfficiencyPolicyStatus(StatusModel):
     """Evictions refused (PodDisruptionBudget) since the policy was created."""
     reclaims_total: int = 0
     """Owners reclaimed (scaled to zero, stopped or suspended) by this policy since it was created."""
+    reclaims_reverted_total: int = 0
+    """Reclaimed owners scaled or resumed back without gpu-efficiency restore (ReclaimReverted)."""
+    reclaims_ineffective_total: int = 0
+    """Evictions whose pods came back under the same owner and went idle again (ReclaimIneffective)."""
+    owner_holds: list[OwnerHold] = Field(default_factory=list)
+    """Owners left alone after a ReclaimReverted (back-off) or ReclaimIneffective, until their time."""
     recent_evictions: list[str] = Field(default_factory=list)
     """Times (RFC3339) of the evictions and reclaims in the last hour: the per-hour budget survives
     restarts."""
@@ -138,8 +167,9 @@ class GPUEfficiencyPolicyStatus(StatusModel):
     (no pod of its controllers back, owner not restored), its GPUs times the time since the previous
     cycle (at most two intervals). A lower bound: only the last reclamations listed are counted."""
     reclamations: list[Reclamation] = Field(default_factory=list)
-    """The last reclamations (at most 10), newest last: what was freed, for which waiting pods, and
-    how long until the first of them ran there."""
+    """The reclamations still in force (at most 500) and the last 10 that ended, newest last: what
+    was freed, for which waiting pods, and how long until the first of them ran there. A record in
+    force is what ``restore`` and the engine believe an owner was reclaimed by."""
     dropped_samples: dict[str, int] = Field(default_factory=dict)
     """Metric series or GPUs dropped as untrustworthy in the last cycle, by reason:
     invalid-gpu-id, node-conflict (one GPU on two nodes), pod-node-mismatch (a pod label on a GPU

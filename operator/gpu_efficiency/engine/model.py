@@ -172,6 +172,7 @@ class OwnerObject:
     suspended: bool = False  # its suspend switch is off (api/suspend_fields.py; a Workload: inactive)
     kueue_queue: str = ""  # its kueue.x-k8s.io/queue-name: Kueue owns its suspend switch
     cannot_suspend: str = ""  # why its own controller would refuse a suspend ('' when it would not)
+    concurrency_policy: str = ""  # spec.concurrencyPolicy of a CronJob (Allow | Forbid | Replace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +288,9 @@ class Snapshot:
     # Owner-aware reclamation (engine/pods/owners.py). None: no owner was read this cycle (no pod carries
     # idle-since, so nothing can be due): pods are judged one by one, as before owners existed.
     owners: Mapping[OwnerKey, OwnerObject] | None = None
-    autoscaled: frozenset[OwnerKey] = frozenset()  # scaleTargetRefs of HorizontalPodAutoscalers
+    #: scaleTargetRef -> name of the HorizontalPodAutoscaler targeting it (recorded on the owner when
+    #: it is scaled to zero: the HPA stops at 0 replicas and resumes once restore scales it up).
+    autoscalers: Mapping[OwnerKey, str] = field(default_factory=dict)
     owners_error: str = ""  # why the owners could not be read: nothing with a controller is acted on
     disruption_budgets: tuple[DisruptionBudget, ...] = ()  # read with the owners
     pending: tuple[PendingPod, ...] = ()  # GPU pods not bound to a node (reclaimWhen OnPressure)
@@ -383,6 +386,7 @@ class ReclaimOwner:
     reason: str  # one sentence: why (written to reclaim-reason and the events)
     policy: str
     admitted: OwnerRef | None = None  # Deactivate: the job Kueue admits through this Workload (its event)
+    autoscaler: str = ""  # the HorizontalPodAutoscaler targeting the owner ('' when none)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

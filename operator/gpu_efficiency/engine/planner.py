@@ -40,6 +40,7 @@ from gpu_efficiency.engine.pods.idle import PodKey
 from gpu_efficiency.engine.pods.idleledger import IdleClock, IdleLedger
 from gpu_efficiency.engine.pods.judge import JudgeContext, index_pods, judge, unknown_verdict
 from gpu_efficiency.engine.pods.judgememo import JudgeMemo
+from gpu_efficiency.engine.pods.ownerholds import with_holds
 from gpu_efficiency.engine.pods.reclaim import (
     OwnerPlan,
     Pressure,
@@ -249,6 +250,9 @@ def evaluate(
         shadowed, unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx), dropped,
     )  # fmt: skip
     actions.extend(policy_events)
+    if owners is not None:
+        status = with_holds(status, owners.new_holds, now, params.max_keep_s)
+        actions.extend(owners.events)
     actions.extend(destructive)
     plan = Plan(
         actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes),

@@ -671,7 +671,7 @@ def _owner_fields(owners: OwnerState | None, error: str) -> dict[str, Any]:
     """The snapshot's owner fields from one read (``None`` and no error: not read this cycle)."""
     return {
         "owners": owners.objects if owners is not None else ({} if error else None),
-        "autoscaled": owners.autoscaled if owners is not None else frozenset(),
+        "autoscalers": owners.autoscalers if owners is not None else {},
         "owners_error": error,
         "disruption_budgets": owners.disruption_budgets if owners is not None else (),
     }

@@ -1,5 +1,9 @@
 """Read the controller objects that own GPU pods, and the HPAs' targets, for owner resolution.
 
+CronJobs are read for their concurrencyPolicy only (their Jobs are suspended, never the CronJob:
+the reclaim event says what the next scheduled run will do). An HPA's target is scaled like any
+other owner, and the HPA's name is recorded on it (engine/pods/owners.py says why that is safe).
+
 A cycle reads them only when some pod carries ``idle-since`` (nothing can be reclaimed before):
 one paged LIST per kind, cluster-wide, whatever the number of pods. Kinds from CRDs (JobSet,
 LeaderWorkerSet, Notebook, InferenceService, and those of crd_owners.py: KubeRay, Kubeflow
@@ -59,6 +63,7 @@ OWNER_KINDS = (
     OwnerKind("Deployment", "apps", "v1", "deployments", True),
     OwnerKind("StatefulSet", "apps", "v1", "statefulsets", True),
     OwnerKind("Job", "batch", "v1", "jobs", True),
+    OwnerKind("CronJob", "batch", "v1", "cronjobs", True),
     OwnerKind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", False),
     OwnerKind("LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", False),
     OwnerKind("Notebook", "kubeflow.org", "v1", "notebooks", False),
@@ -76,7 +81,7 @@ class OwnersUnavailable(Exception):  # noqa: N818 - reads as a state, like Sourc
 @dataclass(frozen=True, slots=True)
 class OwnerState:
     objects: Mapping[OwnerKey, OwnerObject]
-    autoscaled: frozenset[OwnerKey]
+    autoscalers: Mapping[OwnerKey, str]  # scaleTargetRef -> the HPA's name
     requests: int  # API calls made
     disruption_budgets: tuple[DisruptionBudget, ...] = ()
 
@@ -90,6 +95,7 @@ def owner_object(kind: OwnerKind, item: Mapping[str, Any]) -> OwnerObject:
     if names.KUBEFLOW_STOPPED in annotations:
         ours[names.KUBEFLOW_STOPPED] = annotations[names.KUBEFLOW_STOPPED]
     replicas = spec.get("replicas")
+    concurrency = spec.get("concurrencyPolicy")
     return OwnerObject(
         namespace=meta.get("namespace", ""),
         ref=OwnerRef(kind.api_version, kind.kind, meta.get("name", ""), meta.get("uid", "")),
@@ -106,10 +112,11 @@ def owner_object(kind: OwnerKind, item: Mapping[str, Any]) -> OwnerObject:
         annotations=ours,
         replicas=replicas
         if isinstance(replicas, int)
-        else (1 if kind.kind in ("Deployment", "StatefulSet") else None),
+        else (1 if kind.kind in ("Deployment", "ReplicaSet", "StatefulSet") else None),
         suspended=is_suspended(kind.kind, spec),
         kueue_queue=kueue_queue(meta),
         cannot_suspend=cannot_suspend(kind.kind, spec),
+        concurrency_policy=concurrency if kind.kind == "CronJob" and isinstance(concurrency, str) else "",
     )
 
 
@@ -234,13 +241,17 @@ class OwnerReader:
             raise OwnersUnavailable(
                 f"listing horizontalpodautoscalers: HTTP {exc.status} {exc.reason}"
             ) from exc
-        autoscaled = frozenset(t for t in map(hpa_target, hpas) if t is not None)
+        autoscalers: dict[OwnerKey, str] = {}
+        for hpa in hpas:
+            target = hpa_target(hpa)
+            if target is not None:
+                autoscalers[target] = (hpa.get("metadata") or {}).get("name", "")
         try:
             pdbs, listed = self._list(PDB_PATH)
         except ApiException as exc:
             raise OwnersUnavailable(f"listing poddisruptionbudgets: HTTP {exc.status} {exc.reason}") from exc
         budgets = tuple(b for b in map(disruption_budget, pdbs) if b is not None)
-        return OwnerState(objects, autoscaled, calls + made + listed, budgets)
+        return OwnerState(objects, autoscalers, calls + made + listed, budgets)
 
 
 def api_fetch(api_client: client.ApiClient) -> Fetch:

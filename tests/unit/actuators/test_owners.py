@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -79,6 +80,23 @@ def test_a_failed_scale_rolls_the_record_back_and_is_reported_failed() -> None:
     assert "HTTP 403 at scale" in outcome.message
     assert obj["spec"]["replicas"] == 2
     assert not any(k in obj["metadata"]["annotations"] for k in names.OWNER_ANNOTATIONS)
+
+
+@pytest.mark.parametrize("step", ["get scale", "patch", "patch scale"])
+def test_a_standalone_replicaset_of_an_hpa_fails_at_each_step_without_a_false_record(step: str) -> None:
+    """ReplicaSets and HPA targets go through the same /scale path: an API error at any step
+    leaves the replicas and no record claiming a scale-down (the HPA's name included)."""
+    api = FakeCustom()
+    obj = api.add(("apps", "v1", "ml", "replicasets", "rs"), replicas=2)
+    api.fail[step] = 500
+    hpa = replace(action("ReplicaSet", "rs", "ScaleToZero"), autoscaler="rs-hpa")
+    outcome = reclaim_owner(api, hpa, NOW)  # type: ignore[arg-type]
+    assert outcome.result is Result.FAILED
+    assert obj["spec"]["replicas"] == 2
+    assert not any(k in obj["metadata"]["annotations"] for k in names.OWNER_ANNOTATIONS)
+    api.fail.clear()
+    assert reclaim_owner(api, hpa, NOW).result is Result.DONE  # type: ignore[arg-type]
+    assert obj["metadata"]["annotations"][names.RECLAIMED_AUTOSCALER] == "horizontalpodautoscaler/rs-hpa"
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -27,6 +28,27 @@ def test_a_deployment_comes_back_with_its_previous_replicas_and_the_record_clear
     assert obj["spec"]["replicas"] == 2
     assert obj["metadata"]["annotations"] == {"keep": "me"}
     assert events == ["Deployment/nb: restored deployment/nb in ml: replicas 0 -> 2"]
+
+
+def test_an_hpa_target_and_a_standalone_replicaset_go_the_same_way_back() -> None:
+    """The HPA is recorded on the owner scaled to zero; restore scales it back and says the HPA
+    takes over (its controller resumes once the target's replicas are above 0)."""
+    api = FakeCustom()
+    obj = api.add(DEPLOY, replicas=3)
+    hpa = replace(action("Deployment", "nb", "ScaleToZero"), autoscaler="nb-hpa")
+    reclaim_owner(api, hpa, NOW)  # type: ignore[arg-type]
+    assert obj["metadata"]["annotations"][names.RECLAIMED_AUTOSCALER] == "horizontalpodautoscaler/nb-hpa"
+    message = restore(api, "deployment/nb", "ml")  # type: ignore[arg-type]
+    assert (
+        message
+        == "restored deployment/nb in ml: replicas 0 -> 3; horizontalpodautoscaler/nb-hpa takes over scaling again"
+    )
+    assert obj["metadata"]["annotations"] == {}
+    rs = api.add(("apps", "v1", "ml", "replicasets", "w"), replicas=2)
+    reclaim_owner(api, action("ReplicaSet", "w", "ScaleToZero"), NOW)  # type: ignore[arg-type]
+    assert rs["spec"]["replicas"] == 0
+    assert restore(api, "rs/w", "ml") == "restored replicaset/w in ml: replicas 0 -> 2"  # type: ignore[arg-type]
+    assert rs["spec"]["replicas"] == 2
 
 
 def test_a_suspended_job_is_resumed() -> None:

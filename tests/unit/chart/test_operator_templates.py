@@ -49,6 +49,8 @@ ENFORCE_ONLY = {
     ("resource.k8s.io", "resourceclaims"): {"list"},
     ("apps", "deployments/scale"): {"get", "patch"},
     ("apps", "statefulsets/scale"): {"get", "patch"},
+    ("apps", "replicasets/scale"): {"get", "patch"},
+    ("apps", "replicasets"): {"patch"},
     ("apps", "deployments"): {"patch"},
     ("apps", "statefulsets"): {"patch"},
     ("batch", "jobs"): {"patch"},
@@ -64,6 +66,17 @@ ENFORCE_ONLY = {
     ("trainer.kubeflow.org", "trainjobs"): {"patch"},
     ("kueue.x-k8s.io", "workloads"): {"patch"},
 }
+
+
+def test_cluster_role_scales_standalone_replicasets_and_only_lists_cronjobs_and_hpas() -> None:
+    """A ReplicaSet no Deployment owns is scaled through replicasets/scale and recorded by a patch;
+    a CronJob is only read (its Job is suspended); an HPA's target is scaled, the HPA only listed."""
+    assert ("apps", "replicasets/scale") not in _cluster_role_rules(enforce=False)
+    verbs = _cluster_role_rules(enforce=True)
+    assert verbs[("apps", "replicasets/scale")] == {"get", "patch"}
+    assert verbs[("apps", "replicasets")] == {"list", "patch"}
+    assert verbs[("batch", "cronjobs")] == {"list"}
+    assert verbs[("autoscaling", "horizontalpodautoscalers")] == {"list"}
 
 
 def test_cluster_role_gets_policies_for_report_and_explain() -> None:

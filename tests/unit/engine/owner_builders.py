@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.engine.model import OwnerKey, OwnerObject, OwnerRef, PodView, Snapshot
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
@@ -68,7 +69,24 @@ def due_annotations(idle_minutes: int = 30) -> dict[str, str]:
 
 
 def with_owners(
-    snap: Snapshot, objects: Iterable[OwnerObject], autoscaled: Iterable[OwnerKey] = (), error: str = ""
+    snap: Snapshot,
+    objects: Iterable[OwnerObject],
+    autoscalers: Mapping[OwnerKey, str] | None = None,
+    error: str = "",
 ) -> Snapshot:
     index = {(o.namespace, o.ref.kind, o.ref.name): o for o in objects}
-    return replace(snap, owners=index, autoscaled=frozenset(autoscaled), owners_error=error)
+    return replace(snap, owners=index, autoscalers=dict(autoscalers or {}), owners_error=error)
+
+
+def our_record(kind: str, name: str, namespace: str = "team-a", **fields: Any) -> Reclamation:
+    """The status record of our reclamation of ``kind/name`` (its uid as ``ref`` makes it)."""
+    base: dict[str, Any] = {
+        "owner": f"{namespace}/{kind}/{name}", "uid": ref(kind, name).uid, "action": "ScaleToZero",
+        "time": format_rfc3339(NOW - 600), "replicas": 1,
+    }  # fmt: skip
+    return Reclamation.model_validate(base | fields)
+
+
+def with_records(snap: Snapshot, *records: Reclamation) -> Snapshot:
+    """``snap`` whose previous status holds ``records`` (our own proof of reclamation)."""
+    return replace(snap, status=snap.status.model_copy(update={"reclamations": list(records)}))

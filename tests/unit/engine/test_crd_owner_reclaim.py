@@ -11,6 +11,7 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import OwnerActions, ReclaimAction
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.engine.model import OwnerObject, OwnerRef, ReclaimOwner
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.owners import kubectl_restore
@@ -155,11 +156,17 @@ def test_a_deployment_in_a_kueue_queue_is_still_scaled() -> None:
 
 
 def test_a_deactivated_workload_is_not_deactivated_again() -> None:
+    """Deactivated by this policy (its status record for the Workload's uid): left as it is."""
     done = workload(
         "wl", ("Job", "train"), suspended=True, annotations={names.RECLAIMED: ReclaimAction.DEACTIVATE.value}
     )
-    plan = plan_for(("Job", "train"), [*chain(("Job", "train")), done])
+    record = Reclamation(
+        owner="team-a/Workload/wl", action="Deactivate", time="2026-01-01T00:00:00Z", uid=done.ref.uid
+    )
+    snapshot = cluster([owned("p", ("Job", "train"))], [*chain(("Job", "train")), done])
+    plan = plan_cycle(replace(snapshot, status=GPUEfficiencyPolicyStatus(reclamations=[record])))
     assert reclaims(plan.actions) == []
+    assert evictions(plan.actions) == []
     assert any("already reclaimed (Deactivate)" in n for n in plan.notes), plan.notes
 
 

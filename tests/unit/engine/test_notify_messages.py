@@ -9,7 +9,16 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import NotifySink
-from gpu_efficiency.engine.model import EvictPod, NamespaceView, NodeEvent, Plan, PodEvent, Snapshot
+from gpu_efficiency.engine.model import (
+    EvictPod,
+    NamespaceView,
+    NodeEvent,
+    OwnerEvent,
+    OwnerRef,
+    Plan,
+    PodEvent,
+    Snapshot,
+)
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.notify import Notification, cloudevent, notifications, slack_message
 from gpu_efficiency.engine.timefmt import format_rfc3339
@@ -111,6 +120,23 @@ def test_evictions_first_refusals_and_node_faults_become_notifications() -> None
     assert cloudevent(done[1])["subject"] == "nodes/node-0"
     refused = notifications([], [evict], snap, plan, window_s=600, max_keep_s=86400, keep_allowed=True)
     assert [n.reason for n in refused] == [names.EV_EVICTION_BLOCKED]
+
+
+def test_a_revert_on_the_owner_becomes_a_notification() -> None:
+    snap, plan = until_warning()
+    reverted = OwnerEvent(
+        namespace="team-a",
+        owner=OwnerRef("apps/v1", "Deployment", "web", "uid-web"),
+        reason=names.EV_RECLAIM_REVERTED,
+        message="deployment/web was reclaimed (ScaleToZero) and is back without gpu-efficiency restore",
+    )
+    (n,) = notifications([reverted], (), snap, plan, window_s=600, max_keep_s=86400, keep_allowed=True)
+    assert (n.reason, n.kind, n.name, n.owner) == (
+        names.EV_RECLAIM_REVERTED,
+        "Deployment",
+        "web",
+        "deployment/web",
+    )
 
 
 def test_no_command_where_the_policy_honours_no_acknowledgement() -> None:

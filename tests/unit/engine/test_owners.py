@@ -16,8 +16,9 @@ from gpu_efficiency.engine.pods.owners import (
     resolve_owner,
     restore_commands,
 )
+from gpu_efficiency.engine.pods.reclaimedbyus import reclaimed_by_us
 
-from .owner_builders import chain, obj, owned, ref
+from .owner_builders import chain, obj, our_record, owned, ref
 
 
 def index(*objects):  # type: ignore[no-untyped-def]
@@ -56,8 +57,6 @@ def test_a_bare_pod_is_its_own_owner() -> None:
     [
         # the ReplicaSet's Deployment was not read: scaling the ReplicaSet would fight it
         ([("ReplicaSet", "nb-1"), ("Deployment", "nb")], 1, "not found"),
-        ([("ReplicaSet", "orphan")], 1, "has no integration"),  # a ReplicaSet without a Deployment
-        ([("Job", "nightly-1"), ("CronJob", "nightly")], 1, "without an integration"),
         ([("Thing", "x")], 0, "without an integration"),  # a controller CRD of some other operator
         ([("DaemonSet", "agent")], 0, "without an integration"),
     ],
@@ -99,36 +98,39 @@ DEFAULTS = {
 @pytest.mark.parametrize(("kind", "action"), DEFAULTS.items())
 def test_default_action_per_kind(kind: str, action: ReclaimAction) -> None:
     owner = resolve_owner(owned("p", (kind, "w")), index(obj(kind, "w")))
-    assert choose_action(owner, OwnerActions(), frozenset())[0] is action
+    assert choose_action(owner, OwnerActions())[0] is action
 
 
-def test_bare_pods_are_evicted_and_unknown_owners_recommended() -> None:
-    assert (
-        choose_action(resolve_owner(owned("p", None), {}), OwnerActions(), frozenset())[0]
-        is ReclaimAction.EVICT
-    )
-    unknown = resolve_owner(owned("p", ("Thing", "x")), {})
-    action, why = choose_action(unknown, OwnerActions(deployment=ReclaimAction.EVICT), frozenset())
-    assert action is ReclaimAction.RECOMMEND
-    assert "unknown" in why
+def test_bare_pods_and_pods_of_unknown_owners_are_evicted() -> None:
+    """Nothing we know recreates the pod of a controller we cannot act on: it gets the bare pods'
+    action (it used to be Recommend only: a way to keep an idle GPU for ever)."""
+    assert choose_action(resolve_owner(owned("p", None), {}), OwnerActions())[0] is ReclaimAction.EVICT
+    unknown = resolve_owner(owned("p", ("ConfigMap", "x")), {})
+    action, why = choose_action(unknown, OwnerActions())
+    assert action is ReclaimAction.EVICT
+    assert "configmap/x cannot be acted on" in why
+    assert choose_action(unknown, OwnerActions(pod=ReclaimAction.RECOMMEND))[0] is ReclaimAction.RECOMMEND
 
 
-def test_an_autoscaled_owner_is_never_scaled() -> None:
-    owner = resolve_owner(
-        owned("p", ("ReplicaSet", "web-1")), index(*chain(("ReplicaSet", "web-1"), ("Deployment", "web")))
-    )
-    action, why = choose_action(owner, OwnerActions(), frozenset({("team-a", "Deployment", "web")}))
-    assert action is ReclaimAction.RECOMMEND
-    assert "HorizontalPodAutoscaler" in why
+def test_a_standalone_replicaset_is_its_own_owner() -> None:
+    owner = resolve_owner(owned("p", ("ReplicaSet", "rs")), index(obj("ReplicaSet", "rs")))
+    assert (owner.known, owner.label) == (True, "replicaset/rs")
+    assert choose_action(owner, OwnerActions()) == (ReclaimAction.SCALE_TO_ZERO, "")
+
+
+def test_a_cronjobs_job_is_the_owner_and_names_its_cronjob() -> None:
+    objects = index(*chain(("Job", "nightly-1"), ("CronJob", "nightly")))
+    owner = resolve_owner(owned("p", ("Job", "nightly-1")), objects)
+    assert (owner.known, owner.label) == (True, "job/nightly-1")
+    assert owner.scheduler is not None
+    assert owner.scheduler.name == "nightly"
+    assert choose_action(owner, OwnerActions()) == (ReclaimAction.SUSPEND, "")
 
 
 def test_the_admin_may_choose_evict_or_recommend() -> None:
     owner = resolve_owner(owned("p", ("StatefulSet", "db")), index(obj("StatefulSet", "db")))
-    assert (
-        choose_action(owner, OwnerActions(stateful_set=ReclaimAction.EVICT), frozenset())[0]
-        is ReclaimAction.EVICT
-    )
-    chosen = choose_action(owner, OwnerActions(stateful_set=ReclaimAction.RECOMMEND), frozenset())
+    assert choose_action(owner, OwnerActions(stateful_set=ReclaimAction.EVICT))[0] is ReclaimAction.EVICT
+    chosen = choose_action(owner, OwnerActions(stateful_set=ReclaimAction.RECOMMEND))
     assert chosen == (ReclaimAction.RECOMMEND, "reclaim.actions.StatefulSet is Recommend")
 
 
@@ -146,8 +148,24 @@ def test_already_reclaimed_only_while_the_owner_is_still_in_that_state() -> None
     scaled_back = resolve_owner(
         owned("p", ("StatefulSet", "db")), index(obj("StatefulSet", "db", replicas=2, annotations=done))
     )
-    assert already_reclaimed(at_zero) == "ScaleToZero"
-    assert already_reclaimed(scaled_back) == ""
+    ours = [our_record("StatefulSet", "db")]
+    assert already_reclaimed(at_zero, ours) == "ScaleToZero"
+    assert already_reclaimed(scaled_back, ours) == ""
+
+
+def test_a_reclaimed_annotation_without_our_status_record_proves_nothing() -> None:
+    """Issue 32's escape: a decoy Deployment at 0 replicas carrying our annotation is not taken as
+    reclaimed by us unless our own status holds a record in force for its uid."""
+    done = {names.RECLAIMED: "ScaleToZero"}
+    decoy = resolve_owner(
+        owned("p", ("Deployment", "decoy")), index(obj("Deployment", "decoy", replicas=0, annotations=done))
+    )
+    assert already_reclaimed(decoy, []) == ""
+    other_uid = our_record("Deployment", "decoy", uid="uid-of-a-deleted-namesake")
+    assert already_reclaimed(decoy, [other_uid]) == ""
+    assert already_reclaimed(decoy, [our_record("Deployment", "decoy", returned=False)]) == ""
+    assert reclaimed_by_us("", [our_record("Deployment", "decoy", uid="")]) is None
+    assert already_reclaimed(decoy, [our_record("Deployment", "decoy")]) == "ScaleToZero"
 
 
 def test_restore_commands_name_the_cli_and_kubectl() -> None:

@@ -23,7 +23,7 @@ from gpu_efficiency.engine.planner import evaluate, plan_cycle
 
 from . import builders as b
 from .builders import enforce, gpu, no_faults, policy, snapshot  # noqa: F401 (fixture)
-from .owner_builders import chain, due_annotations, obj, owned, with_owners
+from .owner_builders import chain, due_annotations, obj, our_record, owned, with_owners, with_records
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 
@@ -114,21 +114,6 @@ def test_a_partly_idle_deployment_is_never_scaled_and_gets_the_recommendation() 
     assert sorted(e.name for e in skipped) == ["web-0", "web-1"]
 
 
-def test_an_autoscaled_deployment_is_never_scaled() -> None:
-    pods, objects = deployment("api", 2)
-    plan = plan_cycle(cluster(pods, objects, autoscaled=[("team-a", "Deployment", "api")]))
-    assert reclaims(plan.actions) == []
-    assert evictions(plan.actions) == []
-    assert any("HorizontalPodAutoscaler" in n for n in plan.notes)
-
-
-def test_an_unknown_controller_is_recommended_never_evicted() -> None:
-    pods = [owned("p", ("Thing", "x"), annotations=due_annotations())]
-    plan = plan_cycle(cluster(pods, []))
-    assert reclaims(plan.actions) == []
-    assert evictions(plan.actions) == []
-
-
 def test_budgets_count_owners_not_pods() -> None:
     first, o1 = deployment("a", 3)
     second, o2 = deployment("b", 3)
@@ -193,9 +178,25 @@ def test_an_owner_already_reclaimed_is_not_acted_on_again() -> None:
         replicas=0,
         annotations={names.RECLAIMED: "ScaleToZero"},
     )
-    plan = plan_cycle(cluster(pods, objects))
+    plan = plan_cycle(with_records(cluster(pods, objects), our_record("Deployment", "nb")))
     assert reclaims(plan.actions) == []
+    assert evictions(plan.actions) == []
     assert any("already reclaimed" in n for n in plan.notes)
+
+
+def test_a_decoy_owner_with_a_forged_reclaimed_annotation_does_not_hold_its_idle_pods() -> None:
+    """Issue 32's escape: a pod whose controller is a Deployment at 0 replicas carrying our
+    annotation, but which our status never recorded, is not 'already reclaimed': it is acted on."""
+    pods, _ = deployment("nb", 1)
+    objects = chain(
+        ("ReplicaSet", "nb-5d9"),
+        ("Deployment", "nb"),
+        replicas=0,
+        annotations={names.RECLAIMED: "ScaleToZero"},
+    )
+    plan = plan_cycle(cluster(pods, objects))
+    assert not any("already reclaimed" in n for n in plan.notes)
+    assert reclaims(plan.actions) or evictions(plan.actions)  # acted on (how: the owner kind's rule)
 
 
 def test_owners_unreadable_holds_without_withdrawing_warnings() -> None:

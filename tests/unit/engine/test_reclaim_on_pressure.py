@@ -11,12 +11,12 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.engine.model import NodeView, OwnerObject, PendingPod, PodView, ReclaimOwner, Snapshot
 from gpu_efficiency.engine.planner import evaluate
-from gpu_efficiency.engine.pods.reclaimproof import advance, newly_running
+from gpu_efficiency.engine.pods.reclaimproof import accepted, advance, newly_running
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b
 from .builders import NOW, enforce, gpu, no_faults, snapshot  # noqa: F401 (fixture)
-from .owner_builders import chain, due_annotations, obj, owned, with_owners
+from .owner_builders import chain, due_annotations, obj, our_record, owned, with_owners, with_records
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 INSUFFICIENT = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
@@ -69,16 +69,46 @@ def test_on_pressure_reclaims_exactly_enough_for_the_waiting_pod() -> None:
         ("team-a/Deployment/nb0", ["node-0"], 1, ["batch/two"]),
         ("team-a/Deployment/nb1", ["node-0"], 1, ["batch/two"]),
     ]
+    # the proof restore and the engine rely on: the owner's uid and the replicas it had
+    assert [(r.uid, r.replicas) for r in drafts] == [("uid-Deployment-nb0", 1), ("uid-Deployment-nb1", 1)]
+
+
+def test_every_reclamation_in_force_is_kept_so_that_it_stays_restorable() -> None:
+    """More than MAX_RECORDS owners reclaimed and still at zero: none loses its record (restore
+    needs it); of the ones that ended only the last MAX_RECORDS are kept."""
+    in_force = [record(owner=f"team-a/Deployment/nb{i}", uid=f"u{i}") for i in range(12)]
+    ended = [record(owner=f"team-a/Deployment/old{i}", returned=False) for i in range(12)]
+    kept = accepted([*ended, *in_force[:6]], in_force[6:])
+    assert [r.uid for r in kept if r.returned] == [f"u{i}" for i in range(12)]
+    assert len([r for r in kept if not r.returned]) == 10
 
 
 def test_on_pressure_does_not_reclaim_again_while_a_reclaimed_owner_is_freeing_its_gpu() -> None:
     pods, objects, snap = full_node(2, **ON_PRESSURE)
     done = {names.RECLAIMED: "ScaleToZero"}
     objects = [replace(o, replicas=0, annotations=done) if o.ref.name == "nb0" else o for o in objects]
-    snap = with_owners(replace(snap, pending=(waiting("one", 1),)), objects)
-    assert reclaimed(snap) == []  # nb0's GPU is on its way to the waiting pod
     going = [replace(p, deleting=True) if p.name == "nb0-0" else p for p in pods]
-    assert reclaimed(with_owners(replace(snap, pods=tuple(going)), objects)) == []
+    snap = with_owners(replace(snap, pods=tuple(going), pending=(waiting("one", 1),)), objects)
+    assert reclaimed(with_records(snap, our_record("Deployment", "nb0"))) == []  # on its way to the pod
+
+
+def test_a_forged_reclaimed_annotation_frees_no_gpu_for_the_fit_check() -> None:
+    """Issue 31.3: a tenant's decoy Deployment at 0 replicas annotated reclaimed, with a busy pod
+    pointed at it, must not make the waiting pod 'fit in free GPUs': the due idle owner is reclaimed."""
+    pods, objects, snap = full_node(1, **ON_PRESSURE)
+    node = replace(snap.nodes[0], gpu_capacity=2)
+    decoy_pod = owned("squatter", ("Deployment", "decoy"), namespace="team-b", node="node-0")
+    decoy = obj("Deployment", "decoy", "team-b", replicas=0, annotations={names.RECLAIMED: "ScaleToZero"})
+    busy = gpu("GPU-squatter", b.compute_bound(), ("team-b", "squatter"))
+    snap = replace(
+        snap, pods=(*pods, decoy_pod), gpus=(*snap.gpus, busy), nodes=(node,), pending=(waiting("one", 1),)
+    )
+    snap = with_owners(snap, [*objects, decoy])
+    assert reclaimed(snap) == ["nb0"]
+    plan = evaluate(snap).plan
+    assert not any("fits in free GPUs" in n for n in plan.notes)
+    # our own record of the decoy's uid, but its pod not terminating: still frees nothing
+    assert reclaimed(with_records(snap, our_record("Deployment", "decoy", "team-b"))) == ["nb0"]
 
 
 def test_on_pressure_respects_the_budgets_and_a_pod_that_cannot_fit() -> None:

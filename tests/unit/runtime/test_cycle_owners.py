@@ -29,7 +29,7 @@ class StubOwners:
         self.reads += 1
         if self.fail:
             raise OwnersUnavailable("listing deployments: HTTP 403 Forbidden")
-        return OwnerState({}, frozenset(), requests=5)
+        return OwnerState({}, {}, requests=5)
 
 
 NOW = 1_800_000_000.0

@@ -43,7 +43,13 @@ class FakeApi:
 
 
 def builtin(**lists: list[dict[str, Any]]) -> dict[str, Any]:
-    plural = {"replicasets": "apps", "deployments": "apps", "statefulsets": "apps", "jobs": "batch"}
+    plural = {
+        "replicasets": "apps",
+        "deployments": "apps",
+        "statefulsets": "apps",
+        "jobs": "batch",
+        "cronjobs": "batch",
+    }
     docs: dict[str, Any] = {
         f"/apis/{group}/v1/{name}": {"items": lists.get(name, [])} for name, group in plural.items()
     }
@@ -63,6 +69,7 @@ def test_objects_controllers_replicas_and_hpa_targets_are_read() -> None:
             {"metadata": meta("web"), "spec": {}},
         ],
         jobs=[{"metadata": meta("train"), "spec": {"suspend": True}}],
+        cronjobs=[{"metadata": meta("nightly"), "spec": {"concurrencyPolicy": "Forbid", "suspend": False}}],
         hpas=[
             {"metadata": meta("web-hpa"), "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}}}
         ],
@@ -74,7 +81,9 @@ def test_objects_controllers_replicas_and_hpa_targets_are_read() -> None:
     assert (nb.replicas, dict(nb.annotations)) == (0, {names.RECLAIMED: "ScaleToZero"})
     assert state.objects[("ml", "Deployment", "web")].replicas == 1  # the API's default
     assert state.objects[("ml", "Job", "train")].suspended
-    assert state.autoscaled == frozenset({("ml", "Deployment", "web")})
+    assert state.objects[("ml", "CronJob", "nightly")].concurrency_policy == "Forbid"
+    assert state.objects[("ml", "Job", "train")].concurrency_policy == ""
+    assert state.autoscalers == {("ml", "Deployment", "web"): "web-hpa"}
 
 
 def test_pages_are_followed() -> None:

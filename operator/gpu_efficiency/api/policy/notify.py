@@ -25,6 +25,8 @@ NotifyReason = Literal[
     "GPUIdle",
     "GPUUnderutilized",
     "ReclaimSkipped",
+    "ReclaimIneffective",
+    "ReclaimReverted",
     "GPUFaultDetected",
     "NodeTainted",
     "NodeUntainted",

@@ -60,13 +60,19 @@ class ReclaimAction(StrEnum):
 
 
 class OwnerActions(Model):
-    """The action per owner kind. Owners of other kinds, owners targeted by a HorizontalPodAutoscaler
-    and owners only partly idle are never acted on: their pods get a recommendation instead."""
+    """The action per owner kind. An owner targeted by a HorizontalPodAutoscaler is scaled like any
+    other (the HPA stops at 0 replicas and resumes on restore). Pods whose owner cannot be acted on
+    (a controller of another kind, or one that was not read) are evicted like bare pods; an owner only
+    partly idle is never acted on: its pods get a recommendation instead."""
 
     deployment: Literal[ReclaimAction.SCALE_TO_ZERO, ReclaimAction.EVICT, ReclaimAction.RECOMMEND] = Field(
         default=ReclaimAction.SCALE_TO_ZERO, alias="Deployment"
     )
     """Deployments (apps/v1, through their ReplicaSet): scaled to zero through deployments/scale."""
+    replica_set: Literal[ReclaimAction.SCALE_TO_ZERO, ReclaimAction.EVICT, ReclaimAction.RECOMMEND] = Field(
+        default=ReclaimAction.SCALE_TO_ZERO, alias="ReplicaSet"
+    )
+    """ReplicaSets (apps/v1) not owned by a Deployment: scaled to zero through replicasets/scale."""
     stateful_set: Literal[ReclaimAction.SCALE_TO_ZERO, ReclaimAction.EVICT, ReclaimAction.RECOMMEND] = Field(
         default=ReclaimAction.SCALE_TO_ZERO, alias="StatefulSet"
     )
@@ -74,7 +80,8 @@ class OwnerActions(Model):
     job: Literal[ReclaimAction.SUSPEND, ReclaimAction.EVICT, ReclaimAction.RECOMMEND] = Field(
         default=ReclaimAction.SUSPEND, alias="Job"
     )
-    """Jobs (batch/v1) not owned by another controller: suspended (spec.suspend=true; not failed)."""
+    """Jobs (batch/v1) not owned by another controller, or created by a CronJob: suspended
+    (spec.suspend=true; not failed). The CronJob is left alone: its next scheduled run starts."""
     job_set: Literal[ReclaimAction.SUSPEND, ReclaimAction.EVICT, ReclaimAction.RECOMMEND] = Field(
         default=ReclaimAction.SUSPEND, alias="JobSet"
     )
@@ -129,12 +136,14 @@ class OwnerActions(Model):
     pod: Literal[ReclaimAction.EVICT, ReclaimAction.RECOMMEND] = Field(
         default=ReclaimAction.EVICT, alias="Pod"
     )
-    """Bare pods: evicted, and only when eviction.allowBarePods is true."""
+    """Bare pods, and pods whose owner cannot be acted on: evicted (bare ones only when
+    eviction.allowBarePods is true)."""
 
     def for_kind(self, kind: str) -> ReclaimAction:
         """The action for an owner kind; Recommend for kinds without an integration."""
         chosen: dict[str, ReclaimAction] = {
             "Deployment": self.deployment,
+            "ReplicaSet": self.replica_set,
             "StatefulSet": self.stateful_set,
             "Job": self.job,
             "JobSet": self.job_set,

@@ -83,6 +83,10 @@ def merge_budgets(
             "evictions_total": max(base.evictions_total, other.evictions_total),
             "evictions_blocked_total": max(base.evictions_blocked_total, other.evictions_blocked_total),
             "reclaims_total": max(base.reclaims_total, other.reclaims_total),
+            "reclaims_reverted_total": max(base.reclaims_reverted_total, other.reclaims_reverted_total),
+            "reclaims_ineffective_total": max(
+                base.reclaims_ineffective_total, other.reclaims_ineffective_total
+            ),
         }
     )
 

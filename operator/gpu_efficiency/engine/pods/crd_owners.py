@@ -44,20 +44,14 @@ def kueue_workloads(objects: Mapping[OwnerKey, OwnerObject]) -> WorkloadIndex:
 
 def admitted_by_kueue(owner: Owner, workloads: WorkloadIndex) -> Owner:
     """The Workload in place of an owner Kueue suspends and admits; the owner unchanged otherwise.
-    A Kueue-labelled owner without its Workload read becomes unknown (a recommendation only)."""
+    A Kueue-labelled owner without its Workload read stays itself: a known controller (evicting its
+    pods would only have them recreated), which ``refuse_suspend`` leaves to a recommendation."""
     if not owner.known or owner.ref.kind not in ACTION_KINDS[ReclaimAction.SUSPEND]:
         return owner
     found = workloads.get(owner.key)
     if found is not None and found.controller is not None and found.controller.uid == owner.ref.uid:
         return Owner(owner.namespace, found.ref, True, "", found)
-    queue = owner.obj.kueue_queue if owner.obj is not None else ""
-    if queue:
-        why = (
-            f"queued in Kueue (kueue.x-k8s.io/queue-name={queue}) but no Workload controlling it was read: "
-            "Kueue owns its suspend switch"
-        )
-        return Owner(owner.namespace, owner.ref, False, why, owner.obj)
-    return owner
+    return owner  # a Kueue-labelled one without its Workload read: refuse_suspend recommends
 
 
 def kueue_admitted(owner: Owner) -> OwnerRef | None:
@@ -70,7 +64,16 @@ def kueue_admitted(owner: Owner) -> OwnerRef | None:
 
 def refuse_suspend(owner: Owner, action: ReclaimAction, why: str) -> tuple[ReclaimAction, str]:
     """Recommend, not Suspend, where the owner's own controller would refuse the suspend (KubeRay
-    rejects a suspended RayJob without shutdownAfterJobFinishes, or one in ClusterSelector mode)."""
-    if action is ReclaimAction.SUSPEND and owner.obj is not None and owner.obj.cannot_suspend:
+    rejects a suspended RayJob without shutdownAfterJobFinishes, or one in ClusterSelector mode) or
+    fight it (Kueue suspends and unsuspends the jobs it queues: without their Workload read, there
+    is nothing we may switch)."""
+    if action is not ReclaimAction.SUSPEND or owner.obj is None:
+        return action, why
+    if owner.obj.cannot_suspend:
         return ReclaimAction.RECOMMEND, f"{owner.label} cannot be suspended: {owner.obj.cannot_suspend}"
+    if owner.obj.kueue_queue:
+        return ReclaimAction.RECOMMEND, (
+            f"{owner.label} is queued in Kueue (kueue.x-k8s.io/queue-name={owner.obj.kueue_queue}) but no "
+            "Workload controlling it was read: Kueue owns its suspend switch"
+        )
     return action, why

@@ -23,6 +23,7 @@ from gpu_efficiency.engine.model import (
     AnnotatePod,
     EvictPod,
     NodeEvent,
+    OwnerEvent,
     Plan,
     PodEvent,
     PodVerdict,
@@ -53,6 +54,8 @@ TITLES: Mapping[str, str] = {
     names.EV_IDLE: "GPU idle",
     names.EV_UNDERUTILIZED: "GPU underused",
     names.EV_RECLAIM_SKIPPED: "Idle GPU not reclaimed",
+    names.EV_RECLAIM_INEFFECTIVE: "Evicted pod came back idle: left alone",
+    names.EV_RECLAIM_REVERTED: "Reclaimed workload put back without restore",
     names.EV_FAULT: "GPU fault detected",
     names.EV_TAINTED: "Node taken out of scheduling (GPU fault)",
     names.EV_UNTAINTED: "Node back in scheduling",
@@ -193,6 +196,15 @@ def notifications(
                                          keep_allowed))  # fmt: skip
         elif isinstance(action, ReclaimOwner):
             out.append(_owner_notification(index, action, now, policy, window_s))
+        elif isinstance(action, OwnerEvent):
+            owner = action.owner
+            out.append(
+                Notification(
+                    reason=action.reason, type=action.type, policy=policy, time=now, kind=owner.kind,
+                    name=owner.name, uid=owner.uid, message=action.message, namespace=action.namespace,
+                    owner=f"{owner.kind.lower()}/{owner.name}", why=action.message.split(":")[0],
+                )
+            )  # fmt: skip
         elif isinstance(action, NodeEvent):
             out.append(
                 Notification(

@@ -1,9 +1,9 @@
 """When a cycle must read the pods' owners from the API server, and when the last read will do.
 
-Owners are listed cluster-wide (six LISTs), so reading them every cycle would end the operator's
+Owners are listed cluster-wide (seven LISTs), so reading them every cycle would end the operator's
 "a steady cluster costs no API reads". They matter at two moments only: when an in-scope pod is
-about to be warned (the warning names what will be done to which owner, and a partly idle, HPA- or
-unknown-owned pod gets its recommendation instead) and when a warned pod is due (the action itself,
+about to be warned (the warning names what will be done to which owner, and a partly idle owner's
+pod gets its recommendation instead) and when a warned pod is due (the action itself,
 which must see today's replicas, HPAs and PodDisruptionBudgets). In between, the last read only
 shapes annotation texts, which a read a few minutes old shapes the same way.
 """

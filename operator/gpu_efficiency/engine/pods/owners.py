@@ -5,23 +5,37 @@ idle workload. So an idle pod is traced up its controller chain to its top owner
 Deployment, StatefulSet -> Notebook, Job -> JobSet, ...) and the action is chosen for that owner
 (DESIGN.md safety rule 8). The chain is followed only through objects the source layer read: a
 controller that was not read (a kind without an integration, a CRD not installed) makes the owner
-unknown, and an unknown owner is only ever given a recommendation.
+unknown. Nothing we know recreates the pods of an unknown owner, so they are evicted like bare pods
+(reclaim.py: at most once before ReclaimIneffective, and after maxKeep where opt-out is allowed):
+an owner we cannot act on must not be a way to keep an idle GPU.
+
+Two controllers are deliberately not climbed to: a CronJob (its Job is suspended and the schedule
+goes on) and nothing above a ReplicaSet that no Deployment owns (the ReplicaSet is scaled itself).
+An owner targeted by a HorizontalPodAutoscaler is scaled to zero like any other: the HPA controller
+(kubernetes pkg/controller/podautoscaler/horizontal.go, reconcileAutoscaler, v1.36) does not
+rescale a target whose current replicas are 0 unless it scaled it to zero itself (the
+HPAScaleToZero ScaledToZero condition): it sets ScalingActive=False, reason ScalingDisabled ("scaling
+is disabled since the replica count of the target is zero"), and resumes as soon as the target is
+scaled up again, which is what ``gpu-efficiency restore`` does.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import OwnerActions, ReclaimAction
+from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.api.suspend_fields import SUSPEND_PATHS, suspend_patch
 from gpu_efficiency.engine.model import OwnerKey, OwnerObject, OwnerRef, PodView
+from gpu_efficiency.engine.pods.reclaimedbyus import reclaimed_by_us
 
 #: Owner kinds with an integration, and the API group each must come from.
 OWNER_GROUPS: Mapping[str, str] = {
     "Deployment": "apps",
+    "ReplicaSet": "apps",
     "StatefulSet": "apps",
     "Job": "batch",
     "JobSet": "jobset.x-k8s.io",
@@ -37,13 +51,15 @@ OWNER_GROUPS: Mapping[str, str] = {
 }
 #: What each owner-level action can be applied to (the rest: Evict or Recommend only).
 ACTION_KINDS: Mapping[ReclaimAction, frozenset[str]] = {
-    ReclaimAction.SCALE_TO_ZERO: frozenset({"Deployment", "StatefulSet", "LeaderWorkerSet"}),
+    ReclaimAction.SCALE_TO_ZERO: frozenset({"Deployment", "ReplicaSet", "StatefulSet", "LeaderWorkerSet"}),
     ReclaimAction.STOP: frozenset({"Notebook"}),
     ReclaimAction.SUSPEND: frozenset({"Job", "JobSet"})
     | frozenset({"RayCluster", "RayJob", "PyTorchJob", "MPIJob", "TFJob", "TrainJob"}),
     ReclaimAction.DEACTIVATE: frozenset({"Workload"}),  # Kueue's (engine/pods/crd_owners.py)
 }
 BARE = "Pod"
+#: A controller above a Job that is left alone: the Job is the owner acted on (its next run starts).
+SCHEDULERS: Mapping[str, str] = {"CronJob": "batch"}
 _MAX_DEPTH = 8  # controller chains are 2-4 deep; a longer one is a loop in bad data
 
 
@@ -56,6 +72,8 @@ class Owner:
     known: bool  # the kind has an integration and every link of the chain was read
     why: str = ""  # why not known
     obj: OwnerObject | None = None  # None for a bare pod or an owner that was not read
+    scheduler: OwnerRef | None = None  # the CronJob that created this Job (left alone)
+    scheduler_obj: OwnerObject | None = None  # that CronJob when it was read
 
     @property
     def key(self) -> OwnerKey:
@@ -84,9 +102,13 @@ def resolve_owner(pod: PodView, objects: Mapping[OwnerKey, OwnerObject]) -> Owne
             )
             return Owner(pod.namespace, ref, False, f"controller {what} was not read: {reason}", obj)
         obj = found
-        if found.controller is None:
+        above = found.controller
+        if above is None:
             break
-        ref = found.controller
+        if found.ref.kind == "Job" and SCHEDULERS.get(above.kind) == above.group:
+            scheduler = objects.get((pod.namespace, above.kind, above.name))
+            return Owner(pod.namespace, ref, True, "", obj, above, scheduler)
+        ref = above
     else:
         return Owner(pod.namespace, ref, False, "controller chain too deep", obj)
     if OWNER_GROUPS.get(ref.kind) != ref.group:
@@ -100,14 +122,12 @@ def resolve_owner(pod: PodView, objects: Mapping[OwnerKey, OwnerObject]) -> Owne
     return Owner(pod.namespace, ref, True, "", obj)
 
 
-def choose_action(
-    owner: Owner, actions: OwnerActions, autoscaled: frozenset[OwnerKey]
-) -> tuple[ReclaimAction, str]:
-    """The policy's action for the owner, or Recommend and why (unknown owner, autoscaled)."""
+def choose_action(owner: Owner, actions: OwnerActions) -> tuple[ReclaimAction, str]:
+    """The policy's action for the owner and, when it is not the kind's own action, why: an unknown
+    owner's pods get the bare pods' action (Evict: nothing we know recreates them), or Recommend."""
     if not owner.known:
-        return ReclaimAction.RECOMMEND, f"owner {owner.label} unknown ({owner.why})"
-    if owner.key in autoscaled:
-        return ReclaimAction.RECOMMEND, f"{owner.label} is the scaleTargetRef of a HorizontalPodAutoscaler"
+        why = f"owner {owner.label} cannot be acted on: {owner.why}"
+        return actions.for_kind(BARE), why
     action = actions.for_kind(owner.ref.kind)
     if action is ReclaimAction.RECOMMEND:
         return action, f"reclaim.actions.{owner.ref.kind} is Recommend"
@@ -116,23 +136,34 @@ def choose_action(
     return action, ""
 
 
-def already_reclaimed(owner: Owner) -> str:
-    """The action recorded on the owner when it is still in that state ('' otherwise)."""
-    obj = owner.obj
-    if obj is None:
-        return ""
-    done = obj.annotations.get(names.RECLAIMED, "")
+def in_reclaimed_state(obj: OwnerObject, action: str) -> bool:
+    """The object is at 0 replicas, suspended or stopped, as ``action`` left it."""
     in_state = {
         ReclaimAction.SCALE_TO_ZERO.value: obj.replicas == 0,
         ReclaimAction.SUSPEND.value: obj.suspended,
         ReclaimAction.STOP.value: names.KUBEFLOW_STOPPED in obj.annotations,
         ReclaimAction.DEACTIVATE.value: obj.suspended,  # a Workload's spec.active=false
     }
-    return done if in_state.get(done, False) else ""
+    return in_state.get(action, False)
+
+
+def already_reclaimed(owner: Owner, records: Iterable[Reclamation]) -> str:
+    """The action we reclaimed the owner with, while it is still in that state ('' otherwise).
+
+    Proven by our own status record for the owner's uid (``reclaimed_by_us``), never by the
+    ``reclaimed`` annotation alone, which the owner's user can write."""
+    obj = owner.obj
+    if obj is None:
+        return ""
+    record = reclaimed_by_us(obj.ref.uid, records)
+    if record is None or record.owner != "/".join(owner.key):
+        return ""
+    return record.action if in_reclaimed_state(obj, record.action) else ""
 
 
 _VERBS: Mapping[str, str] = {
     "Deployment": "scale it to zero",
+    "ReplicaSet": "scale it to zero",
     "StatefulSet": "scale it to zero",
     "LeaderWorkerSet": "scale it to zero",
     "InferenceService": "set its minReplicas to 0 or delete it",
@@ -166,12 +197,33 @@ _PAST: Mapping[ReclaimAction, str] = {
 }
 
 
+def scheduler_note(owner: Owner) -> str:
+    """What happens to the CronJob of a suspended Job (kubernetes pkg/controller/cronjob: a Job that
+    is not finished stays in status.active; Forbid starts no run while one is active, Replace deletes
+    the active ones at the next run)."""
+    cron = owner.scheduler
+    if cron is None:
+        return ""
+    label = f"{cron.kind.lower()}/{cron.name}"
+    policy = owner.scheduler_obj.concurrency_policy if owner.scheduler_obj is not None else ""
+    if policy == "Forbid":
+        return (
+            f"{label} is left alone, but its concurrencyPolicy Forbid starts no new run while this "
+            f"suspended Job exists: restore or delete {owner.label} to let the next scheduled run start"
+        )
+    if policy == "Replace":
+        return f"{label} is left alone: its next scheduled run will start and replace this suspended Job"
+    return f"{label} is left alone: its next scheduled run will start as usual"
+
+
 def action_words(owner: Owner, action: ReclaimAction) -> str:
     """``deployment/nb will be scaled to zero``: the warning's subject and verb."""
     if owner.ref.kind == BARE:
         return "the pod will be evicted"
     if action is ReclaimAction.EVICT:
         return f"the pods of {owner.label} will be evicted"
+    if owner.scheduler is not None:
+        return f"{owner.label} (created by {owner.scheduler.kind.lower()}/{owner.scheduler.name}) will be {_PAST.get(action, 'reclaimed')}"
     return f"{owner.label} will be {_PAST.get(action, 'reclaimed')}"
 
 

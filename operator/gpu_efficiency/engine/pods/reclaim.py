@@ -5,9 +5,15 @@ owner (owners.py), whether those warnings may stand and what happens when they a
 
 * The owner is acted on only when every one of its GPU pods (in scope or not) is Idle, warned and
   past evict-after. One that is busy, Unknown or not judged by this policy holds the whole owner.
-* An owner that can never be acted on (unknown, autoscaled, Recommend by policy, partly idle, a pod
-  that may never be touched, or one held by exempt/keep-until) is a *blocker*: its pods' warnings are
-  withdrawn (a warning that cannot come true is a lie) and they carry the recommendation instead.
+* An owner we cannot act on (a controller of a kind we do not know or did not read, or one already
+  at 0 replicas, suspended or stopped without a reclamation of ours while its pods run) is no way
+  out: its pods are evicted like bare pods. Where ``allowOptOut`` is true that waits ``maxKeep``
+  after the warning (unless ``allowBarePods``); if a pod of the same controller comes back and goes
+  idle again, it is ReclaimIneffective and left alone (ownerholds.py) instead of evicted in a loop.
+* An owner that can never be acted on (Recommend by policy, partly idle, a pod that may never be
+  touched, one held by exempt/keep-until, or one left alone after a revert) is a *blocker*: its
+  pods' warnings are withdrawn (a warning that cannot come true is a lie) and they carry the
+  recommendation instead.
 * Budgets count owners: scaling a Deployment of four replicas is one action, like evicting one pod.
 """
 
@@ -18,18 +24,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.policy import ReclaimAction
-from gpu_efficiency.api.status import Reclamation
+from gpu_efficiency.api.status import OwnerHold, Reclamation
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
     DisruptionBudget,
     EvictPod,
     NodeView,
+    OwnerEvent,
     OwnerKey,
     PendingPod,
     PodEvent,
     PodView,
+    PolicyEvent,
     ReclaimOwner,
     Snapshot,
     Verdict,
@@ -48,16 +57,31 @@ from gpu_efficiency.engine.pods.crd_owners import (
     refuse_suspend,
 )
 from gpu_efficiency.engine.pods.idle import PodKey, hold_reason
+from gpu_efficiency.engine.pods.ownerholds import (
+    active_hold,
+    came_back,
+    find_reverts,
+    hold_text,
+    ineffective_hold,
+)
 from gpu_efficiency.engine.pods.owners import (
+    BARE,
     Owner,
     action_words,
     already_reclaimed,
     choose_action,
+    in_reclaimed_state,
     recommendation,
     resolve_owner,
+    scheduler_note,
 )
 from gpu_efficiency.engine.pods.pressure import choose_for_pressure, waiting_for_gpus
-from gpu_efficiency.engine.pods.reclaimproof import draft, freed_gpu_ids, freed_gpus, waiting_names
+from gpu_efficiency.engine.pods.reclaimproof import (
+    draft,
+    freed_gpu_ids,
+    freed_gpus,
+    waiting_names,
+)
 from gpu_efficiency.engine.selection import LabelMatcher, compile_selector
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
@@ -76,6 +100,9 @@ class OwnerGroup:
     disruption_blocked: str = ""  # a PodDisruptionBudget allows too few disruptions: retried
     recommendation: str = ""
     reclaimed: bool = False  # already in its reclaimed state: its pods are on their way out
+    #: the owner cannot be acted on: its pods are evicted instead (``why`` says why)
+    fallback: bool = False
+    autoscaler: str = ""  # the HorizontalPodAutoscaler targeting it ('' when none)
 
     @property
     def actionable(self) -> bool:
@@ -96,6 +123,10 @@ class OwnerPlan:
     of_pod: dict[PodKey, OwnerGroup]
     #: GPU UUIDs of each judged pod: pods time-sliced on one GPU free it once, not once each.
     gpu_uuids: Mapping[PodKey, tuple[str, ...]] = field(default_factory=dict)
+    #: Owners newly left alone (ReclaimReverted, ReclaimIneffective), for status.ownerHolds.
+    new_holds: list[OwnerHold] = field(default_factory=list)
+    #: Their events (on the owner or its pods, and on the policy).
+    events: list[Action] = field(default_factory=list)
 
 
 def group_owners(
@@ -109,6 +140,23 @@ def group_owners(
     owner, the action and whether it is blocked or held. ``verdicts``: this policy's verdicts;
     ``gpu_uuids``: the GPUs of the pods it judged."""
     objects = snapshot.owners or {}
+    holds = list(snapshot.status.owner_holds)
+    new_holds: list[OwnerHold] = []
+    events: list[Action] = []
+    if params.enforce and snapshot.owners is not None and not snapshot.owners_error:
+        for revert in find_reverts(snapshot.status.reclamations, holds, objects, params, snapshot.now):
+            new_holds.append(revert.hold)
+            events.append(
+                OwnerEvent(
+                    namespace=revert.obj.namespace,
+                    owner=revert.obj.ref,
+                    reason=names.EV_RECLAIM_REVERTED,
+                    message=revert.message,
+                )
+            )
+            events.append(
+                PolicyEvent(reason=names.EV_RECLAIM_REVERTED, message=revert.message, type="Warning")
+            )
     resolved: dict[tuple[str, str, str], Owner] = {}
     groups: dict[OwnerKey, OwnerGroup] = {}
     of_pod: dict[PodKey, OwnerGroup] = {}
@@ -123,18 +171,20 @@ def group_owners(
                 resolved[cache_key] = owner
         group = groups.get(owner.key)
         if group is None:
-            action, why = choose_action(owner, snapshot.policy.reclaim.actions, snapshot.autoscaled)
+            action, why = choose_action(owner, snapshot.policy.reclaim.actions)
             action, why = refuse_suspend(owner, action, why)
-            group = groups[owner.key] = OwnerGroup(owner, action, why)
+            group = groups[owner.key] = OwnerGroup(owner, action, why, fallback=not owner.known)
+            group.autoscaler = snapshot.autoscalers.get(owner.key, "")
         group.pods.append(pod)
         group.idle += verdicts.get((pod.namespace, pod.name)) is Verdict.IDLE
         of_pod[(pod.namespace, pod.name)] = group
     budgets = [(b, compile_selector(b.selector)) for b in snapshot.disruption_budgets]
+    plan = OwnerPlan(groups, of_pod, dict(gpu_uuids or {}), new_holds, events)
     for group in groups.values():
-        _decide(group, snapshot, params)
+        _decide(group, snapshot, params, [*holds, *new_holds], plan)
         if not group.blocker and not group.hold and group.action is not ReclaimAction.EVICT:
             group.disruption_blocked = _disruption_blocker(group, budgets)
-    return OwnerPlan(groups, of_pod, dict(gpu_uuids or {}))
+    return plan
 
 
 def _disruption_blocker(group: OwnerGroup, budgets: list[tuple[DisruptionBudget, LabelMatcher]]) -> str:
@@ -152,20 +202,47 @@ def _disruption_blocker(group: OwnerGroup, budgets: list[tuple[DisruptionBudget,
     return ""
 
 
-def _decide(group: OwnerGroup, snapshot: Snapshot, params: CycleParams) -> None:
+_STATE: Mapping[ReclaimAction, str] = {
+    ReclaimAction.SCALE_TO_ZERO: "at 0 replicas",
+    ReclaimAction.SUSPEND: "suspended",
+    ReclaimAction.STOP: "stopped",
+}
+
+
+def _decide(
+    group: OwnerGroup, snapshot: Snapshot, params: CycleParams, holds: list[OwnerHold], plan: OwnerPlan
+) -> None:
     owner, total = group.owner, len(group.pods)
     group.recommendation = recommendation(owner, group.idle, total)
-    if snapshot.owners_error and owner.ref.kind != "Pod":
+    if snapshot.owners_error and owner.ref.kind != BARE:
         group.hold = f"owners could not be read this cycle: {snapshot.owners_error}"
         return
     if not group.actionable:
         group.blocker = f"recommend only ({group.why}): {group.recommendation}"
         return
-    done = already_reclaimed(owner)
+    held = active_hold(holds, owner.key, snapshot.now)
+    if held is not None:
+        group.blocker = f"{owner.label} {hold_text(held)}"
+        return
+    done = already_reclaimed(owner, snapshot.status.reclamations) if owner.known else ""
     if done:
         group.hold = f"{owner.label} already reclaimed ({done}): its pods are going"
         group.reclaimed = True
         return
+    obj = owner.obj
+    if owner.known and obj is not None and in_reclaimed_state(obj, group.action.value):
+        # at 0 replicas (suspended, stopped) yet its pods run, and not by us (a decoy, annotated
+        # reclaimed or not): acting on it frees nothing, so its pods are evicted instead
+        state = _STATE.get(group.action, "in its reclaimed state")
+        group.action = snapshot.policy.reclaim.actions.for_kind(BARE)
+        group.why = (
+            f"{owner.label} is already {state} but not by this policy and its GPU pods still run: "
+            "acting on it frees nothing"
+        )
+        group.fallback = True
+        if not group.actionable:
+            group.blocker = f"recommend only ({group.why}): {group.recommendation}"
+            return
     if group.idle < total:
         group.blocker = f"{group.recommendation} (never reclaimed while one of its GPU pods is not idle)"
         return
@@ -174,6 +251,43 @@ def _decide(group: OwnerGroup, snapshot: Snapshot, params: CycleParams) -> None:
         if blocker:
             group.blocker = f"pod {pod.namespace}/{pod.name} of {owner.label}: {blocker}"
             return
+    if group.fallback and params.enforce:  # Observe reclaims nothing, so nothing comes back
+        record = came_back(owner.key, group.pods, snapshot.status.reclamations, holds)
+        if record is not None:
+            _ineffective(group, record, params, snapshot.now, plan)
+
+
+def _ineffective(
+    group: OwnerGroup, record: Reclamation, params: CycleParams, now: float, plan: OwnerPlan
+) -> None:
+    """The pods evicted at ``record`` came back under the same owner and are idle again."""
+    hold = ineffective_hold(group.owner.key, record, params, now)
+    plan.new_holds.append(hold)
+    message = (
+        f"the GPU pods of {group.owner.label} were evicted at {record.time} ({group.why}), yet a pod of it came "
+        f"back and is idle again: evicting it again would loop, so it is left alone until {hold.until} "
+        "(maxKeep) or until an admin removes the entry from the policy's status.ownerHolds. Ask its owner "
+        "to release the GPU, or give its controller an integration"
+    )
+    group.blocker = f"{group.owner.label} {hold_text(hold)}"
+    for pod in group.pods:
+        plan.events.append(
+            PodEvent(
+                namespace=pod.namespace,
+                name=pod.name,
+                uid=pod.uid,
+                reason=names.EV_RECLAIM_INEFFECTIVE,
+                message=message,
+                type="Warning",
+            )
+        )
+    plan.events.append(
+        PolicyEvent(
+            reason=names.EV_RECLAIM_INEFFECTIVE,
+            message=f"{group.owner.namespace}/{group.owner.label}: {message}",
+            type="Warning",
+        )
+    )
 
 
 def _own_hold(pod: PodView, params: CycleParams, now: float) -> str:
@@ -235,6 +349,8 @@ def select_reclaims(
         if not why and len(found) < len(group.pods):
             why = f"{len(found)} of {len(group.pods)} GPU pods of {group.owner.label} due; waiting for all"
         if not why:
+            why = _opt_out_kept(group, found, params, now)
+        if not why:
             why = next(
                 (f"pod {c.pod.name}: {b}" for c in found if (b := temporary_blocker(c.pod, params, now))), ""
             )
@@ -274,7 +390,7 @@ def select_reclaims(
         else:
             taken += 1
             per_namespace[owner.namespace] += 1
-            planned = _actions(group, found, idle_since, policy_name)
+            planned = _actions(group, found, idle_since, policy_name, params)
             actions.extend(planned)
             action = group.action.value
             freed = freed_gpus(group.pods, plan.gpu_uuids)
@@ -310,7 +426,10 @@ def _under_pressure(
     notes: list[str],
 ) -> tuple[list[tuple[float, OwnerGroup, list[EvictionCandidate]]], Mapping[OwnerKey, tuple[str, ...]]]:
     """The ready owners that make waiting GPU pods fit (the rest keep their warnings and wait)."""
-    freeing = frozenset(p.uid for g in plan.groups.values() if g.reclaimed for p in g.pods)
+    # Freeing: pods of owners our own status proves we reclaimed (group.reclaimed), and only those
+    # actually terminating. A forged `reclaimed` annotation, or a pod pointed at an owner we really
+    # scaled to zero but that nothing deletes, frees nothing.
+    freeing = frozenset(p.uid for g in plan.groups.values() if g.reclaimed for p in g.pods if p.deleting)
     choice = choose_for_pressure(
         pressure.nodes,
         pressure.pods,
@@ -327,6 +446,41 @@ def _under_pressure(
                 f"no GPU pod waiting ({len(choice.waiting)} pending for GPUs) needs its GPUs; warning kept"
             )
     return [r for r in ready if r[1].owner.key in keep], choice.served
+
+
+def _opt_out_until(found: Sequence[EvictionCandidate], params: CycleParams) -> float | None:
+    """When an owner we cannot act on stops being honoured as an opt-out: ``maxKeep`` after its
+    pods' warnings ran out (their evict-after, kept in the cluster). None: not honoured at all
+    (allowOptOut false, or allowBarePods: pods nothing recreates may be evicted)."""
+    if not params.allow_opt_out or params.allow_bare_pods:
+        return None
+    due = [parse_rfc3339(c.pod.annotations.get(names.EVICT_AFTER)) for c in found]
+    return max((d for d in due if d is not None), default=0.0) + params.max_keep_s
+
+
+def _opt_out_kept(
+    group: OwnerGroup, found: Sequence[EvictionCandidate], params: CycleParams, now: float
+) -> str:
+    if not group.fallback:
+        return ""
+    until = _opt_out_until(found, params)
+    if until is None or now >= until:
+        return ""
+    return (
+        f"{group.why}: honoured as an opt-out (idle.allowOptOut) until {format_rfc3339(until)} "
+        f"(maxKeep {format_duration(params.max_keep_s)}), then its pods are evicted"
+    )
+
+
+def _fallback_reason(group: OwnerGroup, params: CycleParams) -> str:
+    """Why the pods of an owner we cannot act on are evicted (the GPUIdleEvicted event)."""
+    if not params.allow_opt_out:
+        kept = "idle.allowOptOut is false"
+    elif params.allow_bare_pods:
+        kept = "eviction.allowBarePods is true"
+    else:
+        kept = f"honoured as an opt-out for maxKeep {format_duration(params.max_keep_s)}, which is over"
+    return f"{group.why}; nothing we know would recreate its pods, so they are evicted ({kept})"
 
 
 def _blocked_once(found: list[EvictionCandidate], why: str, now: float) -> list[Action]:
@@ -358,15 +512,20 @@ def _blocked_once(found: list[EvictionCandidate], why: str, now: float) -> list[
 
 
 def _actions(
-    group: OwnerGroup, found: list[EvictionCandidate], idle_since: float, policy_name: str
+    group: OwnerGroup,
+    found: list[EvictionCandidate],
+    idle_since: float,
+    policy_name: str,
+    params: CycleParams,
 ) -> list[Action]:
     if group.action is ReclaimAction.EVICT:
+        why = f"; {_fallback_reason(group, params)}" if group.fallback else ""
         return [
             EvictPod(
                 namespace=c.pod.namespace,
                 name=c.pod.name,
                 uid=c.pod.uid,
-                reason=f"{c.message} (policy {policy_name})",
+                reason=f"{c.message}{why} (policy {policy_name})",
             )
             for c in sorted(found, key=lambda c: c.pod.name)
         ]
@@ -379,6 +538,13 @@ def _actions(
     admitted = kueue_admitted(owner)
     if admitted is not None:
         reason += f" (the Kueue Workload of {admitted.kind.lower()}/{admitted.name})"
+    if owner.scheduler is not None:
+        reason += f"; {scheduler_note(owner)}"
+    if group.autoscaler:
+        reason += (
+            f"; horizontalpodautoscaler/{group.autoscaler} stops scaling it at 0 replicas (ScalingDisabled) "
+            "and takes over again once it is restored"
+        )
     return [
         ReclaimOwner(
             namespace=owner.namespace,
@@ -388,5 +554,6 @@ def _actions(
             reason=reason,
             policy=policy_name,
             admitted=admitted,
+            autoscaler=group.autoscaler,
         )
     ]

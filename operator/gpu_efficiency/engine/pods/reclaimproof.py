@@ -17,12 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.engine.model import OwnerKey, OwnerObject, PendingPod, PodView
-from gpu_efficiency.engine.pods.owners import Owner, already_reclaimed
+from gpu_efficiency.engine.pods.owners import Owner, in_reclaimed_state
 from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
-MAX_RECORDS = 10
+MAX_RECORDS = 10  # reclamations that ended, kept for their figures
+#: Reclamations in force, kept because they are the proof ``restore`` and the engine rely on
+#: (engine/pods/reclaimedbyus.py): dropping one would make its owner unrestorable.
+MAX_IN_FORCE = 500
 MAX_WAITING = 8
 
 
@@ -59,8 +63,11 @@ def draft(
     controllers = sorted(
         {f"{p.controller.kind}/{p.controller.name}" if p.controller else f"Pod/{p.name}" for p in pods}
     )
+    obj = owner.obj
     return Reclamation(
         owner=owner_text(owner.key),
+        uid=obj.ref.uid if obj is not None else owner.ref.uid,
+        replicas=obj.replicas if obj is not None and action == ReclaimAction.SCALE_TO_ZERO else None,
         action=action,
         time=format_rfc3339(now),
         nodes=sorted({p.node for p in pods if p.node}),
@@ -97,7 +104,9 @@ def _back(
     if kind == "Pod":
         return False  # an evicted bare pod has no object to read; a new one shows as a pod above
     obj = owners.get((namespace, kind, name))
-    return obj is None or not already_reclaimed(Owner(namespace, obj.ref, True, "", obj))
+    if obj is None or (record.uid and obj.ref.uid != record.uid):
+        return True  # gone, or a same-named successor: ours is not there any more
+    return not in_reclaimed_state(obj, record.action)
 
 
 def _first_running(record: Reclamation, pods: Sequence[PodView], now: float) -> tuple[str, float] | None:
@@ -127,7 +136,7 @@ def advance(
     out: list[Reclamation] = []
     returned = 0.0
     counted: set[str] = set()
-    for record in records[-MAX_RECORDS:]:
+    for record in kept(records):
         update: dict[str, object] = {}
         if record.returned:
             if _back(record, pods, owners):
@@ -157,5 +166,12 @@ def newly_running(before: Sequence[Reclamation], after: Sequence[Reclamation]) -
 
 
 def accepted(records: Sequence[Reclamation], drafts: Sequence[Reclamation]) -> list[Reclamation]:
-    """``records`` with the drafts whose action was accepted, the newest ``MAX_RECORDS`` kept."""
-    return [*records, *drafts][-MAX_RECORDS:]
+    """``records`` with the drafts whose action was accepted (or whose outcome is unknown)."""
+    return kept([*records, *drafts])
+
+
+def kept(records: Sequence[Reclamation]) -> list[Reclamation]:
+    """The newest ``MAX_IN_FORCE`` records in force and ``MAX_RECORDS`` that ended, in order."""
+    in_force = [i for i, r in enumerate(records) if r.returned][-MAX_IN_FORCE:]
+    ended = [i for i, r in enumerate(records) if not r.returned][-MAX_RECORDS:]
+    return [records[i] for i in sorted((*in_force, *ended))]
