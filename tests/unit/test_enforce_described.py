@@ -51,7 +51,7 @@ def test_the_readme_enforce_table_matches_the_default_actions(readme: Path) -> N
         ("Job, JobSet", ("Job", "JobSet")),
         ("Kubeflow Notebook", ("Notebook",)),
         (
-            "LeaderWorkerSet, KServe InferenceService, owner with an HPA, owner only partly idle",
+            "LeaderWorkerSet, KServe InferenceService, owner only partly idle",
             ("LeaderWorkerSet", "InferenceService"),
         ),
     ):
