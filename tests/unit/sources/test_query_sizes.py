@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -154,22 +155,29 @@ def test_a_partial_answer_is_missing_data_not_an_answer() -> None:
         source.fetch(_request())
 
 
-def test_a_refused_query_names_the_backends_answer() -> None:
-    refusal = "too long query; got 17292 bytes; mustn't exceed `-search.maxQueryLen=16384` bytes"
+REFUSAL = "too long query; got 17292 bytes; mustn't exceed `-search.maxQueryLen=16384` bytes"
+#: VictoriaMetrics' own refusal (``httpserver.SendPrometheusError``), and a gateway's in plain text.
+REFUSALS: list[Callable[[httpx.Request], httpx.Response]] = [
+    lambda _: httpx.Response(400, json={"status": "error", "errorType": "400", "error": REFUSAL}),
+    lambda _: httpx.Response(400, text=REFUSAL, headers={"content-type": "text/plain; charset=utf-8"}),
+    lambda _: httpx.Response(422, text=REFUSAL, headers={"content-type": "text/plain; charset=utf-8"}),
+]
+KINDS = ["json-400", "text-400", "text-422"]
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(400, text=refusal, headers={"content-type": "text/plain; charset=utf-8"})
 
-    with pytest.raises(SourceUnavailable, match=r"HTTP 400.*maxQueryLen=16384"):
-        _source(handler).fetch(_request())
+@pytest.mark.parametrize("answer", REFUSALS, ids=KINDS)
+def test_a_refused_query_names_the_backends_answer(answer: Callable[[httpx.Request], httpx.Response]) -> None:
+    with pytest.raises(SourceUnavailable, match=r"maxQueryLen=16384"):
+        _source(answer).fetch(_request())
 
 
-def test_a_refused_query_reaches_the_metrics_condition_and_event() -> None:
+@pytest.mark.parametrize("answer", REFUSALS, ids=KINDS)
+def test_a_refused_query_reaches_the_metrics_condition_and_event(
+    answer: Callable[[httpx.Request], httpx.Response],
+) -> None:
     """Through the cycle: MetricsAvailable=False and its Warning event carry the backend's words."""
-    refusal = "too long query; got 17292 bytes; mustn't exceed `-search.maxQueryLen=16384` bytes"
-    source = _source(
-        lambda request: httpx.Response(400, text=refusal, headers={"content-type": "text/plain"})
-    )
+    refusal = REFUSAL
+    source = _source(answer)
     runner: Any = CycleRunner(
         config=OperatorConfig(),
         reader=_Reader(),

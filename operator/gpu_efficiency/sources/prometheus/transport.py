@@ -163,8 +163,9 @@ class PrometheusClient:
             response.close()
             raise SourceUnavailable(f"Prometheus refused the credentials (HTTP {response.status_code})")
         if response.status_code in (400, 422) and not _is_json(response):
-            # VictoriaMetrics refuses in plain text (e.g. "too long query; ... -search.maxQueryLen"):
-            # the backend's words go to MetricsAvailable and its event, not "invalid JSON".
+            # A refusal in plain text (a gateway's or proxy's: vmauth, nginx; VictoriaMetrics and
+            # Prometheus answer JSON, read by decode_vector): its words go to MetricsAvailable and
+            # its event, not "invalid JSON".
             try:
                 text = response.read()[:300].decode(errors="replace")
             finally:
