@@ -135,10 +135,11 @@ def test_a_base_url_with_a_path_is_joined_and_vm_answers_are_read() -> None:
     source = _source(handler)
     assert source.query("up") == [({"UUID": "GPU-a"}, 2.0)]
     assert seen == ["/select/0/prometheus/api/v1/query"]
-    streamed = [
-        item for chunk in iter_vector([json.dumps(answer, separators=(",", ":")).encode()]) for item in chunk
-    ]
-    assert streamed == answer["data"]["result"]  # type: ignore[index]
+    result = [{"metric": {"UUID": f"GPU-{i}", "GPU_I_ID": ""}, "value": [1, str(i)]} for i in range(40)]
+    body = json.dumps({**answer, "data": {"resultType": "vector", "result": result}}, separators=(",", ":"))
+    pieces = [body.encode()[i : i + 7] for i in range(0, len(body), 7)]
+    streamed = [item for chunk in iter_vector(pieces, chunk_bytes=64) for item in chunk]
+    assert streamed == result  # streamed in pieces, its "stats" after the data ignored
 
 
 def test_a_partial_answer_is_missing_data_not_an_answer() -> None:
