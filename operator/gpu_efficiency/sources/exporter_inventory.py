@@ -75,6 +75,13 @@ FEATURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
 BITS = {name: 1 << i for i, (name, _, _) in enumerate(FEATURES)}
 #: What a GPU is blind to when its exporter serves none of these (fault kinds, then inputs).
 BLIND_SPOTS = (*ef.FAULT_KIND_SIGNALS, *DIAGNOSIS_INPUTS)
+#: Inputs a 4.9+ GPU serves only under a name whose unit public sources leave ambiguous there (MiB
+#: or bytes): the source drops them (``windows.drop_ambiguous``), so they are blind, not healthy.
+UNREADABLE_ON_4_9 = frozenset(
+    name
+    for name, signals in DIAGNOSIS_INPUTS.items()
+    if all(ef.FIELDS_BY_SIGNAL[s].unit_ambiguous and not ef.FIELDS_BY_SIGNAL[s].renamed for s in signals)
+)
 
 
 def inventory_query(matchers: str = "") -> str:
@@ -121,6 +128,8 @@ def view_of(mask: int) -> ExporterView:
     else:
         generation = Generation.UNKNOWN
     blind = frozenset(spot for spot in BLIND_SPOTS if not has(spot))
+    if generation is Generation.V4_9:
+        blind |= UNREADABLE_ON_4_9
     return ExporterView(generation, blind, has("xid-count"))
 
 

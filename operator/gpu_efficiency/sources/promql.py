@@ -4,7 +4,15 @@ Every (signal, aggregation) pair of a window is reduced ``by (UUID, GPU_I_ID)`` 
 ``gpueff_agg`` label, then joined with ``or`` (fault windows also by ``instance``: the scrape target,
 see ``TARGET_LABEL``). Prometheus returns small series (two or three labels), and one
 extra identity query carries the full labels (node, model, pods) once per GPU. Query count stays
-constant: 1 identity + 1 inventory + 1 per window.
+constant: 1 identity + 1 inventory + 1 per window (a filtered window fetched for its candidates is
+split into a fixed ``WINDOW_PARTS`` queries).
+
+Every query stays under ``MAX_QUERY_BYTES`` (VictoriaMetrics' default ``-search.maxQueryLen``;
+Thanos, Mimir and Cortex have limits of their own), whatever the number of GPUs, candidates and
+held nodes: a long list is traded for a wider selection that gives the same answer (held nodes:
+every GPU; candidates: the filter over every GPU), never for a refused query. Not yet the tiered
+refresh's listed activity chunks (``--prometheus-refresh-budget`` > 0, ``prometheus/tiered.py``):
+they list hundreds of UUIDs in every selector (up to ~1.5 MB) and need a backend without that limit.
 
 Every exporter generation is read (``api/exporter_fields.py``): a signal served under both DCGM
 name families is selected with one ``__name__`` regex where the units agree, and as ``old or
@@ -30,6 +38,13 @@ AGG_LABEL = "gpueff_agg"
 #: the identity query keep it, so a fault counts only from the target that reports the GPU on its
 #: own node (safety rule 10, ``sources/targets.py``).
 TARGET_LABEL = "instance"
+
+#: The longest query text sent, in bytes: VictoriaMetrics refuses longer ones by default (HTTP 400,
+#: ``-search.maxQueryLen=16384``), which left fault windows listing two GPUs unread there.
+MAX_QUERY_BYTES = 16384
+#: Longest held-node regex: beyond it the held-node filter selects every GPU (a superset: the
+#: windows are then fetched for every GPU, same verdicts, more work), so filters stay short.
+MAX_HELD_PATTERN_BYTES = 1024
 
 #: The clock-event bitmask was renamed; read both names.
 OLD_CLOCK_EVENTS = ef.OLD_CLOCK_EVENTS
@@ -210,6 +225,8 @@ class Query:
     idle: bool = False  # names the GPUs that may be idle (see ``idle_candidates_query``)
     inventory: bool = False  # each GPU's generation and served signals (``sources/exporter_inventory.py``)
     xid_counts: bool = False  # XID events per GPU and code (``sources/xid_counts.py``)
+    #: The GPU keys kept from the answer (None: all): a listed window's filter, applied by the source.
+    keys: frozenset[tuple[str, str]] | None = None
 
 
 def _selector(signal: Signal, matchers: str) -> str:
@@ -278,6 +295,8 @@ def _held_nodes(nodes: frozenset[str], matchers: str) -> str | None:
     if not nodes:
         return None
     pattern = "|".join(sorted(re_escape(n) for n in nodes))
+    if len(pattern) > MAX_HELD_PATTERN_BYTES:  # too many to list: every GPU (see the constant)
+        return _any_key(_selector(Signal.GPU_TEMP, matchers))
     terms = [
         _any_key(_selector(Signal.GPU_TEMP, (f"{matchers}," if matchers else "") + f'{label}=~"{pattern}"'))
         for label in (ef.NODE_LABEL, ef.OLD_NODE_LABEL)
@@ -407,6 +426,12 @@ FILTERED_WINDOWS = (Window.FAULT, Window.THERMAL_HOLD, Window.THERMAL_RECOVERY)
 CANDIDATE_LABEL = "gpueff_window"
 #: Beyond this many candidate GPUs a window is fetched with its filter over every GPU instead.
 MAX_LISTED_GPUS = 500
+#: Queries a filtered window's fetch is split into (``restricted_queries``): within
+#: ``MAX_QUERY_BYTES`` the fault window's 49 terms list ~16 candidates' UUIDs in 4 parts (2 in one),
+#: the thermal windows' 15 terms ~20 in one (measured with the default matchers).
+WINDOW_PARTS: Mapping[Window, int] = {Window.FAULT: 4}
+#: The most queries of one filtered window.
+MAX_WINDOW_PARTS = max(WINDOW_PARTS.values())
 
 
 def window_filter(window: Window, seconds: float, hints: FaultHints, matchers: str) -> str | None:
@@ -447,7 +472,7 @@ def candidates_query(windows: Mapping[Window, float], hints: FaultHints, matcher
     Prometheus evaluates both sides of ``window and on (...) filter``, so a filtered window query
     costs as much as an unfiltered one even when the filter is empty (at 8,000 GPUs, seconds).
     Asking for the candidates first and then for each window over only their ``UUID``s
-    (``restricted_query``) gives the same series for a fraction of the work.
+    (``restricted_queries``) gives the same series for a fraction of the work.
     """
     parts = []
     for window, seconds in windows.items():
@@ -459,16 +484,53 @@ def candidates_query(windows: Mapping[Window, float], hints: FaultHints, matcher
     return Query(window=None, text=union(parts), candidates=True) if parts else None
 
 
-def restricted_query(
-    window: Window, seconds: float, hints: FaultHints, uuids: Iterable[str], matchers: str = ""
-) -> Query:
-    """``cycle_queries``' query of a filtered window, evaluated over these GPUs only (same result
-    when ``uuids`` holds every GPU the filter selects); over every GPU when there are too many."""
-    listed = sorted(set(uuids))
+def window_parts(window: Window) -> list[list[tuple[Signal, tuple[str, ...]]]]:
+    """The window's plan cut into ``WINDOW_PARTS[window]`` runs of whole signals with about as
+    many terms each: every signal's aggregates in one query, so the parts' answers merge per
+    signal (``merge_window``)."""
+    plan = list(QUERY_PLAN[window].items())
+    count = WINDOW_PARTS.get(window, 1)
+    total = sum(len(aggs) for _, aggs in plan)
+    parts: list[list[tuple[Signal, tuple[str, ...]]]] = [[] for _ in range(count)]
+    start = 0
+    for signal, aggs in plan:
+        parts[min(count - 1, start * count // total)].append((signal, aggs))
+        start += len(aggs)
+    return [part for part in parts if part]
+
+
+def restricted_queries(
+    window: Window, seconds: float, hints: FaultHints, keys: Iterable[tuple[str, str]], matchers: str = ""
+) -> list[Query]:
+    """``cycle_queries``' query of a filtered window for the GPUs the candidates query named
+    (``keys``; same result when they are every GPU its filter selects), in ``WINDOW_PARTS[window]``
+    queries (a fixed number: forged candidates add none), each under ``MAX_QUERY_BYTES``.
+
+    The candidates' ``UUID``s are listed in every selector; the filter is not sent again but
+    applied to the answer (``Query.keys``): its own selectors, listed too, made a two-GPU fault
+    window 16 KB. When the list does not fit (or exceeds ``MAX_LISTED_GPUS``), each part goes over
+    every GPU with the filter, as ``cycle_queries`` sends it."""
+    wanted = frozenset(keys)
+    listed = sorted({uuid for uuid, _ in wanted})
+    per_target = window in FILTERED_WINDOWS
+    parts = window_parts(window)
+
+    def texts(matchers: str) -> list[str]:
+        return [
+            union([_term(sig, agg, seconds, matchers, per_target) for sig, aggs in part for agg in aggs])
+            for part in parts
+        ]
+
     if len(listed) <= MAX_LISTED_GPUS:
         pattern = "|".join(_regex_literal(u) for u in listed)
-        matchers = (f"{matchers}," if matchers else "") + f'UUID=~"{pattern}"'
-    return window_query(window, seconds, matchers, window_filter(window, seconds, hints, matchers))
+        bodies = texts((f"{matchers}," if matchers else "") + f'UUID=~"{pattern}"')
+        if all(len(body.encode()) <= MAX_QUERY_BYTES for body in bodies):
+            return [Query(window=window, text=body, keys=wanted) for body in bodies]
+    only = window_filter(window, seconds, hints, matchers)
+    if only is None:  # no filter: nothing of this window is wanted beyond the listed keys
+        return [Query(window=window, text=body, keys=wanted) for body in texts(matchers)]
+    keys_on = ", ".join(GPU_KEY_LABELS)
+    return [Query(window=window, text=f"({body}) and on ({keys_on}) ({only})") for body in texts(matchers)]
 
 
 #: Characters that stand for themselves both in a RE2 regex and in a PromQL double-quoted string.

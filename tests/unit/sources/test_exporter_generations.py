@@ -164,7 +164,8 @@ def test_the_default_csv_is_blind_to_ecc_and_the_profiling_inputs() -> None:
     assert "xid" not in view.blind
     assert "thermal" not in view.blind
     full = inv.view_of(mask_of(*served_by(Generation.V4_9)))
-    assert full.blind == frozenset()
+    assert full.blind == {"memory"}  # served, but in a unit no public source settles (below)
+    assert inv.view_of(mask_of(*served_by(Generation.V4_8_3))).blind == frozenset()
 
 
 def test_the_inventory_query_is_one_series_per_gpu_and_short() -> None:
@@ -206,6 +207,9 @@ def test_fb_and_sm_clock_of_a_4_9_gpu_are_not_read_as_amounts() -> None:
     assert set(by_uuid["GPU-1"].stats[Window.ACTIVITY]) == {Signal.GPU_TEMP}
     assert set(by_uuid["GPU-2"].stats[Window.ACTIVITY]) == {Signal.FB_USED, Signal.SM_CLOCK, Signal.GPU_TEMP}
     assert (by_uuid["GPU-1"].exporter, by_uuid["GPU-2"].exporter) == ("4.9+", "4.x")
+    # what is dropped is blind, never healthy (SignalsComplete names it)
+    assert "memory" in by_uuid["GPU-1"].blind
+    assert "memory" not in by_uuid["GPU-2"].blind
     assert (by_uuid["GPU-1"].node, by_uuid["GPU-2"].node) == ("n1", "n2")
 
 

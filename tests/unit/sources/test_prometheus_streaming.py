@@ -18,9 +18,10 @@ from gpu_efficiency.sources.promql import (
     AGG_LABEL,
     CANDIDATE_LABEL,
     MAX_LISTED_GPUS,
+    WINDOW_PARTS,
     candidates_query,
     cycle_queries,
-    restricted_query,
+    restricted_queries,
     union,
 )
 
@@ -91,12 +92,20 @@ def test_union_is_balanced_and_complete() -> None:
 
 def test_restricted_query_lists_uuids_in_every_selector() -> None:
     unrestricted = {q.window: q.text for q in cycle_queries(WINDOWS, hints=HINTS)}[Window.FAULT]
-    text = restricted_query(Window.FAULT, 120.0, HINTS, ["GPU-b", "GPU-a.1"]).text
-    selectors = unrestricted.count("DCGM_FI_") + unrestricted.count("DCGM_EXP_")
-    assert text.count('UUID=~"GPU-a\\\\.1|GPU-b"') == selectors
-    assert "and on (UUID, GPU_I_ID)" in text  # the filter still applies, over the listed GPUs
-    many = restricted_query(Window.FAULT, 120.0, HINTS, [f"GPU-{i}" for i in range(MAX_LISTED_GPUS + 1)])
-    assert many.text == unrestricted  # too many to list: the filter over every GPU
+    keys = [("GPU-b", ""), ("GPU-a.1", "3")]
+    parts = restricted_queries(Window.FAULT, 120.0, HINTS, keys)
+    assert len(parts) == WINDOW_PARTS[Window.FAULT]
+    plain = {q.window: q.text for q in cycle_queries(WINDOWS)}[Window.FAULT]  # the terms, unfiltered
+    selectors = plain.count("DCGM_FI_") + plain.count("DCGM_EXP_")
+    assert sum(q.text.count('UUID=~"GPU-a\\\\.1|GPU-b"') for q in parts) == selectors
+    assert all(q.keys == frozenset(keys) for q in parts)  # the filter still applies, to the answer's keys
+    many = restricted_queries(
+        Window.FAULT, 120.0, HINTS, [(f"GPU-{i}", "") for i in range(MAX_LISTED_GPUS + 1)]
+    )
+    assert len(many) == len(parts)  # too many to list: each part over every GPU, with the filter
+    assert all(q.keys is None for q in many)
+    filtered = unrestricted[unrestricted.index(") and on (UUID, GPU_I_ID) (") :]
+    assert all(q.text.endswith(filtered) for q in many)
 
 
 def test_candidates_query_covers_filtered_windows_only() -> None:
@@ -123,8 +132,10 @@ def _prometheus(queries: list[str], request: httpx.Request) -> httpx.Response:
         ]
     elif CANDIDATE_LABEL in query:
         series = [({"UUID": "GPU-2", CANDIDATE_LABEL: "fault"}, "1")]
-    elif "ECC_DBE_VOLATILE" in query:
-        series = [({"UUID": "GPU-2", AGG_LABEL: "ECC_DBE_VOLATILE:max"}, "3")]
+    elif "ECC_DBE_VOLATILE" in query:  # GPU-1 is no candidate: its series are not kept
+        series = [({"UUID": u, AGG_LABEL: "ECC_DBE_VOLATILE:max"}, "3") for u in ("GPU-2", "GPU-1")]
+    elif "PCIE_LINK_GEN:max" in query:  # another part of the fault window
+        series = [({"UUID": "GPU-2", AGG_LABEL: "PCIE_LINK_GEN:max"}, "4")]
     elif "SM_ACTIVE" in query:
         series = [({"UUID": u, AGG_LABEL: "SM_ACTIVE:max"}, "0.5") for u in ("GPU-1", "GPU-2")]
     else:
@@ -137,14 +148,20 @@ def test_fetch_with_hints_asks_candidates_then_their_windows() -> None:
     transport = httpx.MockTransport(lambda request: _prometheus(sent, request))
     source = PrometheusSource(PrometheusConfig(url="http://prometheus.test"), transport=transport)
     result = source.fetch(FetchRequest(now=1700000000.0, windows=WINDOWS, scrape_interval=15.0, hints=HINTS))
-    assert result.queries == len(sent) == 5  # identity, inventory, activity, candidates, GPU-2's fault window
-    fault = [q for q in sent if "ECC_DBE_VOLATILE:max" in q]
-    assert len(fault) == 1
-    assert 'UUID=~"GPU-2"' in fault[0]
+    parts = WINDOW_PARTS[Window.FAULT]
+    assert parts > 1
+    # identity, inventory, activity, candidates, GPU-2's fault window in its parts
+    assert result.queries == len(sent) == 4 + parts
+    fault = [q for q in sent if 'UUID=~"GPU-2"' in q]
+    assert len(fault) == parts
+    assert all("and on" not in q for q in fault)  # the filter is applied to the answer instead
     by_uuid = {g.uuid: g for g in result.gpus}
     dbe = by_uuid["GPU-2"].get(Window.FAULT, Signal.ECC_DBE_VOLATILE)
     assert dbe is not None
     assert dbe.max == 3
+    gen = by_uuid["GPU-2"].get(Window.FAULT, Signal.PCIE_LINK_GEN)  # parts' answers merged
+    assert gen is not None
+    assert gen.max == 4
     assert Window.FAULT not in by_uuid["GPU-1"].stats  # not a candidate: never fetched
     sm = by_uuid["GPU-1"].get(Window.ACTIVITY, Signal.SM_ACTIVE)
     assert sm is not None

@@ -25,10 +25,12 @@ from gpu_efficiency.sources.promql import CANDIDATE_LABEL, FILTERED_WINDOWS, TAR
 NAN = math.nan
 
 
-def candidates(series: Iterable[tuple[Mapping[str, str], float]], drops: DropTally) -> dict[Window, set[str]]:
-    """The candidates query's answer: per filtered window, the UUIDs of the GPUs to fetch."""
+def candidates(
+    series: Iterable[tuple[Mapping[str, str], float]], drops: DropTally
+) -> dict[Window, set[tuple[str, str]]]:
+    """The candidates query's answer: per filtered window, the (UUID, GPU_I_ID) keys to fetch."""
     windows = {w.value: w for w in FILTERED_WINDOWS}
-    out: dict[Window, set[str]] = {}
+    out: dict[Window, set[tuple[str, str]]] = {}
     for labels, _ in series:
         window = windows.get(labels.get(CANDIDATE_LABEL, ""))
         uuid = labels.get("UUID")
@@ -37,7 +39,7 @@ def candidates(series: Iterable[tuple[Mapping[str, str], float]], drops: DropTal
         if not valid_key(uuid, labels.get("GPU_I_ID", "")):
             drops.add(INVALID_ID)
             continue
-        out.setdefault(window, set()).add(uuid)
+        out.setdefault(window, set()).add((uuid, labels.get("GPU_I_ID", "")))
     return out
 
 

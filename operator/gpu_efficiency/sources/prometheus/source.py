@@ -31,14 +31,16 @@ from gpu_efficiency.sources.prometheus.windows import (
     WindowValues,
     fold_target_window,
     fold_window,
+    merge_window,
     samples,
 )
 from gpu_efficiency.sources.promql import (
     FILTERED_WINDOWS,
+    MAX_WINDOW_PARTS,
     Query,
     candidates_query,
     cycle_queries,
-    restricted_query,
+    restricted_queries,
 )
 
 
@@ -77,12 +79,14 @@ class PrometheusSource:
         """Run a window query, folding its series as they stream in (see ``iter_vector``);
         SourceUnavailable as soon as more than ``max_series`` series have come. A fault window's
         series stay apart per scrape target (``TrustedRows``: ``samples`` picks the trusted ones)."""
-        cap = self.config.max_series
+        cap, keys = self.config.max_series, query.keys
         if query.window in FILTERED_WINDOWS:
-            return self.client.exchange(
-                query.text, at, lambda chunks: TrustedRows(fold_target_window(iter_vector(chunks), cap))
+            values = self.client.exchange(
+                query.text, at, lambda chunks: fold_target_window(iter_vector(chunks), cap)
             )
-        return self.client.exchange(query.text, at, lambda chunks: fold_window(iter_vector(chunks), cap))
+            return TrustedRows(values if keys is None else {k: v for k, v in values.items() if k in keys})
+        rows = self.client.exchange(query.text, at, lambda chunks: fold_window(iter_vector(chunks), cap))
+        return rows if keys is None else {k: v for k, v in rows.items() if k in keys}
 
     def run(self, query: Query, at: float, drops: DropTally | None = None) -> Any:
         """What the fetch needs from one query: identities, candidates or a window's values.
@@ -133,7 +137,7 @@ class PrometheusSource:
         def take(query: Query, result: Any) -> list[Query]:
             nonlocal identity, views, xids
             if query.window is not None:
-                windows[query.window] = result
+                windows[query.window] = merge_window(windows.get(query.window), result)
             elif query.inventory:
                 views = result
             elif query.xid_counts:
@@ -145,7 +149,11 @@ class PrometheusSource:
         with gc_paused():
             queries = self.first_round(request)
             sent = self.run_rounds(
-                queries, request.now, take, len(queries) + len(FILTERED_WINDOWS), drops=drops
+                queries,
+                request.now,
+                take,
+                len(queries) + len(FILTERED_WINDOWS) * MAX_WINDOW_PARTS,
+                drops=drops,
             )
             gpus = samples(identity, windows, request, views=views, xids=xids, drops=drops)
         return FetchResult(
@@ -183,8 +191,9 @@ class PrometheusSource:
         if not query.candidates or hints is None:
             return []
         return [
-            restricted_query(w, request.windows[w], hints, uuids, self.config.matchers)
-            for w, uuids in result.items()
+            query
+            for w, keys in result.items()
+            for query in restricted_queries(w, request.windows[w], hints, keys, self.config.matchers)
         ]
 
     def wait_refreshes(self, timeout: float | None = None) -> bool:

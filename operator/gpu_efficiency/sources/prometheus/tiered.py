@@ -33,9 +33,10 @@ from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult, So
 from gpu_efficiency.sources.exporter_inventory import ExporterView
 from gpu_efficiency.sources.labels import GPUKey
 from gpu_efficiency.sources.prometheus.answers import Identity
-from gpu_efficiency.sources.prometheus.windows import Overlay, Rows, WindowValues, samples
+from gpu_efficiency.sources.prometheus.windows import Overlay, Rows, WindowValues, merge_window, samples
 from gpu_efficiency.sources.promql import (
     MAX_LISTED_GPUS,
+    MAX_WINDOW_PARTS,
     QUERY_PLAN,
     Query,
     identity_query,
@@ -107,7 +108,12 @@ class TieredFetch:
 
         with gc_paused():
             sent = source.run_rounds(
-                queries, request.now, take, MAX_ACTIVITY_CHUNKS + 8, state.build_carried, drops
+                queries,
+                request.now,
+                take,
+                MAX_ACTIVITY_CHUNKS + 8 + 2 * MAX_WINDOW_PARTS,
+                state.build_carried,
+                drops,
             )
             if state.identity is None or state.plan is None:
                 raise SourceUnavailable("Prometheus answered no identity or idle-candidates query")
@@ -246,7 +252,7 @@ class TieredRound:
             for key, rows in result.items():  # chunks list disjoint UUIDs; merged all the same
                 self.fresh.setdefault(key, {}).update(rows)
         elif query.window is not None:
-            self.windows[query.window] = result
+            self.windows[query.window] = merge_window(self.windows.get(query.window), result)
         elif query.idle:
             self.idle = result
         elif query.inventory:

@@ -68,6 +68,10 @@ KEEPALIVE_CONNECTIONS = 10
 RETRY_BACKOFF_S = 0.2
 
 
+def _is_json(response: httpx.Response) -> bool:
+    return str(response.headers.get("content-type", "")).startswith("application/json")
+
+
 class PrometheusClient:
     """Instant queries against one Prometheus, each by the wall-clock deadline ``config.timeout``.
 
@@ -158,6 +162,15 @@ class PrometheusClient:
         if response.status_code in (401, 403):
             response.close()
             raise SourceUnavailable(f"Prometheus refused the credentials (HTTP {response.status_code})")
+        if response.status_code in (400, 422) and not _is_json(response):
+            # A refusal in plain text (a gateway's or proxy's: vmauth, nginx; VictoriaMetrics and
+            # Prometheus answer JSON, read by decode_vector): its words go to MetricsAvailable and
+            # its event, not "invalid JSON".
+            try:
+                text = response.read()[:300].decode(errors="replace")
+            finally:
+                response.close()
+            raise SourceUnavailable(f"Prometheus refused the query (HTTP {response.status_code}): {text}")
         if response.status_code >= 500 or response.status_code == 404:
             try:
                 text = response.read()[:200].decode(errors="replace")

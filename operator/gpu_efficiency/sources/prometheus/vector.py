@@ -24,6 +24,8 @@ def decode_vector(body: bytes) -> list[tuple[dict[str, str], float]]:
     if not isinstance(doc, dict) or doc.get("status") != "success":
         error = doc.get("error", "unknown error") if isinstance(doc, dict) else "not an object"
         raise SourceUnavailable(f"Prometheus query failed: {error}")
+    if doc.get("isPartial") is True:
+        raise SourceUnavailable(PARTIAL)
     data = doc.get("data") or {}
     if not isinstance(data, dict) or data.get("resultType") != "vector":
         found = data.get("resultType") if isinstance(data, dict) else type(data).__name__
@@ -44,9 +46,18 @@ def decode_vector(body: bytes) -> list[tuple[dict[str, str], float]]:
     return out
 
 
+#: VictoriaMetrics answers from the vmstorage nodes it reached when one is down (its default
+#: ``-search.denyPartialResponse=false``): missing series read as missing data, never as idle.
+PARTIAL = (
+    "Prometheus answered a partial result (isPartial: a VictoriaMetrics storage node unreachable): "
+    "nothing is judged from it"
+)
+
 #: Window responses are decoded this many bytes of JSON at a time (see ``iter_vector``).
 CHUNK_BYTES = 1 << 20
 _VECTOR_HEAD = b'{"status":"success","data":{"resultType":"vector","result":['
+#: VictoriaMetrics' complete answer: streamed like Prometheus' (a partial one is read whole and refused).
+_VM_HEAD = b'{"status":"success","isPartial":false,"data":{"resultType":"vector","result":['
 _SERIES_BOUNDARY = b'},{"metric":'  # cannot occur inside a JSON string: its quote is not escaped
 _VALUE_KEY = b'"value":['
 
@@ -64,12 +75,13 @@ def iter_vector(chunks: Iterable[bytes], chunk_bytes: int = CHUNK_BYTES) -> Iter
     buf = bytearray()
     for chunk in stream:
         buf += chunk
-        if len(buf) >= len(_VECTOR_HEAD) + 1:
+        if len(buf) >= len(_VM_HEAD) + 1:
             break
-    if not buf.startswith(_VECTOR_HEAD):
+    head = next((h for h in (_VECTOR_HEAD, _VM_HEAD) if buf.startswith(h)), None)
+    if head is None:
         yield _whole(buf, stream)
         return
-    start = len(_VECTOR_HEAD)
+    start = len(head)
     for chunk in stream:
         buf += chunk
         if len(buf) - start < chunk_bytes:

@@ -137,6 +137,22 @@ def fold_target_window(chunks: Iterable[Iterable[Mapping[str, Any]]], max_series
     return out
 
 
+def merge_window(old: Any, new: Any) -> Any:
+    """Two answers of one window split by signal (``promql.restricted_queries``) as one: their
+    signals are disjoint, so a GPU's (or a target's) rows are joined per signal."""
+    if old is None:
+        return new
+    if isinstance(old, TrustedRows) and isinstance(new, TrustedRows):
+        for key, by_target in new.values.items():
+            mine = old.values.setdefault(key, {})
+            for target, rows in by_target.items():
+                mine.setdefault(target, {}).update(rows)
+        return old
+    for key, rows in new.items():
+        old.setdefault(key, {}).update(rows)
+    return old
+
+
 class TrustedRows:
     """A fault window's ``TargetValues`` read as ``Rows``: a GPU's rows are those of the targets
     ``samples`` trusts for it (``trusted``), merged; the other targets' rows are dropped and counted."""
