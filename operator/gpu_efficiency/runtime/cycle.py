@@ -554,9 +554,11 @@ def fold_outcomes(
 ) -> GPUEfficiencyPolicyStatus:
     """Count what actually happened (the plan only says what was attempted); ``drafts``: the
     plan's reclamation records, kept for the reclamations one of whose actions was accepted."""
-    evicted = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.DONE]
+    # An outcome the API left unknown (5xx or timeout after sending, re-read inconclusive) counts as
+    # done for the hour's budget and keeps its reclamation record (restore needs it).
+    evicted = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result.counts]
     blocked = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.BLOCKED]
-    reclaimed = [o for o in outcomes if isinstance(o.action, ReclaimOwner) and o.result is Result.DONE]
+    reclaimed = [o for o in outcomes if isinstance(o.action, ReclaimOwner) and o.result.counts]
     if not evicted and not blocked and not reclaimed:
         return status
     done = [o.action for o in (*evicted, *reclaimed)]

@@ -29,6 +29,8 @@ class FakeCustom:
         self.calls: list[str] = []
         self.fail: dict[str, int] = {}  # operation -> HTTP status, once
         self.on: dict[str, Any] = {}  # operation -> callable run before it (a concurrent writer)
+        #: operation -> exception raised once *after* it was applied (a 504 or timeout after commit)
+        self.after: dict[str, BaseException] = {}
 
     def add(
         self, key: Key, *, replicas: int | None = None, annotations: dict[str, str] | None = None, **spec: Any
@@ -80,7 +82,13 @@ class FakeCustom:
         assert kwargs.get("_content_type") == "application/merge-patch+json"
         obj = self._begin("patch", (group, version, namespace, plural, name))
         self._write(obj, body)
+        self._committed("patch")
         return copy.deepcopy(obj)
+
+    def _committed(self, op: str) -> None:
+        exc = self.after.pop(op, None)
+        if exc is not None:
+            raise exc
 
     def get_namespaced_custom_object_scale(
         self, group: str, version: str, namespace: str, plural: str, name: str
@@ -99,4 +107,5 @@ class FakeCustom:
         self._write(
             obj, {"metadata": body.get("metadata") or {}, "spec": {"replicas": body["spec"]["replicas"]}}
         )
+        self._committed("patch scale")
         return {"spec": {"replicas": obj["spec"]["replicas"]}}
