@@ -93,6 +93,7 @@ COND_BREAKER: Final = "CircuitBreakerOpen"
 COND_VALID: Final = "PolicyValid"
 COND_SHADOWED: Final = "Shadowed"  # True: an older policy judges some of the pods this one selects
 COND_NOTIFY: Final = "NotificationsHealthy"  # False: a notification sink failed its last delivery
+COND_STATUS_VALID: Final = "StatusValid"  # False: status fields read from the server were unreadable, dropped
 
 # Event reasons.
 EV_UNDERUTILIZED: Final = "GPUUnderutilized"
@@ -119,6 +120,7 @@ EV_STRAGGLER: Final = "GPUStraggler"  # on the slow pod, its job's owner and (ha
 EV_STRAGGLER_CLEARED: Final = "GPUStragglerCleared"  # the pod's GPUs caught up with their group
 EV_RECLAIM_SKIPPED: Final = "ReclaimSkipped"  # HPA, partly idle or unknown owner: recommendation only
 EV_NOTIFICATION_FAILED: Final = "NotificationFailed"  # a notification sink started failing
+EV_STATUS_FIELD_INVALID: Final = "StatusFieldInvalid"  # status fields dropped as unreadable (the rest kept)
 EV_ACK_INVALID: Final = "AcknowledgementInvalid"  # keep-for/keep-until unreadable: ignored
 
 #: Resource name of GPUs on nodes and in pod requests.
