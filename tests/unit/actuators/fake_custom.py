@@ -31,6 +31,26 @@ class FakeCustom:
         self.on: dict[str, Any] = {}  # operation -> callable run before it (a concurrent writer)
         #: operation -> exception raised once *after* it was applied (a 504 or timeout after commit)
         self.after: dict[str, BaseException] = {}
+        self.policies: list[dict[str, Any]] = []  # GPUEfficiencyPolicies, for their status
+
+    def record(self, key: Key, kind: str, action: str = "ScaleToZero", replicas: int | None = None) -> None:
+        """A policy's status.reclamations records reclaiming the object at ``key`` (its uid)."""
+        obj = self.objects[key]
+        record = {
+            "owner": f"{key[2]}/{kind}/{key[4]}", "uid": obj["metadata"]["uid"], "action": action,
+            "time": "2023-11-14T22:13:20Z", "replicas": replicas,
+        }  # fmt: skip
+        self.policies.append(
+            {"metadata": {"name": f"p{len(self.policies)}"}, "status": {"reclamations": [record]}}
+        )
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str) -> Any:
+        self.calls.append("list policies")
+        status = self.fail.pop("list policies", None)
+        if status is not None:
+            raise ApiException(status=status, reason="Injected")
+        assert (group, plural) == ("gpuefficiency.io", "gpuefficiencypolicies")
+        return {"items": copy.deepcopy(self.policies)}
 
     def add(
         self, key: Key, *, replicas: int | None = None, annotations: dict[str, str] | None = None, **spec: Any
