@@ -114,10 +114,8 @@ def restore(
         else:
             raise RestoreError(f"{label}: unknown {names.RECLAIMED} value {done!r}; nothing changed")
         _write(api, t, body)
-    except ApiException as exc:
-        raise RestoreError(
-            f"restoring {label} in {namespace} failed: HTTP {exc.status} {exc.reason}"
-        ) from exc
+    except (ApiException, HTTPError, OSError) as exc:
+        raise RestoreError(f"restoring {label} in {namespace} failed: {describe(exc)}") from exc
     message = f"restored {label} in {namespace}: {what}"
     if record_event is not None:
         ref = ObjectRef(
