@@ -62,6 +62,8 @@ class Rule:
     window: tuple[float, float] | None = None
     matched: int = 0
     injected: int = 0
+    #: COMMIT only: what the API server answered each forwarded request (the client saw `status`)
+    upstream: Counter[int] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self._pattern = re.compile(self.path)
@@ -218,7 +220,10 @@ class _Handler(BaseHTTPRequestHandler):
             upstream = self.owner.upstream.connect(timeout=60)
             try:
                 upstream.request(self.command, self.path, body=body, headers=headers)
-                upstream.getresponse().read()
+                response = upstream.getresponse()
+                response.read()
+                with self.owner.lock:
+                    rule.upstream[response.status] += 1
             finally:
                 upstream.close()
         self._status(rule)
