@@ -73,16 +73,16 @@ def _settle_eviction(core: client.CoreV1Api, action: EvictPod, why: str) -> Outc
     """The eviction failed ambiguously (``why``): the API server may have accepted it. Re-read the
     pod: gone, replaced or terminating is DONE; still there and not terminating is FAILED (retried);
     no answer is UNKNOWN, counted against the budgets as an eviction."""
-    try:
-        pod: Any = core.read_namespaced_pod(action.name, action.namespace, _preload_content=False)
-        doc = orjson.loads(pod.data)
-    except ApiException as exc:
-        if exc.status == 404:
-            return Outcome(action, Result.DONE, f"evicted (the API answered {why}; the pod is gone)")
+    try:  # a LIST by name: the operator's role may list pods, not get them
+        found: Any = core.list_namespaced_pod(
+            action.namespace, field_selector=f"metadata.name={action.name}", _preload_content=False
+        )
+        items = orjson.loads(found.data).get("items") or []
+    except (ApiException, HTTPError, OSError, orjson.JSONDecodeError, AttributeError, TypeError) as exc:
         return Outcome(action, Result.UNKNOWN, f"{why}, and the re-read failed: {describe(exc)}")
-    except (HTTPError, OSError, orjson.JSONDecodeError, AttributeError, TypeError) as exc:
-        return Outcome(action, Result.UNKNOWN, f"{why}, and the re-read failed: {describe(exc)}")
-    meta = (doc.get("metadata") or {}) if isinstance(doc, dict) else {}
+    if not items:
+        return Outcome(action, Result.DONE, f"evicted (the API answered {why}; the pod is gone)")
+    meta = (items[0].get("metadata") or {}) if isinstance(items[0], dict) else {}
     if meta.get("uid") != action.uid or meta.get("deletionTimestamp"):
         return Outcome(action, Result.DONE, f"evicted (the API answered {why}; the pod is terminating)")
     return Outcome(action, Result.FAILED, f"{why}; the re-read shows the pod still running: retried")

@@ -44,6 +44,21 @@ class FakeCustom:
             {"metadata": {"name": f"p{len(self.policies)}"}, "status": {"reclamations": [record]}}
         )
 
+    def list_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, *, field_selector: str = ""
+    ) -> Any:
+        self.calls.append("list")
+        status = self.fail.pop("list", None)
+        if status is not None:
+            raise ApiException(status=status, reason="Injected")
+        name = field_selector.removeprefix("metadata.name=")
+        items = [
+            o
+            for k, o in self.objects.items()
+            if k[:4] == (group, version, namespace, plural) and k[4] == name
+        ]
+        return {"items": copy.deepcopy(items)}
+
     def list_cluster_custom_object(self, group: str, version: str, plural: str) -> Any:
         self.calls.append("list policies")
         status = self.fail.pop("list policies", None)

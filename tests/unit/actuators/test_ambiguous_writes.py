@@ -111,7 +111,7 @@ def test_a_suspend_not_applied_behind_a_504_is_failed_and_an_unreadable_one_unkn
     assert reclaim_owner(api, suspend_action(), NOW).result is Result.FAILED  # type: ignore[arg-type]
     assert obj["spec"]["suspend"] is False
     api.after["patch"] = gateway_timeout()
-    api.on["patch"] = lambda fake: fake.fail.__setitem__("get", 500)
+    api.on["patch"] = lambda fake: fake.fail.__setitem__("list", 500)
     assert reclaim_owner(api, suspend_action(), NOW).result is Result.UNKNOWN  # type: ignore[arg-type]
 
 
@@ -130,12 +130,12 @@ class Core:
     def create_namespaced_pod_eviction(self, *_: object) -> None:
         raise gateway_timeout()
 
-    def read_namespaced_pod(self, *_: object, **__: object) -> Any:
+    def list_namespaced_pod(self, *_: object, **kwargs: object) -> Any:
+        assert kwargs["field_selector"] == "metadata.name=nb"  # a LIST: the operator may not GET pods
         if self.read_fails:
-            raise ApiException(status=503, reason="Unavailable")
-        if self.pod is None:
-            raise ApiException(status=404, reason="Not Found")
-        return type("Response", (), {"data": orjson.dumps(self.pod)})()
+            raise ApiException(status=403, reason="Forbidden")
+        items = [] if self.pod is None else [self.pod]
+        return type("Response", (), {"data": orjson.dumps({"items": items})})()
 
 
 EVICT = EvictPod(namespace="ns", name="nb", uid="u1", reason="idle")
