@@ -117,16 +117,15 @@ def _settle_patch(
 ) -> Outcome:
     """The suspend/stop patch failed ambiguously (``why``): what does the server hold? The patch is
     one write (record and state together), so there is nothing to roll back."""
-    try:  # a LIST by name: the operator's role may list and patch these kinds, not get them
-        found: Any = api.list_namespaced_custom_object(
-            t.group, t.version, t.namespace, t.plural, field_selector=f"metadata.name={t.name}"
-        )
-        items = (found.get("items") if isinstance(found, Mapping) else None) or []
-    except (ApiException, HTTPError, OSError) as exc:
+    try:
+        obj: Any = api.get_namespaced_custom_object(t.group, t.version, t.namespace, t.plural, t.name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return Outcome(action, Result.SKIPPED, f"owner gone ({why} at patch, then HTTP 404)")
         return Outcome(action, Result.UNKNOWN, f"{why} at patch, and the re-read failed: {describe(exc)}")
-    if not items:
-        return Outcome(action, Result.SKIPPED, f"owner gone ({why} at patch)")
-    meta = items[0].get("metadata") or {}
+    except (HTTPError, OSError) as exc:
+        return Outcome(action, Result.UNKNOWN, f"{why} at patch, and the re-read failed: {describe(exc)}")
+    meta = obj.get("metadata") or {}
     if action.owner.uid and meta.get("uid") != action.owner.uid:
         return Outcome(action, Result.SKIPPED, f"owner replaced ({why} at patch)")
     ours = (meta.get("annotations") or {}).get(names.RECLAIMED_AT) == format_rfc3339(now)

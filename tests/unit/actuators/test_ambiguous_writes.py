@@ -111,7 +111,7 @@ def test_a_suspend_not_applied_behind_a_504_is_failed_and_an_unreadable_one_unkn
     assert reclaim_owner(api, suspend_action(), NOW).result is Result.FAILED  # type: ignore[arg-type]
     assert obj["spec"]["suspend"] is False
     api.after["patch"] = gateway_timeout()
-    api.on["patch"] = lambda fake: fake.fail.__setitem__("list", 500)
+    api.on["patch"] = lambda fake: fake.fail.__setitem__("get", 500)
     assert reclaim_owner(api, suspend_action(), NOW).result is Result.UNKNOWN  # type: ignore[arg-type]
 
 
