@@ -34,7 +34,7 @@ DIAGNOSES = Gauge(
 IDLE_GPUS = Gauge("gpu_efficiency_idle_gpus", "GPUs idle in the last cycle.", ["policy"], registry=REGISTRY)
 EVICTIONS = Counter(
     "gpu_efficiency_evictions",
-    "Eviction attempts by result (done, blocked, skipped, failed).",
+    "Eviction attempts by result (done, blocked, skipped, failed, unknown: answered 5xx or timed out and the re-read could not tell; counted as done).",
     ["policy", "result"],
     registry=REGISTRY,
 )
@@ -46,7 +46,7 @@ DROPPED_SAMPLES = Counter(
 )
 RECLAIMS = Counter(
     "gpu_efficiency_reclaims",
-    "Owner reclaim attempts by action (ScaleToZero, Stop, Suspend) and result (done, skipped, failed).",
+    "Owner reclaim attempts by action (ScaleToZero, Stop, Suspend) and result (done, skipped, failed, unknown: counted as done).",
     ["policy", "action", "result"],
     registry=REGISTRY,
 )

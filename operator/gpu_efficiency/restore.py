@@ -5,7 +5,8 @@ stands and only the record is cleared); suspended -> resumed (at the kind's own 
 api/suspend_fields.py); a Kueue Workload deactivated -> reactivated (spec.active=true: Kueue requeues
 it, and admits and unsuspends its job when quota allows); stopped -> the kubeflow-resource-stopped
 annotation removed. Our owner annotations are removed in every case. An owner without our record
-is left untouched with a clear error.
+is left untouched with a clear error, and so is one whose annotations no policy's
+``status.reclamations`` backs for its uid (a tenant can write ``previous-replicas: 1000``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,19 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from gpu_efficiency.actuators.events import ObjectRef
 from gpu_efficiency.actuators.owners import MERGE, Target
+from gpu_efficiency.actuators.status import read_status
+from gpu_efficiency.actuators.uncertain import describe, outcome_unknown
 from gpu_efficiency.api import names
-from gpu_efficiency.api.policy import ReclaimAction
+from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, ReclaimAction
+from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.api.suspend_fields import INVERTED, SUSPEND_PATHS, spec_field, suspend_patch
 from gpu_efficiency.engine.model import OwnerRef
+from gpu_efficiency.engine.pods.reclaimedbyus import reclaimed_by_us
+from gpu_efficiency.engine.timefmt import parse_rfc3339
 
 #: KIND spellings accepted (kubectl's names and short names) -> (kind, apiVersion).
 KINDS: Mapping[str, tuple[str, str]] = {
@@ -72,7 +79,11 @@ def restore(
     namespace: str,
     record_event: Callable[[ObjectRef, str], None] | None = None,
 ) -> str:
-    """Undo the reclaim recorded on the owner; returns what was done (raises RestoreError)."""
+    """Undo the reclaim recorded on the owner; returns what was done (raises RestoreError).
+
+    The owner's annotations are its user's to edit, so they are believed only as far as a policy's
+    ``status.reclamations`` (written by the operator alone) recorded this object's uid: the action
+    must match, and the replicas brought back are capped at the count recorded there."""
     kind, api_version, name = parse_target(target)
     label = f"{kind.lower()}/{name}"
     t, obj = _read(api, kind, api_version, name, namespace)
@@ -85,11 +96,23 @@ def restore(
             f"nothing to restore: {label} in {namespace} carries no {names.RECLAIMED} annotation "
             "(it was not reclaimed by gpu-efficiency, or was restored already)"
         )
+    record = reclaimed_by_us(str(meta.get("uid") or ""), our_records(api))
+    if record is None:
+        raise RestoreError(
+            f"{label} in {namespace} carries {names.RECLAIMED}={done!r}, but no policy's status.reclamations "
+            f"records reclaiming this object (uid {meta.get('uid') or '?'}): it was not reclaimed by "
+            "gpu-efficiency (or was restored already, or before records kept uids); nothing changed"
+        )
+    if record.action != done:
+        raise RestoreError(
+            f"{label}: {names.RECLAIMED}={done!r} on the owner, but policy records {record.action!r}; "
+            "nothing changed"
+        )
     clear: dict[str, Any] = dict.fromkeys(names.OWNER_ANNOTATIONS)
     body: dict[str, Any] = {"metadata": {"uid": meta.get("uid"), "annotations": clear}}
     try:
         if done == ReclaimAction.SCALE_TO_ZERO:
-            what = _scale_back(api, t, label, ann)
+            what = _scale_back(api, t, label, ann, record)
         elif done in (ReclaimAction.SUSPEND, ReclaimAction.DEACTIVATE) and kind in SUSPEND_PATHS:
             body["spec"] = suspend_patch(kind, False)
             verb = "reactivated" if kind in INVERTED else "resumed"
@@ -99,13 +122,9 @@ def restore(
             what = f"started ({names.KUBEFLOW_STOPPED} removed)"
         else:
             raise RestoreError(f"{label}: unknown {names.RECLAIMED} value {done!r}; nothing changed")
-        api.patch_namespaced_custom_object(
-            t.group, t.version, t.namespace, t.plural, t.name, body, _content_type=MERGE
-        )
-    except ApiException as exc:
-        raise RestoreError(
-            f"restoring {label} in {namespace} failed: HTTP {exc.status} {exc.reason}"
-        ) from exc
+        _write(api, t, body)
+    except (ApiException, HTTPError, OSError) as exc:
+        raise RestoreError(f"restoring {label} in {namespace} failed: {describe(exc)}") from exc
     message = f"restored {label} in {namespace}: {what}"
     if record_event is not None:
         ref = ObjectRef(
@@ -134,24 +153,95 @@ def _read(
     raise AssertionError("unreachable: versions is never empty")
 
 
-def _scale_back(api: client.CustomObjectsApi, t: Target, label: str, ann: Mapping[str, str]) -> str:
-    text = ann.get(names.PREVIOUS_REPLICAS, "")
-    if not text.isdigit() or int(text) < 1:
+def our_records(api: client.CustomObjectsApi) -> list[Reclamation]:
+    """Every policy's reclamation records, oldest first: the only proof of what we reclaimed."""
+    try:
+        found: Any = api.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    except ApiException as exc:
         raise RestoreError(
-            f"{label}: {names.PREVIOUS_REPLICAS}={text!r} is not a replica count; nothing changed"
+            f"cannot read the policies' status.reclamations, the record of what gpu-efficiency "
+            f"reclaimed: HTTP {exc.status} {exc.reason}; nothing changed"
+        ) from exc
+    records = [
+        record
+        for item in (found.get("items") or [] if isinstance(found, Mapping) else [])
+        if isinstance(item, Mapping)
+        for record in read_status(item.get("status") or {})[0].reclamations
+    ]
+    return sorted(records, key=lambda r: parse_rfc3339(r.time) or 0.0)
+
+
+def _write(api: client.CustomObjectsApi, t: Target, body: Mapping[str, Any]) -> None:
+    """The final patch (state and record together, or the record alone). Answered with a 5xx or a
+    timeout, it may have been applied: a re-read says whether our annotations are gone."""
+    try:
+        api.patch_namespaced_custom_object(
+            t.group, t.version, t.namespace, t.plural, t.name, dict(body), _content_type=MERGE
         )
+    except (ApiException, HTTPError, OSError) as exc:
+        why = outcome_unknown(exc)
+        if not why:
+            raise
+        try:
+            obj: Any = api.get_namespaced_custom_object(t.group, t.version, t.namespace, t.plural, t.name)
+        except (ApiException, HTTPError, OSError) as again:
+            raise RestoreError(
+                f"the API answered {why} and the re-read failed ({describe(again)}): the restore may "
+                "or may not have been applied; run it again"
+            ) from exc
+        if names.RECLAIMED in ((obj.get("metadata") or {}).get("annotations") or {}):
+            raise RestoreError(f"the API answered {why} and the owner is unchanged; run it again") from exc
+
+
+def _scale_back(
+    api: client.CustomObjectsApi, t: Target, label: str, ann: Mapping[str, str], record: Reclamation
+) -> str:
+    text = ann.get(names.PREVIOUS_REPLICAS, "")
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise RestoreError(
+            f"{label}: {names.PREVIOUS_REPLICAS}={text!r} is not a replica count (ASCII digits, at least 1); "
+            "nothing changed"
+        )
+    if record.replicas is None or record.replicas < 1:
+        raise RestoreError(
+            f"{label}: the policy's record of this reclamation holds no replica count; nothing changed"
+        )
+    wanted = min(int(text), record.replicas)
+    capped = (
+        f" ({names.PREVIOUS_REPLICAS}={text} capped at the {record.replicas} the policy recorded)"
+        if int(text) > record.replicas
+        else ""
+    )
     scale: Any = api.get_namespaced_custom_object_scale(t.group, t.version, t.namespace, t.plural, t.name)
     current = int((scale.get("spec") or {}).get("replicas") or 0)
     if current > 0:
         return f"already at {current} replicas (scaled meanwhile): only the record is cleared"
     version = (scale.get("metadata") or {}).get("resourceVersion")
-    body = {"metadata": {"resourceVersion": version} if version else {}, "spec": {"replicas": int(text)}}
-    api.patch_namespaced_custom_object_scale(
-        t.group, t.version, t.namespace, t.plural, t.name, body, _content_type=MERGE
-    )
+    body = {"metadata": {"resourceVersion": version} if version else {}, "spec": {"replicas": wanted}}
+    try:
+        api.patch_namespaced_custom_object_scale(
+            t.group, t.version, t.namespace, t.plural, t.name, body, _content_type=MERGE
+        )
+    except (ApiException, HTTPError, OSError) as exc:
+        why = outcome_unknown(exc)
+        if not why:
+            raise
+        try:
+            again: Any = api.get_namespaced_custom_object_scale(
+                t.group, t.version, t.namespace, t.plural, t.name
+            )
+        except (ApiException, HTTPError, OSError) as failed:
+            raise RestoreError(
+                f"scaling {label} answered {why} and the re-read failed ({describe(failed)}): it may or "
+                "may not be scaled; run restore again (nothing else changed)"
+            ) from exc
+        if int((again.get("spec") or {}).get("replicas") or 0) != wanted:
+            raise RestoreError(
+                f"scaling {label} answered {why} and it is not scaled; nothing changed"
+            ) from exc
     hpa = ann.get(names.RECLAIMED_AUTOSCALER)
     # The HPA controller resumes scaling a target once its replicas are above 0 (ScalingActive again).
-    return f"replicas 0 -> {text}" + (f"; {hpa} takes over scaling again" if hpa else "")
+    return f"replicas 0 -> {wanted}{capped}" + (f"; {hpa} takes over scaling again" if hpa else "")
 
 
 def restore_main(args: argparse.Namespace) -> int:

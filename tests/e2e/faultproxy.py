@@ -5,7 +5,8 @@ operator, the operator's own ServiceAccount token passed through) or any plain-h
 (``Upstream("http", host, port)``: Prometheus), forwards every request, streams chunked answers
 (watches) as they come, and injects faults by rule: a rule matches a method and a path regex on a
 schedule (the first N matches, every Kth, or a time window) and answers an error status, holds the
-request, trickles the body, drops a watch stream mid-way or ends it with a 410 Gone. Every
+request, trickles the body, drops a watch stream mid-way or ends it with a 410 Gone, or lets the
+server apply a write and answers the client an error all the same (a gateway's 504 after the commit). Every
 injection is counted, so a test can say which faults really happened.
 """
 
@@ -40,6 +41,7 @@ class Fault(StrEnum):
     TRICKLE = "trickle"  # forward, then send the answer a few bytes every `seconds`
     DROP = "drop"  # forward a (watch) stream, close the connection `seconds` into it
     GONE = "gone"  # answer a watch with one ERROR event carrying 410 Gone, then end it
+    COMMIT = "commit"  # forward and let the server apply it, then answer `status` (504) instead
 
 
 @dataclass
@@ -60,6 +62,8 @@ class Rule:
     window: tuple[float, float] | None = None
     matched: int = 0
     injected: int = 0
+    #: COMMIT only: what the API server answered each forwarded request (the client saw `status`)
+    upstream: Counter[int] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self._pattern = re.compile(self.path)
@@ -81,7 +85,9 @@ class Rule:
         return fire
 
     def describe(self) -> str:
-        what = f"{self.status}" if self.fault is Fault.STATUS else str(self.fault)
+        what = {Fault.STATUS: f"{self.status}", Fault.COMMIT: f"commit then {self.status}"}.get(
+            self.fault, str(self.fault)
+        )
         return f"{what} on {self.method} {self.path}"
 
 
@@ -194,6 +200,9 @@ class _Handler(BaseHTTPRequestHandler):
         if rule is not None and rule.fault is Fault.STATUS:
             self._status(rule)
             return
+        if rule is not None and rule.fault is Fault.COMMIT:
+            self._commit_then_status(body, rule)
+            return
         if rule is not None and rule.fault is Fault.HANG:
             time.sleep(rule.seconds)
             self.close_connection = True
@@ -203,8 +212,27 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._forward(body, rule)
 
+    def _commit_then_status(self, body: bytes | None, rule: Rule) -> None:
+        """The request reaches the API server, which applies it; its answer is thrown away and the
+        client gets ``rule.status`` (a gateway timing out after the commit)."""
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP | {"host"}}
+        with contextlib.suppress(OSError):
+            upstream = self.owner.upstream.connect(timeout=60)
+            try:
+                upstream.request(self.command, self.path, body=body, headers=headers)
+                response = upstream.getresponse()
+                response.read()
+                with self.owner.lock:
+                    rule.upstream[response.status] += 1
+            finally:
+                upstream.close()
+        self._status(rule)
+
     def _status(self, rule: Rule) -> None:
-        reasons = {409: "Conflict", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}
+        reasons = {
+            409: "Conflict", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
+            504: "Timeout",
+        }  # fmt: skip
         payload = json.dumps(
             {
                 "kind": "Status",

@@ -41,11 +41,13 @@ class RunningSimulator:
 
 
 @pytest.fixture
-def gpu_nodes(k8s: client.ApiClient) -> Iterator[GPUNodes]:
-    """Two fake H100 nodes (4 GPUs each), Ready under KWOK, deleted afterwards. They carry the label and
-    the NoSchedule taint ``label`` names, so only pods that select and tolerate it land there."""
+def gpu_nodes(k8s: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[GPUNodes]:
+    """Two fake H100 nodes (4 GPUs each, or ``request.param`` when parametrized indirectly), Ready
+    under KWOK, deleted afterwards. They carry the label and the NoSchedule taint ``label`` names, so
+    only pods that select and tolerate it land there."""
     run = uuid.uuid4().hex[:6]
-    scenario = parse_scenario(f"nodes: [{{prefix: simtest-{run}-, count: 2, gpus: 4}}]").scenario
+    gpus = int(getattr(request, "param", 4))
+    scenario = parse_scenario(f"nodes: [{{prefix: simtest-{run}-, count: 2, gpus: {gpus}}}]").scenario
     core = client.CoreV1Api(k8s)
     names = scenario.node_names
     for name in names:

@@ -38,6 +38,7 @@ from gpu_efficiency_sim.targets import DEFAULT_JOB, register, unregister
 from tests.e2e.faultproxy import Fault, FaultProxy, Rule, apiserver_upstream, proxied_kubeconfig
 from tests.e2e.harness import CLUSTER_SH, Cluster, OperatorIdentity, OperatorProcess, prom_query, wait_for
 from tests.e2e.sim_fixtures import GPUNodes, RunningSimulator, gpu_nodes, simulator  # noqa: F401
+from tests.e2e.test_report import cli
 
 pytestmark = pytest.mark.e2e
 
@@ -372,7 +373,8 @@ def record(table: list[Row], run: str, faults: str, ref: Reference, got: Outcome
 def injected(proxy: FaultProxy) -> str:
     counts = proxy.injected()
     assert all(counts.values()), f"a fault never fired: {counts}\nrequests seen: {proxy.seen}"
-    return "; ".join(f"{n}x {what}" for what, n in counts.items())
+    answered = {r.describe(): f" (server: {dict(r.upstream)})" for r in proxy.rules if r.upstream}
+    return "; ".join(f"{n}x {what}{answered.get(what, '')}" for what, n in counts.items())
 
 
 # ---- the runs ------------------------------------------------------------------------------------
@@ -446,6 +448,159 @@ def test_hangs_and_broken_watches_change_no_action(
     record(
         table, "hangs, dropped watches", faults, reference, got, f"last fault {recovery:.0f}s before the end"
     )
+
+
+def test_evictions_committed_then_answered_504_count_against_the_budget(
+    reference: Reference, launch: Callable[..., OperatorProcess], api_proxy: FaultProxy, table: list[Row]
+) -> None:
+    """Issue 31.2: every eviction reaches the API server and is applied, and the operator is answered
+    504 all the same. Each is settled by re-reading the pod (gone or terminating: done), so the
+    hour's budget (2) holds and the third idle pod stays warned (before: each counted as failed, the
+    budget never filled and all three were evicted)."""
+    api_proxy.arm([Rule("POST", EVICTION, Fault.COMMIT, status=504)])
+    launch(reference, kubeconfig=api_proxy.kubeconfig)
+    create_policy(reference)
+    got = reference.settle()
+    faults = injected(api_proxy)
+    record(table, "eviction applied, answered 504", faults, reference, got, "settled by re-reading the pod")
+
+
+OWNER_SCALE = r"/deployments/[^/]+/scale$"
+JOB_PATCH = r"^/apis/batch/v1/namespaces/[^/]+/jobs/[^/?]+$"
+DEPLOYMENTS, JOBS, OWNER_BUDGET = 12, 2, 3
+
+
+def _template(name: str, nodes: GPUNodes) -> dict[str, Any]:
+    key, value = nodes.label
+    return {
+        "metadata": {"labels": {"app": name}, "annotations": {PROFILE: "idle"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "nodeSelector": {key: value},
+            "tolerations": [{"key": key, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {names.GPU_RESOURCE: "1"}},
+                }
+            ],
+        },
+    }
+
+
+def _reclaimed_owners(k8s: client.ApiClient, namespace: str) -> list[str]:
+    deployments = client.AppsV1Api(k8s).list_namespaced_deployment(namespace).items
+    jobs = client.BatchV1Api(k8s).list_namespaced_job(namespace).items
+    return sorted(
+        [f"deployment/{d.metadata.name}" for d in deployments if d.spec.replicas == 0]
+        + [f"job/{j.metadata.name}" for j in jobs if j.spec.suspend]
+    )
+
+
+@pytest.mark.parametrize("gpu_nodes", [8], indirect=True)
+def test_owner_writes_committed_then_answered_504_hold_the_budget_and_stay_restorable(
+    cluster: Cluster,
+    k8s: client.ApiClient,
+    namespace: str,
+    gpu_nodes: GPUNodes,  # noqa: F811
+    simulator: RunningSimulator,  # noqa: F811
+    launch: Callable[..., OperatorProcess],
+    api_proxy: FaultProxy,
+    table: list[Row],
+) -> None:
+    """Issue 31.2's measurement: 12 idle Deployments and 2 idle Jobs, maxPerHour 3, and every /scale
+    PATCH and Job suspend PATCH applied by the API server but answered 504. Each is settled by a
+    re-read (at 0 replicas / suspended: done), so exactly 3 owners are reclaimed, the status counts
+    3, and `gpu-efficiency restore` brings each back (before: all were reclaimed, the budget never
+    counted one and the undo records were rolled back, so nothing was restorable)."""
+    apps, batch, core = client.AppsV1Api(k8s), client.BatchV1Api(k8s), client.CoreV1Api(k8s)
+
+    def running() -> int:
+        return len([p for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running"])
+
+    # The Jobs first, so that their pods are idle longest and the budget goes to them first: the
+    # suspend PATCH is exercised as well as the /scale.
+    for i in range(JOBS):
+        name = f"train-{i}"
+        template = _template(name, gpu_nodes)
+        template["spec"]["restartPolicy"] = "Never"
+        batch.create_namespaced_job(
+            namespace,
+            {"metadata": {"name": name}, "spec": {"suspend": False, "backoffLimit": 0, "template": template}},
+        )
+    wait_for(lambda: running() == JOBS, 60, what="the Jobs' GPU pods Running")
+    ref = Reference(k8s, namespace, gpu_nodes, simulator, f"chaos-owners-{uuid.uuid4().hex[:6]}")
+    api_proxy.arm(
+        [
+            Rule("PATCH", OWNER_SCALE, Fault.COMMIT, status=504),
+            Rule("PATCH", JOB_PATCH, Fault.COMMIT, status=504),
+        ]
+    )
+    launch(ref, kubeconfig=api_proxy.kubeconfig)
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "GPUEfficiencyPolicy",
+        "metadata": {"name": ref.policy},
+        "spec": {
+            "mode": "Enforce",
+            "interval": f"{INTERVAL_S:.0f}s",
+            "window": "12s",
+            "metrics": {"prometheus": {"scrapeInterval": "1s", "minCoverage": 0.3}},
+            "selection": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+            "idle": {"idleFor": "3s", "warningPeriod": "6s"},
+            "eviction": {
+                "maxPerHour": OWNER_BUDGET,
+                "maxPerCycle": OWNER_BUDGET,
+                "maxPerNamespacePerCycle": OWNER_BUDGET,
+            },
+        },
+    }
+    custom = client.CustomObjectsApi(k8s)
+    custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    try:
+        ref.t0 = time.monotonic()
+        wait_for(
+            lambda: all(
+                names.IDLE_SINCE in (p.metadata.annotations or {})
+                for p in core.list_namespaced_pod(namespace).items
+            ),
+            90,
+            what="the Jobs' pods judged idle",
+        )
+        for i in range(DEPLOYMENTS):
+            name = f"idle-{i}"
+            apps.create_namespaced_deployment(namespace, {
+                "metadata": {"name": name},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": _template(name, gpu_nodes)},
+            })  # fmt: skip
+        wait_for(
+            lambda: len(_reclaimed_owners(k8s, namespace)) >= OWNER_BUDGET, 150, what="the first reclaims"
+        )
+        start = ref.cycles()
+        wait_for(lambda: ref.cycles() >= start + SETTLE_CYCLES, 60, what=f"{SETTLE_CYCLES} more cycles")
+        reclaimed = _reclaimed_owners(k8s, namespace)
+        status = ref.status()
+        records = [r for r in status.get("reclamations") or [] if r.get("uid")]
+        restored = [
+            target for target in reclaimed if cli(cluster, "restore", target, "-n", namespace).returncode == 0
+        ]
+        summary = (
+            f"{len(reclaimed)} of {DEPLOYMENTS + JOBS} owners reclaimed, status {len(status.get('recentEvictions') or [])}"
+            f" in the hour, {len(restored)} restored"
+        )
+        assert len(reclaimed) == OWNER_BUDGET, f"{summary}: {reclaimed}\n{ref.logs()}"
+        assert len(status.get("recentEvictions") or []) == OWNER_BUDGET, summary
+        assert len(records) == OWNER_BUDGET, status.get("reclamations")
+        assert restored == reclaimed, summary
+        assert _reclaimed_owners(k8s, namespace) == [], "restore left an owner reclaimed"
+        faults = injected(api_proxy)  # both rules fired: the Jobs' suspends and a /scale
+        table.append(
+            Row("owner writes applied, answered 504", faults, ref.cycles(), f"{OWNER_BUDGET} reclaims, all restorable",
+                summary, ref.elapsed(), "settled by re-reading /scale and the Job")
+        )  # fmt: skip
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, ref.policy)
 
 
 def _component(cluster: Cluster, name: str, sig: int) -> None:

@@ -29,6 +29,8 @@ import pytest
 import yaml
 
 from gpu_efficiency.api.exporter_fields import Generation
+from gpu_efficiency.api.policy.faults import CircuitBreaker
+from gpu_efficiency.engine.faults.breaker import GpuCost, decide_taints, gpu_budget, taint_budget
 from gpu_efficiency_sim.runner import RunOptions, run_scenario
 from gpu_efficiency_sim.scenario import load_scenario
 from tests.e2e.harness import Cluster, OperatorIdentity
@@ -47,19 +49,22 @@ COPIES: Final[dict[str, tuple[Generation, ...]]] = {
 }
 #: GPUs of the copied nodes whose source has more than it ever uses (every policy's cycle reads every
 #: GPU Prometheus holds, so idle spare GPUs cost each cycle): the pinned Job's 8 on ecc-gpu-0, the
-#: faulted GPU's index on the XID/thermal nodes, the 11 one-GPU diagnosis pods on two nodes.
+#: faulted GPU's index on the XID/thermal nodes, the 11 one-GPU diagnosis pods on two nodes. The
+#: healthy ECC and XID nodes keep enough that each copy's tainted GPUs stay within the source's
+#: circuit breaker share (maxTaintedFraction 0.5, GPUs too): the copies share its budget, so a copy
+#: over it would leave the last copy by name untainted (CircuitBreakerOpen).
 GPUS: Final[dict[str, int]] = {
     "diag-gpu-0": 6,
     "diag-gpu-1": 6,
-    "ecc-gpu-1": 1,
-    "ecc-gpu-2": 1,
-    "ecc-gpu-3": 1,
+    "ecc-gpu-1": 3,
+    "ecc-gpu-2": 3,
+    "ecc-gpu-3": 3,
     "xid-gpu-0": 6,
     "xid-gpu-1": 1,
     "xid-gpu-2": 2,
     "xid-gpu-3": 3,
-    "xid-gpu-4": 1,
-    "xid-gpu-5": 1,
+    "xid-gpu-4": 3,
+    "xid-gpu-5": 3,
 }
 COPY_LABEL: Final = "sim.gpuefficiency.io/matrix-copy"
 #: Framebuffer amounts of a 4.9+ GPU are of unknown unit to the operator (api/exporter_fields.py: DCGM
@@ -258,6 +263,30 @@ def test_the_matrix_scenario_is_valid_and_keeps_every_operator_expectation(name:
     assert set(scenario.policies) == set(source.policies)
     mixed = [n.exporter for n in scenario.nodes if n.name and n.name.startswith("gmix-")]
     assert mixed.count(Generation.V4_9) >= mixed.count(Generation.V4) >= len(mixed) // 2
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_the_shared_circuit_breaker_admits_every_copys_expected_taints(name: str) -> None:
+    """The copies share each source policy, so its circuit breaker budgets all copies' GPUs at once:
+    the taints every copy expects, held together, must fit it (the breaker picks by kind and name,
+    so an overflow would leave the last copy, gmix, untainted with CircuitBreakerOpen)."""
+    merged = matrix_scenario(name)
+    capacity = {n["name"]: n["gpus"] for n in merged["nodes"]}  # every copy's node is in scope
+    wishes: dict[str, set[str]] = {}
+    for e in merged["expectations"]:
+        if "nodeTainted" in e:
+            check = e["nodeTainted"]
+            wishes.setdefault(check["node"], set()).add(check.get("value", "ecc"))
+    for policy, spec in merged["policies"].items():
+        breaker = CircuitBreaker.model_validate((spec.get("faults") or {}).get("circuitBreaker") or {})
+        decision = decide_taints(
+            wishes,
+            (),
+            taint_budget(len(capacity), breaker),
+            gpus={node: GpuCost(now=0, after=capacity[node]) for node in wishes},
+            gpu_cap=gpu_budget(list(capacity.values()), breaker),
+        )
+        assert not decision.denied, f"{policy}: the shared breaker would hold {decision.denied}"
 
 
 @pytest.mark.parametrize("name", CORE)

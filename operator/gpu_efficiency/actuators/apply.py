@@ -106,6 +106,8 @@ class Applier:
                 outcome = Outcome(action, Result.FAILED, str(exc))
             if outcome.result is Result.DONE:
                 self.writes += 1
+            if outcome.result is Result.UNKNOWN:
+                log.warning("%s: outcome unknown, counted as done: %s", action, outcome.message)
             if outcome.result is Result.FAILED:
                 log.warning("%s failed: %s", action, outcome.message)
                 if isinstance(action, (TaintNode, TaintDevices)):

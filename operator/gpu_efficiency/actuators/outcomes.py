@@ -16,6 +16,14 @@ class Result(StrEnum):
     BLOCKED = "blocked"  # refused by design (eviction 429 from a PodDisruptionBudget): retry later
     SKIPPED = "skipped"  # not applied (dry run, object gone, precondition changed)
     FAILED = "failed"  # an error; message says which
+    #: The API may have applied it (5xx, timeout or reset after sending) and a re-read could not
+    #: tell: counted as done for every budget, its undo record and status record kept.
+    UNKNOWN = "unknown"
+
+    @property
+    def counts(self) -> bool:
+        """Counted against the budgets (and its reclamation recorded): done, or possibly done."""
+        return self in (Result.DONE, Result.UNKNOWN)
 
 
 @dataclass(frozen=True, slots=True)

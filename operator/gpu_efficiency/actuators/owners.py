@@ -2,7 +2,8 @@
 and their undo (``restore``).
 
 The way back is written on the owner before the destructive write (previous replicas, when, by
-which policy, why), so it is never lost: a failed write after it is rolled back, and a record left
+which policy, why), so it is never lost: a failed write after it is rolled back (only when a re-read shows the owner
+unchanged: a write that failed with a 5xx or a timeout may have been applied), and a record left
 on an owner that was not changed is harmless (the engine takes an owner as reclaimed only while it
 is still at 0 replicas, suspended or stopped). Every write carries the owner's uid (never a
 same-named successor) and, for scaling, the resourceVersion read with the replicas, so a change
@@ -20,9 +21,11 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from gpu_efficiency.actuators.events import ObjectRef, pod_ref
 from gpu_efficiency.actuators.outcomes import Outcome, Result
+from gpu_efficiency.actuators.uncertain import describe, outcome_unknown
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.api.suspend_fields import suspend_patch
@@ -96,7 +99,8 @@ def _skip_or_fail(action: ReclaimOwner, exc: ApiException, step: str) -> Outcome
 
 
 def reclaim_owner(api: client.CustomObjectsApi, action: ReclaimOwner, now: float) -> Outcome:
-    """Apply one ReclaimOwner; DONE only when the owner's state was changed by the API server."""
+    """Apply one ReclaimOwner; DONE only when the owner's state was changed by the API server,
+    UNKNOWN when it may have been and a re-read cannot tell (counted as done by every budget)."""
     target = Target.of(action.namespace, action.owner)
     if action.action == ReclaimAction.SCALE_TO_ZERO:
         return _scale_to_zero(api, action, target, now)
@@ -111,9 +115,36 @@ def reclaim_owner(api: client.CustomObjectsApi, action: ReclaimOwner, now: float
         return Outcome(action, Result.FAILED, f"unknown owner action {action.action!r}")
     try:
         _patch(api, target, body)
-    except ApiException as exc:
-        return _skip_or_fail(action, exc, "patch")
+    except (ApiException, HTTPError, OSError) as exc:
+        why = outcome_unknown(exc)
+        if not why:
+            if isinstance(exc, ApiException):
+                return _skip_or_fail(action, exc, "patch")
+            return Outcome(action, Result.FAILED, f"{describe(exc)} at patch")
+        return _settle_patch(api, action, target, now, why)
     return Outcome(action, Result.DONE)
+
+
+def _settle_patch(
+    api: client.CustomObjectsApi, action: ReclaimOwner, t: Target, now: float, why: str
+) -> Outcome:
+    """The suspend/stop patch failed ambiguously (``why``): what does the server hold? The patch is
+    one write (record and state together), so there is nothing to roll back."""
+    try:
+        obj: Any = api.get_namespaced_custom_object(t.group, t.version, t.namespace, t.plural, t.name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return Outcome(action, Result.SKIPPED, f"owner gone ({why} at patch, then HTTP 404)")
+        return Outcome(action, Result.UNKNOWN, f"{why} at patch, and the re-read failed: {describe(exc)}")
+    except (HTTPError, OSError) as exc:
+        return Outcome(action, Result.UNKNOWN, f"{why} at patch, and the re-read failed: {describe(exc)}")
+    meta = obj.get("metadata") or {}
+    if action.owner.uid and meta.get("uid") != action.owner.uid:
+        return Outcome(action, Result.SKIPPED, f"owner replaced ({why} at patch)")
+    ours = (meta.get("annotations") or {}).get(names.RECLAIMED_AT) == format_rfc3339(now)
+    if ours:
+        return Outcome(action, Result.DONE, f"applied although the API answered {why}")
+    return Outcome(action, Result.FAILED, f"{why} at patch; the re-read shows the owner unchanged")
 
 
 def _scale_to_zero(api: client.CustomObjectsApi, action: ReclaimOwner, t: Target, now: float) -> Outcome:
@@ -133,6 +164,8 @@ def _scale_to_zero(api: client.CustomObjectsApi, action: ReclaimOwner, t: Target
     try:
         written: Any = _patch(api, t, {"metadata": record})
     except ApiException as exc:
+        # Ambiguous or not, the replicas are untouched: a record that did land on an owner not at
+        # 0 replicas is harmless (nothing takes it as reclaimed) and is overwritten next time.
         return _skip_or_fail(action, exc, "annotate")
     version = (written.get("metadata") or {}).get("resourceVersion") if isinstance(written, dict) else None
     body = {"metadata": {"resourceVersion": version} if version else {}, "spec": {"replicas": 0}}
@@ -140,14 +173,52 @@ def _scale_to_zero(api: client.CustomObjectsApi, action: ReclaimOwner, t: Target
         api.patch_namespaced_custom_object_scale(
             t.group, t.version, t.namespace, t.plural, t.name, body, _content_type=MERGE
         )
-    except ApiException as exc:
-        # The record must not claim a scale-down that did not happen; if this fails too, it is
-        # harmless: an owner not at 0 replicas is not taken as reclaimed.
-        with contextlib.suppress(ApiException):
-            undo = {"uid": action.owner.uid, "annotations": dict.fromkeys(names.OWNER_ANNOTATIONS)}
-            _patch(api, t, {"metadata": undo})
-        return _skip_or_fail(action, exc, "scale")
+    except (ApiException, HTTPError, OSError) as exc:
+        why = outcome_unknown(exc)
+        if why:
+            return _settle_scale(api, action, t, replicas, why)
+        _roll_back(api, action, t)
+        if isinstance(exc, ApiException):
+            return _skip_or_fail(action, exc, "scale")
+        return Outcome(action, Result.FAILED, f"{describe(exc)} at scale")
     return Outcome(action, Result.DONE, f"replicas {replicas} -> 0")
+
+
+def _roll_back(api: client.CustomObjectsApi, action: ReclaimOwner, t: Target) -> None:
+    """The record must not claim a scale-down that did not happen; if this fails too, it is
+    harmless: an owner not at 0 replicas is not taken as reclaimed."""
+    with contextlib.suppress(ApiException, HTTPError, OSError):
+        undo = {"uid": action.owner.uid, "annotations": dict.fromkeys(names.OWNER_ANNOTATIONS)}
+        _patch(api, t, {"metadata": undo})
+
+
+def _settle_scale(
+    api: client.CustomObjectsApi, action: ReclaimOwner, t: Target, replicas: int, why: str
+) -> Outcome:
+    """The /scale PATCH failed ambiguously (``why``): decide from what the server holds. At 0 it was
+    applied (DONE); at the replicas read before, it was not (the record is rolled back); anything
+    else, or no answer, is UNKNOWN: counted as done, the way back kept on the owner."""
+    try:
+        scale: Any = api.get_namespaced_custom_object_scale(t.group, t.version, t.namespace, t.plural, t.name)
+    except (ApiException, HTTPError, OSError) as exc:
+        return Outcome(
+            action, Result.UNKNOWN, f"{why} at scale, and the re-read failed ({describe(exc)}): record kept"
+        )
+    now_at = int(((scale.get("spec") or {}).get("replicas")) or 0)
+    if now_at == 0:
+        return Outcome(
+            action, Result.DONE, f"replicas {replicas} -> 0 (the API answered {why}; the server holds 0)"
+        )
+    if now_at == replicas:
+        _roll_back(api, action, t)
+        return Outcome(
+            action, Result.FAILED, f"{why} at scale; the re-read shows {replicas} replicas, unchanged"
+        )
+    return Outcome(
+        action,
+        Result.UNKNOWN,
+        f"{why} at scale; the re-read shows {now_at} replicas (was {replicas}): record kept",
+    )
 
 
 def owner_ref(action: ReclaimOwner) -> ObjectRef:

@@ -7,8 +7,10 @@ from typing import Any
 import orjson
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from gpu_efficiency.actuators.outcomes import Outcome, Result
+from gpu_efficiency.actuators.uncertain import describe, outcome_unknown
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod
 
 
@@ -46,7 +48,12 @@ def evict_pod(core: client.CoreV1Api, action: EvictPod) -> Outcome:
     )
     try:
         core.create_namespaced_pod_eviction(action.name, action.namespace, body)
+    except (HTTPError, OSError) as exc:
+        why = outcome_unknown(exc)
+        return _settle_eviction(core, action, why) if why else Outcome(action, Result.FAILED, describe(exc))
     except ApiException as exc:
+        if outcome_unknown(exc):
+            return _settle_eviction(core, action, outcome_unknown(exc))
         if exc.status == 429 and _budget_refusal(exc):
             return Outcome(action, Result.BLOCKED, _reason(exc))
         if exc.status == 429:  # API Priority and Fairness: the server is busy, the pod may go
@@ -60,6 +67,25 @@ def evict_pod(core: client.CoreV1Api, action: EvictPod) -> Outcome:
             return Outcome(action, Result.SKIPPED, f"pod gone or replaced (HTTP {exc.status})")
         return Outcome(action, Result.FAILED, f"HTTP {exc.status}: {_reason(exc) or exc.reason}")
     return Outcome(action, Result.DONE)
+
+
+def _settle_eviction(core: client.CoreV1Api, action: EvictPod, why: str) -> Outcome:
+    """The eviction failed ambiguously (``why``): the API server may have accepted it. Re-read the
+    pod: gone, replaced or terminating is DONE; still there and not terminating is FAILED (retried);
+    no answer is UNKNOWN, counted against the budgets as an eviction."""
+    try:  # a LIST by name: the operator's role may list pods, not get them
+        found: Any = core.list_namespaced_pod(
+            action.namespace, field_selector=f"metadata.name={action.name}", _preload_content=False
+        )
+        items = orjson.loads(found.data).get("items") or []
+    except (ApiException, HTTPError, OSError, orjson.JSONDecodeError, AttributeError, TypeError) as exc:
+        return Outcome(action, Result.UNKNOWN, f"{why}, and the re-read failed: {describe(exc)}")
+    if not items:
+        return Outcome(action, Result.DONE, f"evicted (the API answered {why}; the pod is gone)")
+    meta = (items[0].get("metadata") or {}) if isinstance(items[0], dict) else {}
+    if meta.get("uid") != action.uid or meta.get("deletionTimestamp"):
+        return Outcome(action, Result.DONE, f"evicted (the API answered {why}; the pod is terminating)")
+    return Outcome(action, Result.FAILED, f"{why}; the re-read shows the pod still running: retried")
 
 
 def _status(exc: ApiException) -> dict[str, Any]:

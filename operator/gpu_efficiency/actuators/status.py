@@ -31,12 +31,58 @@ def status_body(status: GPUEfficiencyPolicyStatus) -> dict[str, Any]:
 
 
 def parse_status(raw: Mapping[str, Any]) -> GPUEfficiencyPolicyStatus:
-    """The status as this version models it (unknown fields ignored; an unreadable one: empty)."""
-    fields = GPUEfficiencyPolicyStatus.model_json_schema(by_alias=True)["properties"]
+    """The status as this version models it (unknown fields ignored; unreadable ones dropped)."""
+    return read_status(raw)[0]
+
+
+def read_status(raw: Mapping[str, Any]) -> tuple[GPUEfficiencyPolicyStatus, list[str]]:
+    """The status, each field read on its own, and what could not be read.
+
+    A status the CRD's schema accepts can still fail the model in one field (``reclamations: [{}]``);
+    read whole, that one field would drop the others with it, above all ``recentEvictions`` (the
+    hour's eviction budget) and the reclamation records ``restore`` relies on. So a bad field is
+    dropped alone, and in a list only its bad items."""
+    fields = _FIELDS
+    good: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in raw.items() if isinstance(raw, Mapping) else ():
+        if key not in fields:
+            continue
+        error = _field_error(key, value)
+        if not error:
+            good[key] = value
+        elif isinstance(value, list):
+            kept = []
+            for i, item in enumerate(value):
+                item_error = _field_error(key, [item])
+                if item_error:
+                    problems.append(f"status.{key}[{i}]: {item_error}")
+                else:
+                    kept.append(item)
+            good[key] = kept
+        else:
+            problems.append(f"status.{key}: {error}")
     try:
-        return GPUEfficiencyPolicyStatus.model_validate({k: v for k, v in raw.items() if k in fields})
-    except ValidationError:
-        return GPUEfficiencyPolicyStatus()
+        return GPUEfficiencyPolicyStatus.model_validate(good), problems
+    except ValidationError as exc:  # unreachable: every field passed alone; never lose the budget
+        return GPUEfficiencyPolicyStatus(), [*problems, f"status: {_first(exc)}"]
+
+
+_FIELDS = frozenset(GPUEfficiencyPolicyStatus.model_json_schema(by_alias=True)["properties"])
+
+
+def _field_error(key: str, value: Any) -> str:
+    try:
+        GPUEfficiencyPolicyStatus.model_validate({key: value})
+    except ValidationError as exc:
+        return _first(exc)
+    return ""
+
+
+def _first(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error.get("loc", ())[1:])
+    return f"{where + ': ' if where else ''}{error.get('msg', 'invalid')}"
 
 
 def _stable(body: dict[str, Any]) -> dict[str, Any]:
@@ -58,6 +104,9 @@ class StatusWriter:
         self.refresh_seconds = refresh_seconds
         self._last: dict[str, tuple[dict[str, Any], float]] = {}
         self._versions: dict[str, str] = {}  # resourceVersion of each policy as last read or written
+        #: Status fields (or list items) dropped as unreadable when the status was last read, per
+        #: policy, until the cycle reports them (StatusValid condition, StatusFieldInvalid event).
+        self.problems: dict[str, list[str]] = {}
         self.writes = 0
 
     def needs_write(self, name: str, body: dict[str, Any], now: float | None = None) -> bool:
@@ -86,7 +135,9 @@ class StatusWriter:
                 return None
             raise
         self._remember_version(name, obj)
-        status = parse_status(obj.get("status") or {})
+        status, problems = read_status(obj.get("status") or {})
+        if problems:
+            self.problems[name] = problems
         self._last[name] = (status_body(status), time.monotonic())
         return status
 

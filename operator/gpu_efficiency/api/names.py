@@ -103,6 +103,7 @@ COND_VALID: Final = "PolicyValid"
 COND_SHADOWED: Final = "Shadowed"  # True: an older policy judges some of the pods this one selects
 COND_NOTIFY: Final = "NotificationsHealthy"  # False: a notification sink failed its last delivery
 COND_SIGNALS: Final = "SignalsComplete"  # False: a fault kind or diagnosis input is blind for some GPUs
+COND_STATUS_VALID: Final = "StatusValid"  # False: status fields read from the server were unreadable, dropped
 
 # Event reasons.
 EV_UNDERUTILIZED: Final = "GPUUnderutilized"
@@ -133,6 +134,7 @@ EV_RECLAIM_REVERTED: Final = "ReclaimReverted"  # our reclaimed owner scaled bac
 EV_NOTIFICATION_FAILED: Final = "NotificationFailed"  # a notification sink started failing
 EV_SIGNALS_INCOMPLETE: Final = "SignalsIncomplete"  # Warning: the set of blind kinds/inputs changed
 EV_SIGNALS_COMPLETE: Final = "SignalsComplete"  # every kind and input served again
+EV_STATUS_FIELD_INVALID: Final = "StatusFieldInvalid"  # status fields dropped as unreadable (the rest kept)
 EV_ACK_INVALID: Final = "AcknowledgementInvalid"  # keep-for/keep-until unreadable: ignored
 
 #: Resource name of GPUs on nodes and in pod requests.

@@ -25,14 +25,14 @@ from gpu_efficiency import metrics
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.notify import Notifier
 from gpu_efficiency.actuators.outcomes import Outcome, Result
-from gpu_efficiency.actuators.status import StatusWriter, parse_status
+from gpu_efficiency.actuators.status import StatusWriter, read_status
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import DeviceTaintEffect, GPUEfficiencyPolicySpec, ReclaimAction
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.cyclic_gc import gc_paused
-from gpu_efficiency.engine.conditions import set_condition
+from gpu_efficiency.engine.conditions import find_condition, set_condition
 from gpu_efficiency.engine.faults.devices import with_dra_capacity
 from gpu_efficiency.engine.faults.xid_repeats import FLOOD_WINDOW_S
 from gpu_efficiency.engine.model import (
@@ -183,7 +183,9 @@ class CycleRunner:
     def previous_status(self, name: str, status_raw: Mapping[str, Any]) -> GPUEfficiencyPolicyStatus:
         if name in self._last_status:
             return self._last_status[name]
-        previous = parse_status(status_raw)
+        previous, problems = read_status(status_raw)
+        if problems:
+            self.status_writer.problems[name] = problems
         self.status_writer.seed(name, previous.model_dump(by_alias=True, mode="json"))
         return previous
 
@@ -474,6 +476,7 @@ class CycleRunner:
         outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)
         status = fold_outcomes(plan.status, outcomes, snapshot.now, plan.reclamations)
         status = self._notify(name, uid, spec, snapshot, plan, outcomes, status)
+        status = self._report_unreadable_status(name, uid, status, snapshot.now, generation)
         if self.leader.still_leader():
             status = self.write_status(name, status)
         self._last_status[name] = status
@@ -491,6 +494,35 @@ class CycleRunner:
             api_reads=cluster.requests,
             writes=writes,
         )
+
+    def _report_unreadable_status(
+        self, name: str, uid: str, status: GPUEfficiencyPolicyStatus, now: float, generation: int
+    ) -> GPUEfficiencyPolicyStatus:
+        """StatusValid: False (and a StatusFieldInvalid event) in the cycle after a read of the
+        status from the server dropped unreadable fields; the other fields were kept and this cycle
+        rewrites the status without them, so the next cycle sets it True again."""
+        problems = self.status_writer.problems.pop(name, None)
+        if not problems:
+            previous = find_condition(status.conditions, names.COND_STATUS_VALID)
+            if previous is None or previous.status == "True":
+                return status
+            conditions = set_condition(
+                status.conditions, type=names.COND_STATUS_VALID, status="True", reason="Readable",
+                message="every status field was readable", now=now, generation=generation,
+            )  # fmt: skip
+            return status.model_copy(update={"conditions": conditions})
+        message = (
+            f"dropped as unreadable, every other status field kept (recentEvictions, reclamations): "
+            f"{'; '.join(problems)}"
+        )[:1024]
+        log.warning("policy %s: %s", name, message)
+        event = PolicyEvent(reason=names.EV_STATUS_FIELD_INVALID, message=message, type="Warning")
+        self.applier.apply([event], policy_name=name, policy_uid=uid)
+        conditions = set_condition(
+            status.conditions, type=names.COND_STATUS_VALID, status="False", reason="FieldsUnreadable",
+            message=message, now=now, generation=generation,
+        )  # fmt: skip
+        return status.model_copy(update={"conditions": conditions})
 
     def _notify(
         self,
@@ -583,9 +615,11 @@ def fold_outcomes(
 ) -> GPUEfficiencyPolicyStatus:
     """Count what actually happened (the plan only says what was attempted); ``drafts``: the
     plan's reclamation records, kept for the reclamations one of whose actions was accepted."""
-    evicted = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.DONE]
+    # An outcome the API left unknown (5xx or timeout after sending, re-read inconclusive) counts as
+    # done for the hour's budget and keeps its reclamation record (restore needs it).
+    evicted = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result.counts]
     blocked = [o for o in outcomes if isinstance(o.action, EvictPod) and o.result is Result.BLOCKED]
-    reclaimed = [o for o in outcomes if isinstance(o.action, ReclaimOwner) and o.result is Result.DONE]
+    reclaimed = [o for o in outcomes if isinstance(o.action, ReclaimOwner) and o.result.counts]
     if not evicted and not blocked and not reclaimed:
         return status
     done = [o.action for o in (*evicted, *reclaimed)]

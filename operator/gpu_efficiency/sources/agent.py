@@ -344,7 +344,7 @@ def merge_samples(
     taken and the Prometheus one counted in ``drops``. Where the agent's fault window holds a fault
     reading Prometheus has not scraped yet (``_fault_news``), the agent's sample is taken too: the
     fault is judged now, not after the next scrape. Where both are kept, the other one rides along
-    as the sample's ``witness``: a drain or NoExecute needs both to show the fault (safety rule 10)."""
+    as the sample's ``witness``: a drain or NoExecute needs both to show the fault (safety guarantee 9)."""
     chosen: dict[str, GPUSample] = {g.uuid: g for g in prometheus}
     for g in agent:
         other = chosen.get(g.uuid)

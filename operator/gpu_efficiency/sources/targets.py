@@ -1,4 +1,4 @@
-"""Which scrape target to believe for a GPU (safety rule 10: trust the source, not the series).
+"""Which scrape target to believe for a GPU (safety guarantee 9: trust the source, not the series).
 
 Any tenant who can add a scrape target (a ServiceMonitor or PodMonitor for a pod of their own)
 can publish series with any labels: a real GPU's UUID, its node's ``Hostname``, an XID. Labels

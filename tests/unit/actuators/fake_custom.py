@@ -29,6 +29,43 @@ class FakeCustom:
         self.calls: list[str] = []
         self.fail: dict[str, int] = {}  # operation -> HTTP status, once
         self.on: dict[str, Any] = {}  # operation -> callable run before it (a concurrent writer)
+        #: operation -> exception raised once *after* it was applied (a 504 or timeout after commit)
+        self.after: dict[str, BaseException] = {}
+        self.policies: list[dict[str, Any]] = []  # GPUEfficiencyPolicies, for their status
+
+    def record(self, key: Key, kind: str, action: str = "ScaleToZero", replicas: int | None = None) -> None:
+        """A policy's status.reclamations records reclaiming the object at ``key`` (its uid)."""
+        obj = self.objects[key]
+        record = {
+            "owner": f"{key[2]}/{kind}/{key[4]}", "uid": obj["metadata"]["uid"], "action": action,
+            "time": "2023-11-14T22:13:20Z", "replicas": replicas,
+        }  # fmt: skip
+        self.policies.append(
+            {"metadata": {"name": f"p{len(self.policies)}"}, "status": {"reclamations": [record]}}
+        )
+
+    def list_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, *, field_selector: str = ""
+    ) -> Any:
+        self.calls.append("list")
+        status = self.fail.pop("list", None)
+        if status is not None:
+            raise ApiException(status=status, reason="Injected")
+        name = field_selector.removeprefix("metadata.name=")
+        items = [
+            o
+            for k, o in self.objects.items()
+            if k[:4] == (group, version, namespace, plural) and k[4] == name
+        ]
+        return {"items": copy.deepcopy(items)}
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str) -> Any:
+        self.calls.append("list policies")
+        status = self.fail.pop("list policies", None)
+        if status is not None:
+            raise ApiException(status=status, reason="Injected")
+        assert (group, plural) == ("gpuefficiency.io", "gpuefficiencypolicies")
+        return {"items": copy.deepcopy(self.policies)}
 
     def add(
         self, key: Key, *, replicas: int | None = None, annotations: dict[str, str] | None = None, **spec: Any
@@ -80,7 +117,13 @@ class FakeCustom:
         assert kwargs.get("_content_type") == "application/merge-patch+json"
         obj = self._begin("patch", (group, version, namespace, plural, name))
         self._write(obj, body)
+        self._committed("patch")
         return copy.deepcopy(obj)
+
+    def _committed(self, op: str) -> None:
+        exc = self.after.pop(op, None)
+        if exc is not None:
+            raise exc
 
     def get_namespaced_custom_object_scale(
         self, group: str, version: str, namespace: str, plural: str, name: str
@@ -99,4 +142,5 @@ class FakeCustom:
         self._write(
             obj, {"metadata": body.get("metadata") or {}, "spec": {"replicas": body["spec"]["replicas"]}}
         )
+        self._committed("patch scale")
         return {"spec": {"replicas": obj["spec"]["replicas"]}}

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from gpu_efficiency.api import names
-from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, PodView
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.budgets import merge_budgets, merge_recent, recent_within_hour
@@ -125,3 +125,15 @@ def test_merging_budgets_keeps_the_base_and_the_larger_totals() -> None:
     assert (merged.recent_evictions, merged.evictions_total, merged.evictions_blocked_total) == ([t1], 4, 1)
     assert merged.reclaims_total == 2
     assert merged.warned_pods == 7
+
+
+def test_merging_budgets_keeps_every_reclamation_record_of_both() -> None:
+    """The records prove what we reclaimed (restore needs them): a term start merging the server's
+    status with this replica's never drops one either side has."""
+    old, new = (format_rfc3339(NOW - s) for s in (600, 60))
+    server = [Reclamation(owner="ml/Deployment/a", uid="ua", action="ScaleToZero", time=old)]
+    local = [*server, Reclamation(owner="ml/Deployment/b", uid="ub", action="ScaleToZero", time=new)]
+    merged = merge_budgets(
+        GPUEfficiencyPolicyStatus(reclamations=server), GPUEfficiencyPolicyStatus(reclamations=local), NOW
+    )
+    assert [r.uid for r in merged.reclamations] == ["ua", "ub"]

@@ -164,3 +164,35 @@ def test_a_sink_gets_only_its_reasons_and_namespaces(
         {"name": "s", "type": "Slack", "urlSecretKey": "k", "reasons": reasons, "namespaces": namespaces}
     )
     assert sink.wants(reason, namespace) is wanted
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_names_a_tenant_chose_reach_slack_as_text_never_as_mentions_or_links() -> None:
+    """Issue 31.5: an owner name, pod name or message carrying Slack's control characters is sent
+    with &, < and > escaped, in the message's text and in every block."""
+    hostile = "<!channel> <https://evil.example/login|Click here> & co"
+    n = replace(
+        warning(), name=hostile, owner=f"deployment/{hostile}", pod=hostile,
+        message=f"GPU idle: {hostile}", why=f"because {hostile}", restore=f"restore {hostile}",
+    )  # fmt: skip
+    message = slack_message(n)
+    texts = [t for t in _strings({"text": message["text"], "blocks": message["blocks"]}) if t]
+    assert not any("<" in t or ">" in t for t in texts)
+    assert any("&lt;!channel&gt; &lt;https://evil.example/login|Click here&gt; &amp; co" in t for t in texts)
+    assert message["text"].startswith("GPU about to be reclaimed: team-a/&lt;!channel&gt;")
+
+
+def test_a_long_escaped_value_is_never_cut_inside_an_entity() -> None:
+    n = replace(warning(), pod="&" * 3000)
+    for field in slack_message(n)["blocks"][2]["fields"]:
+        body = field["text"].rstrip("…")
+        assert body.count("&") == body.count("&amp;")

@@ -69,6 +69,7 @@ class MemoryApplier:
 @dataclass
 class MemoryStatusWriter:
     written: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
+    problems: dict[str, list[str]] = field(default_factory=dict)  # as StatusWriter.problems
 
     def seed(self, name: str, current: Mapping[str, Any]) -> None:
         return None

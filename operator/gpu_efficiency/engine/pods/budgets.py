@@ -12,9 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpu_efficiency.api.durations import format_duration
-from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.engine.model import PodView
 from gpu_efficiency.engine.params import CycleParams
+from gpu_efficiency.engine.pods.reclaimproof import kept
 from gpu_efficiency.engine.timefmt import parse_rfc3339
 
 HOUR_S = 3600.0
@@ -87,8 +88,17 @@ def merge_budgets(
             "reclaims_ineffective_total": max(
                 base.reclaims_ineffective_total, other.reclaims_ineffective_total
             ),
+            "reclamations": merge_reclamations(base.reclamations, other.reclamations),
         }
     )
+
+
+def merge_reclamations(ours: Sequence[Reclamation], theirs: Sequence[Reclamation]) -> list[Reclamation]:
+    """The reclamation records of both, each once (by owner and time; ours where both have it),
+    oldest first: they are the proof restore and the engine rely on, so a merge never drops one."""
+    seen = {(r.owner, r.time) for r in ours}
+    both = [*ours, *(r for r in theirs if (r.owner, r.time) not in seen)]
+    return kept(sorted(both, key=lambda r: parse_rfc3339(r.time) or 0.0))
 
 
 @dataclass(frozen=True, slots=True)

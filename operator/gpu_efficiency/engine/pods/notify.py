@@ -32,7 +32,7 @@ from gpu_efficiency.engine.model import (
     ReclaimOwner,
     Snapshot,
 )
-from gpu_efficiency.engine.pods.acknowledge import ending_with, keep_command
+from gpu_efficiency.engine.pods.acknowledge import keep_command
 from gpu_efficiency.engine.pods.owners import BARE, resolve_owner, restore_commands
 from gpu_efficiency.engine.timefmt import format_rfc3339, format_when, parse_rfc3339
 
@@ -325,7 +325,22 @@ def cloudevent(n: Notification) -> dict[str, Any]:
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """``text`` (escaped for Slack) within ``limit``, never cut inside an ``&amp;`` entity."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    amp = head.rfind("&")
+    if amp >= 0 and ";" not in head[amp:]:
+        head = head[:amp]
+    return head + "…"
+
+
+def slack_escape(value: str) -> str:
+    """Slack parses ``&``, ``<`` and ``>`` in message text and text objects (``<!channel>``,
+    ``<https://...|Click here>``); its formatting reference asks for exactly these three to be sent
+    as HTML entities. Names come from ownerReferences and annotations a tenant writes, so every
+    value put into a Slack message is escaped (our own text uses none of the three on purpose)."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _plain_message(n: Notification) -> str:
@@ -339,18 +354,20 @@ def _plain_message(n: Notification) -> str:
 
 
 def slack_message(n: Notification) -> dict[str, Any]:
-    """A Slack incoming-webhook message: what, why in plain words, when, how to keep it."""
-    title = f"{TITLES.get(n.reason, n.reason)}: {n.target}"
-    lines = [f"*What:* {_plain_message(n)}", f"*Why:* {n.why}."]
+    """A Slack incoming-webhook message: what, why in plain words, when, how to keep it. Every
+    value is escaped (``slack_escape``) before it is cut to Slack's limits."""
+    esc = slack_escape
+    title = esc(f"{TITLES.get(n.reason, n.reason)}: {n.target}")
+    lines = [f"*What:* {esc(_plain_message(n))}", f"*Why:* {esc(n.why)}."]
     if n.deadline is not None:
         lines.append(f"*When:* {format_when(n.deadline, n.time)}")
     if n.acknowledge:
-        lines.append(f"*Keep it:* run `{n.acknowledge}`")
+        lines.append(f"*Keep it:* run `{esc(n.acknowledge)}`")
     if n.restore:
-        lines.append(f"*Undo:* {n.restore}")
+        lines.append(f"*Undo:* {esc(n.restore)}")
     facts = [("Namespace", n.namespace), ("Pod", n.pod), ("Owner", n.owner), ("Node", n.node),
              ("GPU", ", ".join(n.gpus)), ("Diagnosis", n.diagnosis)]  # fmt: skip
-    fields = [{"type": "mrkdwn", "text": _cut(f"*{k}*\n{v}", SLACK_FIELD_MAX)} for k, v in facts if v]
+    fields = [{"type": "mrkdwn", "text": _cut(f"*{k}*\n{esc(v)}", SLACK_FIELD_MAX)} for k, v in facts if v]
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _cut(title, SLACK_HEADER_MAX)}},
         {"type": "section", "text": {"type": "mrkdwn", "text": _cut("\n".join(lines), SLACK_TEXT_MAX)}},
@@ -361,15 +378,13 @@ def slack_message(n: Notification) -> dict[str, Any]:
         {
             "type": "context",
             "elements": [
-                {"type": "mrkdwn", "text": f"gpu-efficiency-operator · policy {n.policy} · {n.reason}"}
+                {"type": "mrkdwn", "text": esc(f"gpu-efficiency-operator · policy {n.policy} · {n.reason}")}
             ],
         }
     )
-    text = f"{title}. {_plain_message(n)}"
-    message: dict[str, Any] = {
-        "text": ending_with(text, f" To keep it: {n.acknowledge}", SLACK_TEXT_MAX) if n.acknowledge else text,
-        "blocks": blocks,
-    }
+    text = f"{title}. {esc(_plain_message(n))}"
+    tail = f" To keep it: {esc(n.acknowledge)}" if n.acknowledge else ""
+    message: dict[str, Any] = {"text": _cut(text, SLACK_TEXT_MAX - len(tail)) + tail, "blocks": blocks}
     if n.channel:
         message["channel"] = n.channel
     return message
