@@ -45,8 +45,8 @@ proto: venv
 	$(VPY) -m grpc_tools.protoc -I operator --python_out=operator operator/gpu_efficiency/agent/proto/podresources.proto
 
 docs: crds
-	$(VPY) -m gpu_efficiency.api.reference README.md
-	$(VPY) -m gpu_efficiency.config README.md
+	$(VPY) -m gpu_efficiency.api.reference docs/policies.md
+	$(VPY) -m gpu_efficiency.config docs/cli.md
 
 lint: venv
 	$(VENV)/bin/ruff check operator harness tests bench
@@ -94,7 +94,7 @@ bench-faults: deps build-cluster
 
 # The image, with whichever engine is on PATH (docker, podman, buildah). IMAGE_PLATFORMS=linux/arm64
 # (or both, with docker buildx) for Grace nodes: the image is pure Python on python:3.11-slim, which
-# is multi-arch, but only linux/amd64 has been built and run by the project (README, "Image").
+# is multi-arch, but only linux/amd64 has been built and run by the project (docs/install.md, "Install").
 # docker only where its daemon answers (a docker CLI alone cannot build).
 ENGINE ?= $(shell if docker info >/dev/null 2>&1; then echo docker; \
   else for e in podman buildah docker; do command -v $$e >/dev/null && { echo $$e; break; }; done; fi)

@@ -3,9 +3,9 @@
     python bench/scale/run.py [--nodes 100,300,1000] [--gpus-per-node 8] [--keep-cluster]
     python bench/scale/run.py --nodes 10,30          # quick run (~10 min)
     python bench/scale/run.py --nodes 1000 --refresh-budget 500 --steady-cycles 6
-                                                     # the README's figures (~13 min)
+                                                     # the figures of docs/developing.md (~13 min)
 
-The README's targets at 1,000 nodes (steady cycle under 2 s) are for the operator with
+The targets of docs/developing.md at 1,000 nodes (steady cycle under 2 s) are for the operator with
 ``--prometheus-refresh-budget 500``, as the last command runs it. Without a budget (the default
 here, 0) every steady cycle fetches every GPU's whole window: 568,000 series, ~8 s at 1,000 nodes.
 

@@ -25,7 +25,7 @@ EXIT_CLUSTER = 3
 EXIT_METRICS = 4
 EXIT_INTERRUPTED = 130
 
-#: Every exit code of the CLI and its meaning (the README's table and each command's --help).
+#: Every exit code of the CLI and its meaning (the table in docs/cli.md and each command's --help).
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "done (report, explain: the metrics were available)"),
     (EXIT_FAILED, "nothing done: the API refused the change, or there is nothing to restore"),

@@ -1,10 +1,10 @@
 """The operator's settings, declared once: each field of OperatorConfig is one setting, and its flag,
-its ``GPUEFF_*`` variable and its row in the README come from that declaration (settings.py).
+its ``GPUEFF_*`` variable and its row in docs/cli.md come from that declaration (settings.py).
 
 A flag overrides its variable, which overrides the default. The CLI builds one OperatorConfig and
 passes it on explicitly (Kopf's memo for `run`); no module holds it.
 
-``python -m gpu_efficiency.config README.md`` (``make docs``) rewrites the README's settings table.
+``python -m gpu_efficiency.config docs/cli.md`` (``make docs``) rewrites the settings table there.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
 
 
 def update_readme(text: str) -> str:
-    """README text with its settings table regenerated."""
+    """The page's text (docs/cli.md) with its settings table regenerated."""
     return replace_section(
         text, README_START, README_END, "\n\n" + "\n".join(render_table(SETTINGS)) + "\n\n"
     )
@@ -193,5 +193,5 @@ if __name__ == "__main__":
     import sys
     from pathlib import Path
 
-    readme = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    readme = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/cli.md")
     readme.write_text(update_readme(readme.read_text()))

@@ -2,7 +2,7 @@
 
 Each field says its default, its meaning and which commands take it (``setting(...)``); from those
 fields come the command-line flags, the ``GPUEFF_*`` environment fallbacks (a flag overrides its
-variable, which overrides the default) and the README's settings table, so none of them can drift
+variable, which overrides the default) and the settings table of docs/cli.md, so none of them can drift
 from the others. Text from a flag or a variable is parsed the same way; bad text is a SettingError
 that names the flag and the variable, never a silent default.
 """

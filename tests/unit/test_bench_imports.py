@@ -1,6 +1,6 @@
 """Every benchmark script imports: they run by hand, outside the test suite, so a helper renamed or
 removed elsewhere (straggler_bench once imported a table engine_bench had dropped) would otherwise
-break a figure the README quotes without anything noticing."""
+break a figure the docs quote without anything noticing."""
 
 from __future__ import annotations
 

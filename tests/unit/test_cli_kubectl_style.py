@@ -27,6 +27,7 @@ from gpu_efficiency.config import config_from_args
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.report import build_report, only_namespace
 from tests.unit.engine import builders as b
+from tests.unit.user_docs import SETTINGS_REFERENCE
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_COMMANDS = ("report", "explain", "restore", "keep", "cleanup")
@@ -258,7 +259,7 @@ def test_the_installed_package_puts_the_plugin_on_the_path() -> None:
 
 
 def test_the_readme_lists_every_exit_code() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = SETTINGS_REFERENCE.read_text()  # docs/cli.md
     for code, meaning in EXIT_CODES:
         assert f"| {code} | {meaning} |" in readme, code
 

@@ -10,10 +10,11 @@ import pytest
 
 from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.api.policy.reclaim import OwnerActions
+from tests.unit.user_docs import POLICY_REFERENCE, README, USER_DOCS
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gpu-efficiency-operator"
-#: What the README's Enforce table says for each default action.
+#: What the Enforce tables (README, docs/policies.md) say for each default action.
 WORDS = {
     ReclaimAction.SCALE_TO_ZERO: "scaled to 0 replicas",
     ReclaimAction.SUSPEND: "suspended",
@@ -25,7 +26,7 @@ WORDS = {
 @pytest.mark.parametrize(
     "path",
     [
-        ROOT / "README.md",
+        *USER_DOCS,
         CHART / "templates" / "NOTES.txt",
         CHART / "values.yaml",
         CHART / "values.schema.json",
@@ -37,8 +38,8 @@ def test_enforce_is_never_described_as_evicting_idle_pods(path: Path) -> None:
     assert not re.search(r"Enforce \(also evict", text), path.name
 
 
-def test_the_readme_enforce_table_matches_the_default_actions() -> None:
-    readme = ROOT / "README.md"
+@pytest.mark.parametrize("readme", [README, POLICY_REFERENCE], ids=lambda p: p.name)
+def test_the_readme_enforce_table_matches_the_default_actions(readme: Path) -> None:
     rows = {
         line.split("|")[1].strip(): line.split("|")[2].strip()
         for line in readme.read_text().splitlines()
@@ -50,7 +51,7 @@ def test_the_readme_enforce_table_matches_the_default_actions() -> None:
         ("Job, JobSet", ("Job", "JobSet")),
         ("Kubeflow Notebook", ("Notebook",)),
         (
-            "LeaderWorkerSet, KServe InferenceService, owner with an HPA, owner only partly idle",
+            "LeaderWorkerSet, KServe InferenceService, owner only partly idle",
             ("LeaderWorkerSet", "InferenceService"),
         ),
     ):

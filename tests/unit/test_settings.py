@@ -1,5 +1,5 @@
 """The operator's settings are declared once (config.OperatorConfig): every one has its flag on the
-commands that take it, its GPUEFF_* variable and its README row, the flag beats the variable beats the
+commands that take it, its GPUEFF_* variable and its row in docs/cli.md, the flag beats the variable beats the
 default, bad text is a clear error, and the configuration reaches Kopf's handlers through the memo,
 never through a module global (issue 20 item 5)."""
 
@@ -19,6 +19,7 @@ from gpu_efficiency.cli import build_parser, main
 from gpu_efficiency.config import DEFAULT_MATCHERS, SETTINGS, OperatorConfig, config_from_args, update_readme
 from gpu_efficiency.runtime import kopf_wiring
 from gpu_efficiency.settings import SettingError
+from tests.unit.user_docs import SETTINGS_REFERENCE
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "operator" / "gpu_efficiency"
@@ -31,7 +32,7 @@ def _flags(command: str) -> set[str]:
 
 
 def test_every_setting_has_its_flag_variable_and_readme_row() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = SETTINGS_REFERENCE.read_text()
     assert len({s.flag for s in SETTINGS}) == len({s.env for s in SETTINGS}) == len(SETTINGS)
     for s in SETTINGS:
         assert s.env == "GPUEFF_" + s.name.upper(), s.name
@@ -42,8 +43,8 @@ def test_every_setting_has_its_flag_variable_and_readme_row() -> None:
 
 
 def test_readme_settings_table_is_current() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert update_readme(readme) == readme, "README settings table drifted: run `make docs`"
+    readme = SETTINGS_REFERENCE.read_text()
+    assert update_readme(readme) == readme, "docs/cli.md's settings table drifted: run `make docs`"
 
 
 def test_names_and_defaults_are_those_the_chart_and_users_rely_on() -> None:

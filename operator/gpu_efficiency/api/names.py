@@ -1,4 +1,4 @@
-"""The public names (a stable API, documented in the README): annotations, labels, taints, conditions, event reasons.
+"""The public names (a stable API, documented in docs/what-you-see.md): annotations, labels, taints, conditions, event reasons.
 
 Changing any value here is an API change that needs a migration note.
 """

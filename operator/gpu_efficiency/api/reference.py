@@ -1,6 +1,6 @@
-"""Render the policy reference (README section) from the generated CRD schema.
+"""Render the policy reference (a section of docs/policies.md) from the generated CRD schema.
 
-The README holds it between markers; ``make docs`` rewrites it and a unit test fails on drift, so
+docs/policies.md holds it between markers; ``make docs`` rewrites it and a unit test fails on drift, so
 the reference cannot fall behind the models.
 """
 
@@ -63,13 +63,13 @@ def render_reference() -> str:
 
 
 def update_readme(text: str) -> str:
-    """Replace the marked section of README text with the current reference."""
+    """Replace the marked section of the page's text (docs/policies.md) with the current reference."""
     before, found, rest = text.partition(START)
     if not found:
-        raise ValueError("README has no policy-reference markers")
+        raise ValueError("the page has no policy-reference markers")
     _, found_end, after = rest.partition(END)
     if not found_end:
-        raise ValueError("README policy-reference section is not closed")
+        raise ValueError("the page's policy-reference section is not closed")
     return before + render_reference() + after
 
 
@@ -77,5 +77,5 @@ if __name__ == "__main__":
     import sys
     from pathlib import Path
 
-    readme = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    readme = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/policies.md")
     readme.write_text(update_readme(readme.read_text()))

@@ -15,8 +15,8 @@ node's own addresses (and its name, which ``instance`` is often relabelled to) o
 
 What this cannot tell apart: a target whose ``instance`` its owner rewrote (ServiceMonitor
 ``relabelings``, or ``honorLabels: true`` with an ``instance`` label in the exposition) to an
-exporter's address, and a tenant pod on the same node reporting that node's GPUs. The README's
-safety section says what then still holds (a drain or NoExecute needs a second source).
+exporter's address, and a tenant pod on the same node reporting that node's GPUs. Guarantee 9 of
+docs/safety.md says what then still holds (a drain or NoExecute needs a second source).
 """
 
 from __future__ import annotations

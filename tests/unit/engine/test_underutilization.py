@@ -1,4 +1,4 @@
-"""Each diagnosis of the README's table from hand-built readings, its recommendation, and the precedence."""
+"""Each diagnosis of the table in docs/what-you-see.md from hand-built readings, its recommendation, and the precedence."""
 
 from collections.abc import Callable
 

@@ -1,4 +1,4 @@
-"""What the README, the Grafana dashboard and the chart's alert rules name is what the code exports
+"""What the README and docs/, the Grafana dashboard and the chart's alert rules name is what the code exports
 and writes: every metric has samples after a cycle, every documented annotation, condition and
 event reason exists in code, and every one in code is documented. Per-cycle gauges follow the
 last cycle, a deleted policy's series go, and a standby replica exports no policy gauges."""
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from tests.unit.engine import builders as b
 from tests.unit.runtime.test_scheduler import body
+from tests.unit.user_docs import USER_DOCS, user_docs_text
 
 from gpu_efficiency import metrics
 from gpu_efficiency.actuators.notify import Notifier
@@ -31,7 +32,7 @@ from .cycle_harness import ENFORCE_SPEC, SwitchLeader, run_cycle, runner, warned
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "gpu-efficiency-operator"
 DOCUMENTS = (
-    ROOT / "README.md",
+    *USER_DOCS,
     CHART / "files" / "dashboard.json",
     CHART / "templates" / "prometheusrule.yaml",
 )
@@ -218,7 +219,7 @@ def test_an_invalid_policy_exports_no_stale_gauges() -> None:
 
 ANNOTATION = re.compile(r"(?<![\w.])(?:gpuefficiency\.io|…)/([a-z][a-z-]*[a-z])")
 BACKTICKED = re.compile(r"`([A-Z][A-Za-z]+)`")
-#: Kubernetes' own words the README quotes (an image pull policy, DRA device taints), not names of ours.
+#: Kubernetes' own words the docs quote (an image pull policy, DRA device taints), not names of ours.
 KUBERNETES_WORDS = frozenset(
     {"IfNotPresent", "DeviceTaintRule", "DRADeviceTaintRules", "NoSchedule", "NoExecute"}
 )
@@ -240,13 +241,13 @@ def code_annotations() -> set[str]:
 
 
 def test_documented_annotations_exist_in_code_and_the_reverse() -> None:
-    documented = set(ANNOTATION.findall((ROOT / "README.md").read_text()))
+    documented = set(ANNOTATION.findall(user_docs_text()))
     assert sorted(documented - code_annotations()) == [], "documented but never written or read"
     assert sorted(code_annotations() - documented) == [], "written or read but not documented"
 
 
 def test_documented_conditions_and_event_reasons_exist_in_code_and_the_reverse() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = user_docs_text()
     conditions, reasons = _values("COND_"), _values("EV_")
     vocabulary = (
         conditions | reasons | {v.value for v in Verdict} | {m.value for m in Mode}
@@ -255,8 +256,8 @@ def test_documented_conditions_and_event_reasons_exist_in_code_and_the_reverse()
         | AGENT_FAULT_REASONS | set(NODE_LABELS) | {NO_NODE_LABELS}
     )  # fmt: skip
     documented = set(BACKTICKED.findall(readme))
-    assert sorted(documented - vocabulary) == [], "README names a condition or reason the code lacks"
-    assert sorted((conditions | reasons) - documented) == [], "the code sets names the README omits"
+    assert sorted(documented - vocabulary) == [], "the docs name a condition or reason the code lacks"
+    assert sorted((conditions | reasons) - documented) == [], "the code sets names the docs omit"
 
 
 def test_the_pending_eviction_series_goes_when_the_warning_ends() -> None:

@@ -1,4 +1,4 @@
-"""Diagnosis of a GPU that is busy on paper but does little work (the README's diagnosis table).
+"""Diagnosis of a GPU that is busy on paper but does little work (the diagnosis table in docs/what-you-see.md).
 
 Inputs are activity-window averages (peaks decide idleness elsewhere). When several findings apply,
 the first in ``PRECEDENCE`` wins, on this reasoning:
