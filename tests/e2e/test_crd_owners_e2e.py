@@ -1,11 +1,15 @@
 """Owners from CRDs on the real local cluster (issue 32): a Job admitted by Kueue is reclaimed by
-deactivating its Workload, never by suspending the Job behind Kueue's back, and a RayCluster is
-suspended; `gpu-efficiency restore` brings both back.
+deactivating its Workload, never by suspending the Job behind Kueue's back; a RayCluster, a RayJob, a
+PyTorchJob, an MPIJob, a TFJob and a TrainJob are suspended at their own switch; `gpu-efficiency
+restore` brings each back.
 
-Kueue's Workload CRD (kubernetes-sigs/kueue v0.19.2) and KubeRay's RayCluster CRD (ray-project/kuberay
-v1.7.0) are installed unchanged from tests/e2e/crds/. Their managers are not run here (Kueue's needs
-its webhooks, queues and flavours; neither is built by the local cluster), so the test plays their
-part, as the Notebook test plays Kubeflow's, doing what their controllers do for these objects:
+The CRDs are installed unchanged from tests/e2e/crds/ (each file names its project, tag and commit):
+Kueue's Workload (kubernetes-sigs/kueue v0.19.2), KubeRay's RayCluster and RayJob (ray-project/kuberay
+v1.7.0), training-operator's PyTorchJob, MPIJob and TFJob (kubeflow/training-operator v1.9.0),
+Trainer's TrainJob (kubeflow/trainer v2.3.0) and the JobSet it runs (kubernetes-sigs/jobset v0.12.0).
+Their managers are not run here (Kueue's needs its webhooks, queues and flavours; none is built by
+the local cluster), so the test plays their part, as the Notebook test plays Kubeflow's, doing what
+their controllers do for these objects:
 
 * Kueue (pkg/controller/jobframework/reconciler.go, pkg/controller/core/workload_controller.go): a
   Workload controlled by the Job, admitted (QuotaReserved, Admitted), then the Job unsuspended; a
@@ -13,9 +17,17 @@ part, as the Notebook test plays Kubeflow's, doing what their controllers do for
   the Job suspended; reactivated, admitted again and the Job unsuspended.
 * KubeRay (ray-operator/controllers/ray/raycluster_controller.go): head and worker pods controlled by
   the RayCluster; with spec.suspend=true all of them deleted and RayClusterSuspended set; resumed,
-  the pods created again.
+  the pods created again. For a RayJob (rayjob_controller.go): a RayCluster controlled by the RayJob
+  with its GPU worker; suspended, that RayCluster deleted; resumed, a new one created.
+* training-operator (pkg/controller.v1/common): a worker pod controlled by the PyTorchJob, MPIJob or
+  TFJob, labelled training.kubeflow.org/job-name; with runPolicy.suspend=true deleted; resumed,
+  created again.
+* Trainer and JobSet (trainer pkg/runtime/framework/plugins/jobset, jobset jobset_controller.go): a
+  JobSet controlled by the TrainJob and a Job controlled by the JobSet, each given its parent's
+  suspend.
 
-The real Job controller (kube-controller-manager) deletes the Job's pods when Kueue suspends it.
+The real Job controller (kube-controller-manager) runs the Jobs' pods and deletes them when a Job is
+suspended (by Kueue for the admitted Job, by the JobSet for the TrainJob's).
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
+from gpu_efficiency.api.suspend_fields import is_suspended
 from gpu_efficiency_sim.simulator import PROFILE_ANNOTATION
 from tests.e2e.harness import Cluster, OperatorIdentity, wait_for
 from tests.e2e.scenario_driver import BackgroundScenario
@@ -44,6 +57,16 @@ pytestmark = pytest.mark.e2e
 CRDS = Path(__file__).parent / "crds"
 KUEUE = ("kueue.x-k8s.io", "v1beta2", "workloads")
 RAY = ("ray.io", "v1", "rayclusters")
+RAYJOB = ("ray.io", "v1", "rayjobs")
+KUBEFLOW = {
+    "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
+    "MPIJob": ("kubeflow.org", "v1", "mpijobs"),
+    "TFJob": ("kubeflow.org", "v1", "tfjobs"),
+}
+#: each training-operator kind's replica specs field (pkg/apis/kubeflow.org/v1/*_types.go)
+REPLICA_SPECS = {"PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs", "TFJob": "tfReplicaSpecs"}
+TRAINJOB = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: How long the played Kueue waits before suspending a deactivated Workload's Job: longer than a
 #: cycle, so a Job suspended meanwhile could only have been suspended by the operator.
@@ -250,7 +273,208 @@ class PlayedKubeRay:
             self.player.log.append("pods created")
 
 
-def test_a_kueue_job_is_deactivated_through_its_workload_and_a_raycluster_suspended_then_both_restored(
+def suspended(
+    custom: client.CustomObjectsApi, api: tuple[str, str, str], ns: str, kind: str, name: str
+) -> bool:
+    obj: Any = custom.get_namespaced_custom_object(*api[:2], ns, api[2], name)
+    return is_suspended(kind, obj.get("spec") or {})
+
+
+def live(pods: list[client.V1Pod]) -> list[client.V1Pod]:
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+class PlayedTrainingOperator:
+    """Kubeflow training-operator v1.9.0's part for one PyTorchJob, MPIJob or TFJob
+    (pkg/controller.v1/common/job.go, pod.go): its worker pod ``NAME-worker-0``, controlled by the
+    job and labelled training.kubeflow.org/*; with runPolicy.suspend=true its pods deleted; resumed,
+    created again."""
+
+    def __init__(self, k8s: client.ApiClient, ns: str, job: dict[str, Any], scenario: str, node: str):
+        self.custom = client.CustomObjectsApi(k8s)
+        self.core = client.CoreV1Api(k8s)
+        self.ns, self.job = ns, job
+        self.kind: str = job["kind"]
+        self.name: str = job["metadata"]["name"]
+        self.scenario, self.node = scenario, node
+        self.player = Player(f"played-{self.kind.lower()}", self.step)
+
+    def pods(self) -> list[client.V1Pod]:
+        selector = f"training.kubeflow.org/job-name={self.name}"
+        return live(self.core.list_namespaced_pod(self.ns, label_selector=selector).items)
+
+    def step(self) -> None:
+        api = KUBEFLOW[self.kind]
+        suspend = suspended(self.custom, api, self.ns, self.kind, self.name)
+        pods = self.pods()
+        if suspend and pods:
+            for pod in pods:
+                self.core.delete_namespaced_pod(pod.metadata.name, self.ns, grace_period_seconds=0)
+            self.player.log.append("suspended: pods deleted")
+        elif not suspend and not pods:
+            labels = {
+                "training.kubeflow.org/job-name": self.name,
+                "training.kubeflow.org/operator-name": f"{self.kind.lower()}-controller",
+                "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/replica-index": "0",
+            }
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{self.name}-worker-0",
+                    "labels": labels,
+                    "annotations": {PROFILE_ANNOTATION: "idle"},
+                    "ownerReferences": [controlled_by(self.job, "kubeflow.org/v1", self.kind)],
+                },
+                "spec": gpu_pod_spec(self.scenario, self.node, 1),
+            }
+            self.core.create_namespaced_pod(self.ns, pod)
+            self.player.log.append("pods created")
+
+
+class PlayedRayJob:
+    """KubeRay v1.7.0's part for one RayJob (ray-operator/controllers/ray/rayjob_controller.go): a
+    RayCluster controlled by the RayJob with its GPU worker pod; with spec.suspend=true the
+    RayCluster (and its pods) deleted; resumed, a new RayCluster created."""
+
+    def __init__(self, k8s: client.ApiClient, ns: str, job: dict[str, Any], scenario: str, node: str):
+        self.custom = client.CustomObjectsApi(k8s)
+        self.core = client.CoreV1Api(k8s)
+        self.ns, self.job = ns, job
+        self.name: str = job["metadata"]["name"]
+        self.scenario, self.node = scenario, node
+        self.clusters = 0
+        self.player = Player("played-rayjob", self.step)
+
+    def ray_clusters(self) -> list[dict[str, Any]]:
+        found: Any = self.custom.list_namespaced_custom_object(
+            *RAY[:2], self.ns, RAY[2], label_selector=f"ray.io/originated-from-cr-name={self.name}"
+        )
+        return [c for c in found["items"] if not c["metadata"].get("deletionTimestamp")]
+
+    def pods(self) -> list[client.V1Pod]:
+        names_ = {c["metadata"]["name"] for c in self.ray_clusters()}
+        found = self.core.list_namespaced_pod(self.ns, label_selector="ray.io/node-type=worker").items
+        return [p for p in live(found) if (p.metadata.labels or {}).get("ray.io/cluster") in names_]
+
+    def step(self) -> None:
+        suspend = suspended(self.custom, RAYJOB, self.ns, "RayJob", self.name)
+        clusters = self.ray_clusters()
+        if suspend and clusters:
+            for rc in clusters:
+                rc_name = rc["metadata"]["name"]
+                for pod in live(
+                    self.core.list_namespaced_pod(self.ns, label_selector=f"ray.io/cluster={rc_name}").items
+                ):
+                    self.core.delete_namespaced_pod(pod.metadata.name, self.ns, grace_period_seconds=0)
+                self.custom.delete_namespaced_custom_object(*RAY[:2], self.ns, RAY[2], rc_name)
+            self.player.log.append("suspended: RayCluster deleted")
+        elif not suspend and not clusters:
+            self.clusters += 1
+            rc_body = {
+                "apiVersion": "ray.io/v1",
+                "kind": "RayCluster",
+                "metadata": {
+                    "name": f"{self.name}-raycluster-{self.clusters}",
+                    "labels": {
+                        "ray.io/originated-from-cr-name": self.name,
+                        "ray.io/originated-from-crd": "RayJob",
+                    },
+                    "ownerReferences": [controlled_by(self.job, "ray.io/v1", "RayJob")],
+                },
+                "spec": self.job["spec"]["rayClusterSpec"],
+            }
+            created: Any = self.custom.create_namespaced_custom_object(*RAY[:2], self.ns, RAY[2], rc_body)
+            rc_name = created["metadata"]["name"]
+            self.core.create_namespaced_pod(
+                self.ns,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "generateName": f"{rc_name}-gpu-worker-",
+                        "labels": {"ray.io/cluster": rc_name, "ray.io/node-type": "worker"},
+                        "annotations": {PROFILE_ANNOTATION: "idle"},
+                        "ownerReferences": [controlled_by(dict(created), "ray.io/v1", "RayCluster")],
+                    },
+                    "spec": gpu_pod_spec(self.scenario, self.node, 1),
+                },
+            )
+            self.player.log.append(f"RayCluster {rc_name} created")
+
+
+class PlayedTrainer:
+    """Kubeflow Trainer v2.3.0's and JobSet v0.12.0's part for one TrainJob (trainer
+    pkg/runtime/framework/plugins/jobset, jobset pkg/controllers/jobset_controller.go): a JobSet of
+    the TrainJob's name controlled by it, with the TrainJob's suspend; the JobSet's Job
+    ``NAME-node-0`` controlled by the JobSet, with the JobSet's suspend. The real Job controller
+    runs the pod, deletes it while suspended and creates it again when resumed."""
+
+    def __init__(self, k8s: client.ApiClient, ns: str, job: dict[str, Any], template: dict[str, Any]):
+        self.custom = client.CustomObjectsApi(k8s)
+        self.batch = client.BatchV1Api(k8s)
+        self.core = client.CoreV1Api(k8s)
+        self.ns, self.job, self.template = ns, job, template
+        self.name: str = job["metadata"]["name"]
+        self.child = f"{self.name}-node-0"
+        self.player = Player("played-trainer", self.step)
+
+    def pods(self) -> list[client.V1Pod]:
+        return live(self.core.list_namespaced_pod(self.ns, label_selector=f"job-name={self.child}").items)
+
+    def step(self) -> None:
+        suspend = suspended(self.custom, TRAINJOB, self.ns, "TrainJob", self.name)
+        try:
+            jobset: Any = self.custom.get_namespaced_custom_object(*JOBSET[:2], self.ns, JOBSET[2], self.name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            replicated = {"name": "node", "replicas": 1, "template": {"spec": {"template": self.template}}}
+            body = {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "metadata": {
+                    "name": self.name,
+                    "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"},
+                    "ownerReferences": [controlled_by(self.job, "trainer.kubeflow.org/v1alpha1", "TrainJob")],
+                },
+                "spec": {"suspend": suspend, "replicatedJobs": [replicated]},
+            }
+            jobset = self.custom.create_namespaced_custom_object(*JOBSET[:2], self.ns, JOBSET[2], body)
+            self.player.log.append("JobSet created")
+        if is_suspended("JobSet", jobset["spec"]) != suspend:
+            self.custom.patch_namespaced_custom_object(
+                *JOBSET[:2], self.ns, JOBSET[2], self.name, {"spec": {"suspend": suspend}}
+            )
+            self.player.log.append(f"JobSet suspend={suspend}")
+        try:
+            child = self.batch.read_namespaced_job(self.child, self.ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": self.child,
+                    "labels": {
+                        "jobset.sigs.k8s.io/jobset-name": self.name,
+                        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                    },
+                    "ownerReferences": [controlled_by(dict(jobset), "jobset.x-k8s.io/v1alpha2", "JobSet")],
+                },
+                "spec": {"suspend": suspend, "backoffLimit": 0, "template": self.template},
+            }
+            self.batch.create_namespaced_job(self.ns, body)
+            self.player.log.append("Job created")
+            return
+        if bool(child.spec.suspend) != suspend:
+            self.batch.patch_namespaced_job(self.child, self.ns, {"spec": {"suspend": suspend}})
+            self.player.log.append(f"Job suspend={suspend}")
+
+
+def test_each_crd_owner_is_reclaimed_at_its_own_switch_then_restored(
     cluster: Cluster, k8s: client.ApiClient, operator_identity: OperatorIdentity, tmp_path: Path
 ) -> None:
     core = client.CoreV1Api(k8s)
@@ -260,6 +484,15 @@ def test_a_kueue_job_is_deactivated_through_its_workload_and_a_raycluster_suspen
     # before the operator starts: its discovery finds both integrations
     install_vendored_crd(k8s, "kueue-v0.19.2-workloads.yaml")
     install_vendored_crd(k8s, "kuberay-v1.7.0-rayclusters.yaml")
+    for file in (
+        "kuberay-v1.7.0-rayjobs.yaml",
+        "training-operator-v1.9.0-pytorchjobs.yaml",
+        "training-operator-v1.9.0-mpijobs.yaml",
+        "training-operator-v1.9.0-tfjobs.yaml",
+        "trainer-v2.3.0-trainjobs.yaml",
+        "jobset-v0.12.0-jobsets.yaml",
+    ):
+        install_vendored_crd(k8s, file)
     done = threading.Event()
     players: list[Player] = []
 
@@ -322,7 +555,55 @@ def test_a_kueue_job_is_deactivated_through_its_workload_and_a_raycluster_suspen
                 },
             )
             kuberay = PlayedKubeRay(k8s, ns, dict(raycluster), bg.run.name, node)
-            players.extend((kueue.player, kuberay.player))
+            # A RayJob (KubeRay suspends only those with shutdownAfterJobFinishes), its RayCluster
+            # and GPU worker played; a PyTorchJob, MPIJob and TFJob, each with one GPU worker pod
+            # played; a TrainJob, its JobSet and Job played (the real Job controller runs the pod).
+            rayjob: Any = custom.create_namespaced_custom_object(
+                *RAYJOB[:2],
+                ns,
+                RAYJOB[2],
+                {
+                    "apiVersion": "ray.io/v1",
+                    "kind": "RayJob",
+                    "metadata": {"name": "rj"},
+                    "spec": {
+                        "entrypoint": "python train.py",
+                        "shutdownAfterJobFinishes": True,
+                        "rayClusterSpec": ray_spec,
+                    },
+                },
+            )
+            played_rayjob = PlayedRayJob(k8s, ns, dict(rayjob), bg.run.name, node)
+            training: dict[str, PlayedTrainingOperator] = {}
+            for kind, (group, version, plural) in KUBEFLOW.items():
+                replica = {"replicas": 1, "template": {"spec": gpu_pod_spec(bg.run.name, node, 1)}}
+                tj: Any = custom.create_namespaced_custom_object(
+                    group,
+                    version,
+                    ns,
+                    plural,
+                    {
+                        "apiVersion": f"{group}/{version}",
+                        "kind": kind,
+                        "metadata": {"name": kind.lower()},
+                        "spec": {"runPolicy": {"suspend": False}, REPLICA_SPECS[kind]: {"Worker": replica}},
+                    },
+                )
+                training[kind] = PlayedTrainingOperator(k8s, ns, dict(tj), bg.run.name, node)
+            trainjob: Any = custom.create_namespaced_custom_object(
+                *TRAINJOB[:2],
+                ns,
+                TRAINJOB[2],
+                {
+                    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                    "kind": "TrainJob",
+                    "metadata": {"name": "tj"},
+                    "spec": {"runtimeRef": {"name": "torch-distributed"}},
+                },
+            )
+            trainer = PlayedTrainer(k8s, ns, dict(trainjob), template)
+            players.extend((kueue.player, kuberay.player, played_rayjob.player, trainer.player))
+            players.extend(t.player for t in training.values())
             for p in players:
                 p.start()
 
@@ -335,6 +616,18 @@ def test_a_kueue_job_is_deactivated_through_its_workload_and_a_raycluster_suspen
 
             until(lambda: running(job_pods()), 60, "the admitted Job's pod running")
             until(lambda: len(kuberay.pods()) == 2, 60, "the RayCluster's head and worker pods")
+            #: kind -> (its plural's API, its name, its GPU pods now), for the kinds suspended at their own switch
+            suspendable: dict[str, tuple[tuple[str, str, str], str, Callable[[], list[client.V1Pod]]]] = {
+                "RayJob": (RAYJOB, "rj", played_rayjob.pods),
+                **{kind: (KUBEFLOW[kind], kind.lower(), t.pods) for kind, t in training.items()},
+                "TrainJob": (
+                    TRAINJOB,
+                    "tj",
+                    lambda: [p for p in trainer.pods() if p.status.phase == "Running"],
+                ),
+            }
+            for kind, (_, _, pods) in suspendable.items():
+                until(lambda pods=pods: len(pods()) == 1, 60, f"the {kind}'s GPU pod")
 
             # (1) The Workload is deactivated; the Job's suspend is left to Kueue.
             def workload() -> dict[str, Any]:
@@ -363,14 +656,29 @@ def test_a_kueue_job_is_deactivated_through_its_workload_and_a_raycluster_suspen
             assert (ray()["metadata"].get("annotations") or {}).get(names.RECLAIMED) == "Suspend"
             until(lambda: not kuberay.pods(), 30, "the RayCluster's pods gone")
 
+            # (2b) RayJob, PyTorchJob, MPIJob, TFJob and TrainJob suspended at their own switch; their
+            # controllers (played; the Job controller for the TrainJob's Job) delete their pods.
+            for kind, (api, name, pods) in suspendable.items():
+                until(
+                    lambda a=api, k=kind, n=name: suspended(custom, a, ns, k, n), 150, f"the {kind} suspended"
+                )
+                obj: Any = custom.get_namespaced_custom_object(*api[:2], ns, api[2], name)
+                ann = obj["metadata"].get("annotations") or {}
+                assert ann.get(names.RECLAIMED) == "Suspend", (kind, ann)
+                assert ann.get(names.RECLAIMED_BY) == policy, (kind, ann)
+                until(lambda pods=pods: not pods(), 60, f"the {kind}'s GPU pod gone")
+
             # (3) Each reclaimed once, announced on the object the user restores.
             def status() -> dict[str, Any]:
                 obj: Any = custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, policy)
                 return dict(obj.get("status") or {})
 
-            until(lambda: status().get("reclaimsTotal") == 2, 30, "two reclaims counted")
+            total = 2 + len(suspendable)
+            until(lambda: status().get("reclaimsTotal") == total, 30, f"{total} reclaims counted")
             owners = sorted(r["owner"] for r in status().get("reclamations") or [])
-            assert owners == [f"{ns}/RayCluster/rc", f"{ns}/Workload/{kueue.name}"], owners
+            expected = [f"{ns}/RayCluster/rc", f"{ns}/Workload/{kueue.name}"]
+            expected += [f"{ns}/{kind}/{name}" for kind, (_, name, _) in suspendable.items()]
+            assert owners == sorted(expected), owners
             reclaimed = until(
                 lambda: event_count(core, ns, "Workload", kueue.name, names.EV_RECLAIMED) or None,
                 30,
@@ -385,8 +693,10 @@ def test_a_kueue_job_is_deactivated_through_its_workload_and_a_raycluster_suspen
             assert [e.count or 1 for e in job_events] == [1], job_events
             assert f"gpu-efficiency restore workload/{kueue.name} -n {ns}" in job_events[0].message
             assert event_count(core, ns, "RayCluster", "rc", names.EV_RECLAIMED) == 1
+            for kind, (_, name, _) in suspendable.items():
+                assert event_count(core, ns, kind, name, names.EV_RECLAIMED) == 1, kind
             time.sleep(2 * 5 + 1)  # two more cycles: nothing acted on again
-            assert status().get("reclaimsTotal") == 2, status()
+            assert status().get("reclaimsTotal") == total, status()
 
             # (4) The way back: the Workload reactivated (Kueue admits it, the Job runs again), the
             # RayCluster resumed (KubeRay creates its pods again).
@@ -402,6 +712,31 @@ def test_a_kueue_job_is_deactivated_through_its_workload_and_a_raycluster_suspen
             assert restored.returncode == 0, restored.stdout + restored.stderr
             assert ray()["spec"].get("suspend") is False
             until(lambda: len(kuberay.pods()) == 2, 60, "the RayCluster's pods back after the restore")
+
+            for kind, (api, name, _) in suspendable.items():
+                restored = cli(cluster, "restore", f"{kind.lower()}/{name}", "-n", ns)
+                if restored.returncode != 0:
+                    pods_now = [
+                        (
+                            p.metadata.name,
+                            p.status.phase,
+                            p.status.start_time,
+                            p.metadata.deletion_timestamp,
+                            [(o.kind, o.name) for o in p.metadata.owner_references or []],
+                        )
+                        for p in core.list_namespaced_pod(ns).items
+                    ]
+                    recs = [r for r in status().get("reclamations") or [] if kind in r["owner"]]
+                    raise AssertionError(
+                        f"{restored.stderr}\nrecords: {recs}\npods: {pods_now}\n{bg.report()}"
+                    )
+                assert "resumed" in restored.stdout, restored.stdout
+                assert not suspended(custom, api, ns, kind, name), kind
+                obj = custom.get_namespaced_custom_object(*api[:2], ns, api[2], name)
+                left = obj["metadata"].get("annotations") or {}
+                assert not set(left) & set(names.OWNER_ANNOTATIONS), (kind, left)
+            for kind, (_, _, pods) in suspendable.items():
+                until(lambda pods=pods: len(pods()) == 1, 60, f"the {kind}'s GPU pod back after the restore")
             assert [e for p in players for e in p.errors] == []
         finally:
             for p in players:

@@ -169,7 +169,9 @@ def policy_status(
     hours = elapsed_hours(previous.last_evaluation_time, now, params.interval_s)
     waste = idle_waste(idle_gpu_models, params.prices, hours)
     waiting = [p for p in snapshot.pending if waiting_for_gpus(p)]
-    reclamations, returned = advance(previous.reclamations, snapshot.pods, snapshot.owners, now, hours)
+    # owners that could not be read are not owners gone: their records (restore's proof) stay in force
+    owners = None if snapshot.owners_error else snapshot.owners
+    reclamations, returned = advance(previous.reclamations, snapshot.pods, owners, now, hours)
     status = previous.model_copy(
         update={
             "observed_generation": generation,

@@ -474,6 +474,10 @@ class CycleRunner:
         queries = fetched.queries if fetched is not None else 0
         writes_before = self.applier.writes
         outcomes = self.applier.apply(plan.actions, policy_name=name, policy_uid=uid)
+        if any(isinstance(o.action, ReclaimOwner) for o in outcomes):
+            # The last read shows the owners as they were before this write: the next cycle would
+            # take an owner just suspended for one restored and end its record (restore's proof).
+            self._owner_cache = None
         status = fold_outcomes(plan.status, outcomes, snapshot.now, plan.reclamations)
         status = self._notify(name, uid, spec, snapshot, plan, outcomes, status)
         status = self._report_unreadable_status(name, uid, status, snapshot.now, generation)

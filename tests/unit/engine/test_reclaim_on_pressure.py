@@ -162,3 +162,18 @@ def test_the_status_carries_the_records_forward_with_the_gpu_hours_returned() ->
     status = evaluate(replace(snap, status=previous, owners=None)).plan.status  # no owner read this cycle
     assert status.gpu_hours_returned == pytest.approx(1.0 + 2 * 60 / 3600)
     assert status.reclamations[0].gpu_hours_returned == pytest.approx(2 * 60 / 3600)
+
+
+def test_owners_that_could_not_be_read_do_not_end_the_records_restore_relies_on() -> None:
+    """A failed owner read leaves the snapshot an empty owner index with owners_error: that says
+    nothing about the owners, so a record in force must not be taken for one whose owner is gone
+    (restore would then refuse a reclaimed owner)."""
+    _, _, snap = full_node(1)
+    previous = GPUEfficiencyPolicyStatus(
+        last_evaluation_time=format_rfc3339(NOW - 60), reclamations=[record()]
+    )
+    unread = replace(snap, status=previous, owners={}, owners_error="listing deployments: HTTP 503")
+    status = evaluate(unread).plan.status
+    assert [r.returned for r in status.reclamations] == [True]
+    gone = replace(snap, status=previous, owners={}, owners_error="")  # read, and it is not there
+    assert [r.returned for r in evaluate(gone).plan.status.reclamations] == [False]

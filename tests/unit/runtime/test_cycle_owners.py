@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from tests.unit.engine import owner_builders as ob
 from tests.unit.runtime import cycle_harness as h
 
 from gpu_efficiency.api import names
@@ -193,3 +194,53 @@ def test_a_pod_turning_idle_gets_its_owners_recommendation_at_once_and_the_next_
     applier.applied.clear()
     h.run_cycle(run, spec=spec)
     assert [a for a in applier.applied if getattr(a, "name", "") == "lonely"] == []
+
+
+class SwitchingOwners:
+    """One Job, read as it is now: ``suspended`` flips when the test says our suspend landed."""
+
+    def __init__(self) -> None:
+        self.suspended = False
+        self.reads = 0
+
+    def read(self) -> OwnerState:
+        self.reads += 1
+        job = ob.obj("Job", "train", replicas=None, suspended=self.suspended)
+        return OwnerState({("team-a", "Job", "train"): job}, {}, requests=5)
+
+
+def test_the_cycle_after_a_reclaim_does_not_judge_the_owner_by_the_read_made_before_it() -> None:
+    """The owners read by the cycle that suspended a Job show it running. Served from the cache to
+    the next cycle (another pod's idle clock runs, nobody is due), that read ended the new record
+    as if the Job had been restored, and `gpu-efficiency restore` then refused the Job for want of a
+    record (seen in the crd-owners e2e). A reclaiming cycle drops the cache: the next one reads."""
+    due = {
+        names.STATE: "Warned",
+        names.IDLE_SINCE: format_rfc3339(h.b.NOW - 7200),
+        names.EVICT_AFTER: format_rfc3339(h.b.NOW - 3600),
+    }
+    train = ob.owned("train-x", ("Job", "train"), annotations=due)
+    ticking = h.b.pod(
+        "other", controller_kind=None, annotations={names.IDLE_SINCE: format_rfc3339(h.b.NOW - 60)}
+    )
+    gpus = [
+        h.b.gpu("GPU-train", h.b.idle(), ("team-a", "train-x")),
+        h.b.gpu("GPU-other", h.b.idle(), ("team-a", "other")),
+    ]
+    run = h.runner(gpus, [train, ticking])
+    owners, clock = SwitchingOwners(), Clock()
+    clock.now = h.b.NOW
+    run.owners, run.clock = owners, clock  # type: ignore[assignment]
+    h.run_cycle(run)
+    writer: Any = run.status_writer
+    records = writer.written["truth"].reclamations
+    assert [(r.owner, r.action, r.returned) for r in records] == [("team-a/Job/train", "Suspend", True)]
+
+    owners.suspended = True  # our suspend landed; the Job controller deleted the pod
+    clock.now += 30
+    run.reader = h.MemoryReader([ticking], run.reader.nodes)  # type: ignore[attr-defined]
+    run.source_for = h.OneSource(StaticSource([h.b.shift_stats(g, clock.now) for g in gpus[1:]]))
+    h.run_cycle(run)
+    records = writer.written["truth"].reclamations
+    assert [(r.owner, r.returned) for r in records] == [("team-a/Job/train", True)]
+    assert owners.reads == 2
