@@ -85,6 +85,21 @@ def _stamp(value: datetime | None) -> float:
     return value.timestamp()
 
 
+def _wait_until_scheduled(core: client.CoreV1Api, namespaces: list[str], timeout: float = 90.0) -> None:
+    """Until every pod the scenario submitted is bound to a node, and their number held for two
+    polls: t=0 means submitted, and a waiting pod created before the controllers made theirs could
+    take a GPU the scenario's pods were meant to fill (the precondition below)."""
+    deadline, last = time.monotonic() + timeout, -1
+    while time.monotonic() < deadline:
+        pods = [p for ns in namespaces for p in core.list_namespaced_pod(ns).items]
+        bound = sum(1 for p in pods if p.spec.node_name)
+        if pods and bound == len(pods) and bound == last:
+            return
+        last = bound if bound == len(pods) else -1
+        time.sleep(2)
+    raise AssertionError(f"the scenario's pods were not all scheduled within {timeout:.0f} s")
+
+
 def test_idle_owners_get_their_action_and_the_freed_gpus_run_the_waiting_pod(
     cluster: Cluster, k8s: client.ApiClient, operator_identity: OperatorIdentity, tmp_path: Path
 ) -> None:
@@ -98,6 +113,7 @@ def test_idle_owners_get_their_action_and_the_freed_gpus_run_the_waiting_pod(
         client.AutoscalingV2Api(k8s).create_namespaced_horizontal_pod_autoscaler(
             held_ns, hpa("autoscaled", "autoscaled")
         )
+        _wait_until_scheduled(core, list(bg.run.namespaces.values()))
         core.create_namespaced_pod(owners_ns, waiting_pod("waiting", bg.run.name))
 
         def waiting() -> client.V1Pod:
