@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
+from gpu_efficiency import metrics
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.engine.faults.device_objects import RULE_VERSION, SLICE_VERSION, rule_body
@@ -278,14 +279,19 @@ def test_cache_notices_a_watch_the_server_never_serves_lists_meanwhile_and_relis
     assert pods.relists == 1
     pods.restart_watch(from_version=str(int(pods.resource_version or "0") + 10**9))
     core.create_namespaced_pod(namespace, bare_pod(namespace, "while-stalled", gpu_node(core), gpus=1))
-    # Pods only: in a quiet cluster the nodes' short watches may end empty too (no write, so no
-    # bookmark), and a nodes LIST alone must not pass for the pods being LISTed.
+    # The pods' own LIST, counted by resource: in a quiet cluster the other short watches (nodes,
+    # pending pods) may end empty too (no write, so no bookmark), and their LIST must not pass for
+    # the pods being LISTed (it did once: the pending-pods LIST made requests > 0 while the pods
+    # still came from the stalled cache).
     nothing = ClusterState(pods=(), nodes=(), namespaces=(), requests=0)
+
+    def pods_listed() -> ClusterState | None:
+        before = _fallbacks("pods")
+        state = reader.read_pods(nothing)
+        return state if _fallbacks("pods") > before else None
+
     listed = wait_for(
-        lambda: ((state := reader.read_pods(nothing)).requests > 0 and state) or None,
-        30,
-        interval=0.02,
-        what="cycles to LIST the pods while their watch is not served",
+        pods_listed, 30, interval=0.02, what="cycles to LIST the pods while their watch is not served"
     )
     assert any(p.name == "while-stalled" for p in listed.pods)
     wait_for(lambda: pods.relists >= 2 or None, 30, what="a relist after two silent watches")
@@ -293,6 +299,14 @@ def test_cache_notices_a_watch_the_server_never_serves_lists_meanwhile_and_relis
         "pod seen by the relisted cache",
         lambda: any(p.name == "while-stalled" for p in pods.snapshot() or ()),
     )
+
+
+def _fallbacks(resource: str) -> float:
+    """How many cycle reads LISTed ``resource`` because its cache was not usable (this process)."""
+    value = metrics.REGISTRY.get_sample_value(
+        "gpu_efficiency_cache_fallback_lists_total", {"resource": resource}
+    )
+    return value or 0.0
 
 
 # ---- the operator process ----------------------------------------------------------------------
