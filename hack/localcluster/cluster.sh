@@ -411,7 +411,7 @@ scrape_configs:
     # each series of a target registered as node-local gets the instance its node's own exporter
     # would have (a hostNetwork DaemonSet pod, scraped at its node's address): <node>:9400, the node
     # named by the first node label the exporter generation writes. The operator believes a GPU
-    # only from a scrape target on its node (safety rule 10).
+    # only from a scrape target on its node (safety rule 9).
     metric_relabel_configs:
       - source_labels: [gpueff_node_local, Hostname, hostname, kubernetes_node, node, nodename]
         regex: 'true;+([^;]+).*'

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, Self
 
@@ -210,16 +211,18 @@ def node_from_json(obj: Mapping[str, Any]) -> SimNode | None:
     return SimNode(str(meta.get("name", "")), gpus, model, slices)
 
 
-class _Poller:
-    """A daemon thread calling ``poll`` every ``interval_s``; a failed poll keeps the last state."""
+class _Poller(ABC):
+    """A daemon thread calling ``poll`` every ``interval_s``; a failed poll keeps the last state.
+    Abstract: a subclass that lacks ``poll`` cannot be built (rather than failing in its thread)."""
 
     def __init__(self, interval_s: float, name: str, what: str) -> None:
         self._interval, self._what = interval_s, what
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
+    @abstractmethod
     def poll(self) -> object:
-        raise NotImplementedError
+        """One poll: read the cluster and hand what changed on (the result is for direct callers)."""
 
     def start(self) -> Self:
         self._thread.start()

@@ -15,7 +15,7 @@ DEFAULT_JOB: Final = "nvidia-dcgm-exporter"
 #: on this host): the local Prometheus gives each of its series the ``instance`` that node's own
 #: exporter would have, ``<node>:9400`` (hack/localcluster/cluster.sh), as a hostNetwork
 #: DaemonSet pod is scraped at its node's address. The operator believes a GPU only from a target on
-#: its node (safety guarantee 9), and the local cluster has no pod network to run one per node on.
+#: its node (safety rule 9), and the local cluster has no pod network to run one per node on.
 NODE_LOCAL_LABEL: Final = "gpueff_node_local"
 
 

@@ -6,7 +6,7 @@ after the request was sent. Counted as "not done", such a write escapes every bu
 record is rolled back while the owner stays at zero. So these failures are told apart from the ones
 that surely changed nothing (a 4xx, or a connection that never opened), and the writer re-reads
 the object before deciding; when even that fails, the outcome is UNKNOWN, which counts as done for
-every budget (safety guarantee 11 in docs/safety.md).
+every budget (safety rule 11 in docs/safety.md).
 """
 
 from __future__ import annotations

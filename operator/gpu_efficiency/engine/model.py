@@ -105,7 +105,7 @@ class GPUSample:
     xid_events: Mapping[int, Mapping[int, int]] | None = None
     #: The other source's reading of the same GPU when both Prometheus and its node agent report it
     #: (``sources/agent.merge_samples``): a drain or NoExecute needs both to show the fault
-    #: (safety guarantee 9). None: one source only.
+    #: (safety rule 9). None: one source only.
     witness: GPUSample | None = None
 
     def get(self, window: Window, signal: Signal) -> Stats | None:

@@ -1,4 +1,4 @@
-"""Which metric samples to believe (safety rule 9: trust no label alone).
+"""Which metric samples to believe (safety rule 8: trust no label alone).
 
 Any tenant whose pods the same Prometheus scrapes can publish series with any labels. A sample's
 pod labels therefore count only where the pod really runs on the sample's node (``spec.nodeName``),

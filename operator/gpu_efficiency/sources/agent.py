@@ -344,13 +344,13 @@ def merge_samples(
     taken and the Prometheus one counted in ``drops``. Where the agent's fault window holds a fault
     reading Prometheus has not scraped yet (``_fault_news``), the agent's sample is taken too: the
     fault is judged now, not after the next scrape. Where both are kept, the other one rides along
-    as the sample's ``witness``: a drain or NoExecute needs both to show the fault (safety guarantee 9)."""
+    as the sample's ``witness``: a drain or NoExecute needs both to show the fault (safety rule 9)."""
     chosen: dict[str, GPUSample] = {g.uuid: g for g in prometheus}
     for g in agent:
         other = chosen.get(g.uuid)
         if other is not None and other.node != g.node:
             # The agent reads the GPU through NVML on its own node; a Prometheus series placing
-            # the same GPU on another node is wrong (or forged) and never wins (safety rule 9).
+            # the same GPU on another node is wrong (or forged) and never wins (safety rule 8).
             chosen[g.uuid] = g
             if drops is not None:
                 drops.add(NODE_CONFLICT)

@@ -1,6 +1,6 @@
 """The cluster as the long-running operator reads it: pods, nodes and namespaces kept by watches.
 
-One ``ClusterCache`` (four informers, ``sources/watch.py``) is shared by every policy's cycle and
+One ``ClusterCache`` (five informers, ``sources/watch.py``) is shared by every policy's cycle and
 started on every replica, leader or not, so a failover starts warm. ``CachedClusterReader`` has
 ``ClusterReader``'s interface: a steady cycle reads three immutable snapshots and makes no API
 request (``requests`` == 0), where the LIST path made one per 500 pods. A resource whose cache is

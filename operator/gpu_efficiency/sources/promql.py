@@ -36,7 +36,7 @@ GPU_KEY_LABELS = ("UUID", "GPU_I_ID")
 AGG_LABEL = "gpueff_agg"
 #: The scrape target a series came from (its address, as Prometheus sets it): fault windows and
 #: the identity query keep it, so a fault counts only from the target that reports the GPU on its
-#: own node (safety guarantee 9, ``sources/targets.py``).
+#: own node (safety rule 9, ``sources/targets.py``).
 TARGET_LABEL = "instance"
 
 #: The longest query text sent, in bytes: VictoriaMetrics refuses longer ones by default (HTTP 400,

@@ -1,4 +1,4 @@
-"""Which scrape target to believe for a GPU (safety guarantee 9: trust the source, not the series).
+"""Which scrape target to believe for a GPU (safety rule 9: trust the source, not the series).
 
 Any tenant who can add a scrape target (a ServiceMonitor or PodMonitor for a pod of their own)
 can publish series with any labels: a real GPU's UUID, its node's ``Hostname``, an XID. Labels
@@ -15,7 +15,7 @@ node's own addresses (and its name, which ``instance`` is often relabelled to) o
 
 What this cannot tell apart: a target whose ``instance`` its owner rewrote (ServiceMonitor
 ``relabelings``, or ``honorLabels: true`` with an ``instance`` label in the exposition) to an
-exporter's address, and a tenant pod on the same node reporting that node's GPUs. Guarantee 9 of
+exporter's address, and a tenant pod on the same node reporting that node's GPUs. Safety rule 9 in
 docs/safety.md says what then still holds (a drain or NoExecute needs a second source).
 """
 

@@ -21,6 +21,7 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.timefmt import format_rfc3339
+from tests.unit.positive_control import reached
 
 from . import builders as b
 from .builders import NOW, gpu, pod, policy, snapshot, stats
@@ -214,3 +215,65 @@ def test_protected_namespaces_get_no_action(
     for action in plan.actions:
         assert getattr(action, "namespace", None) not in PROTECTED
     assert not [v for v in plan.verdicts if v.namespace in PROTECTED]
+
+
+# -- positive controls: the generator above reaches the cases the properties bound ----------------
+# Each "never" above would also pass if plan_cycle never evicted anything. These search the same
+# generator for an example where the rules do act, and fail when the generator never gets there.
+
+cases = st.tuples(clusters, policies, st.sampled_from([0, 1, 2, 5, 8]))
+
+
+def _repaired(specs: list[PodSpec]) -> list[PodSpec]:
+    return [replace(s, bad=None) for s in specs]
+
+
+def test_control_broken_pods_would_be_evicted_with_sound_data() -> None:
+    """Broken data is what keeps a due pod: with its data repaired the same pod is evicted."""
+
+    def broken_would_go(case: tuple[list[PodSpec], dict[str, Any], int]) -> bool:
+        specs, spec_fields, recent = case
+        _, broken = build(specs, spec_fields, recent)
+        if not broken:
+            return False
+        sound, _ = build(_repaired(specs), spec_fields, recent)
+        return any((e.namespace, e.name) in broken for e in evictions(sound))
+
+    specs, spec_fields, recent = reached(cases, broken_would_go)
+    snap, broken = build(specs, spec_fields, recent)
+    assert not [e for e in evictions(snap) if (e.namespace, e.name) in broken]
+
+
+def test_control_caps_bind() -> None:
+    """The caps are what stop further evictions: lifted, the same snapshot evicts more."""
+    lifted = {"max_per_cycle": 100, "max_per_hour": 100, "max_per_namespace_per_cycle": 100}
+
+    def capped(case: tuple[list[PodSpec], dict[str, Any], int]) -> bool:
+        specs, spec_fields, recent = case
+        within = len(evictions(build(specs, spec_fields, recent)[0]))
+        unbound = {**spec_fields, "eviction": {**spec_fields["eviction"], **lifted}}
+        return 0 < within < len(evictions(build(specs, unbound, 0)[0]))
+
+    reached(cases, capped)
+
+
+def test_control_enforce_evicts_where_observe_does_not() -> None:
+    def enforce_evicts(case: tuple[list[PodSpec], dict[str, Any], int]) -> bool:
+        specs, spec_fields, recent = case
+        return bool(evictions(build(specs, {**spec_fields, "mode": "Enforce"}, recent)[0]))
+
+    specs, spec_fields, recent = reached(cases, enforce_evicts)
+    observed, _ = build(specs, {**spec_fields, "mode": "Observe"}, recent)
+    assert evictions(observed) == []
+
+
+def test_control_protection_is_what_spares_protected_namespaces() -> None:
+    """Unprotected, pods of the same namespaces are evicted."""
+
+    def protected_pod_would_go(case: tuple[list[PodSpec], dict[str, Any], int]) -> bool:
+        snap, _ = build(*case)
+        exposed = replace(snap, protected_namespaces=frozenset())
+        return any(e.namespace in PROTECTED for e in evictions(exposed))
+
+    snap, _ = build(*reached(cases, protected_pod_would_go))
+    assert not [e for e in evictions(snap) if e.namespace in PROTECTED]

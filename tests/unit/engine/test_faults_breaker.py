@@ -28,6 +28,7 @@ from tests.unit.engine.test_faults_support import (
     st,
     writes,
 )
+from tests.unit.positive_control import reached
 
 
 @pytest.mark.parametrize(
@@ -62,15 +63,16 @@ def test_already_tainted_nodes_use_the_budget_and_may_take_more_kinds() -> None:
     assert decision.denied == ("b",)
 
 
-@settings(max_examples=100, deadline=None)
-@given(
-    wishes=s.dictionaries(
-        s.sampled_from([f"n{i}" for i in range(12)]),
-        s.lists(s.sampled_from(["ecc", "xid", "thermal"]), min_size=1, max_size=3),
-    ),
-    tainted=s.sets(s.sampled_from([f"n{i}" for i in range(12)])),
-    budget=s.integers(0, 12),
+NODE_WISHES = s.dictionaries(
+    s.sampled_from([f"n{i}" for i in range(12)]),
+    s.lists(s.sampled_from(["ecc", "xid", "thermal"]), min_size=1, max_size=3),
 )
+NODES_TAINTED = s.sets(s.sampled_from([f"n{i}" for i in range(12)]))
+NODE_BUDGETS = s.integers(0, 12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(wishes=NODE_WISHES, tainted=NODES_TAINTED, budget=NODE_BUDGETS)
 def test_never_more_tainted_nodes_than_the_budget_allows(
     wishes: dict[str, list[str]], tainted: set[str], budget: int
 ) -> None:
@@ -79,6 +81,18 @@ def test_never_more_tainted_nodes_than_the_budget_allows(
     assert len(after) <= max(budget, len(tainted))
     assert set(decision.denied) | decision.granted == set(wishes)
     assert not set(decision.denied) & decision.granted
+
+
+def test_control_the_node_budget_grants_and_denies_on_the_property_s_draws() -> None:
+    """The property above also holds for a breaker that grants nothing: its own generator must
+    reach a case where the budget grants some new taints and denies others."""
+
+    def binds(case: tuple[dict[str, list[str]], set[str], int]) -> bool:
+        decision = decide_taints(*case)
+        return bool(decision.granted - case[1]) and bool(decision.denied)
+
+    wishes, tainted, budget = reached(s.tuples(NODE_WISHES, NODES_TAINTED, NODE_BUDGETS), binds)
+    assert len(tainted | decide_taints(wishes, tainted, budget).granted) == max(budget, len(tainted))
 
 
 def _ten_nodes_five_faulty() -> tuple[Cluster, list[GPUSample]]:
@@ -139,6 +153,18 @@ def test_garbage_on_half_the_cluster_taints_nothing() -> None:
         assert outcome.actions == ()
         assert not outcome.breaker_open
 
+    # the control: the same counters, sound, on the same nodes of the same cluster do taint
+    sound = [
+        {Signal.ECC_DBE_VOLATILE: counter(0, 1)},
+        {Signal.ECC_DBE_VOLATILE: counter(0, 1)},
+        {Signal.ECC_DBE_VOLATILE: counter(0, 1)},
+        {Signal.XID: st(79, low=0, high=79, changes=1)},
+        {Signal.XID: st(79, low=0, high=79, changes=1)},
+    ]
+    outcome = cluster.cycle([gpu(f"n{i}", fault=sound[i] if i < 5 else None) for i in range(10)])
+    assert sorted(a.node for a in of_type(outcome.actions, TaintNode)) == ["n0", "n1"]
+    assert outcome.breaker_open
+
 
 def test_observe_mode_never_opens_the_breaker() -> None:
     cluster, gpus = _ten_nodes_five_faulty()
@@ -195,23 +221,27 @@ def test_a_node_whose_quarantine_grows_needs_gpu_room_one_that_does_not_passes()
     assert roomier.denied == ("a",)
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    held=s.dictionaries(s.sampled_from([f"n{i}" for i in range(8)]), s.integers(1, 8)),
-    wishes=s.dictionaries(
-        s.sampled_from([f"n{i}" for i in range(8)]),
-        s.tuples(s.sampled_from(["ecc", "xid", "thermal"]), s.integers(0, 8)),
-    ),
-    budget=s.integers(0, 8),
-    gpu_cap=s.integers(0, 64),
+GPUS_HELD = s.dictionaries(s.sampled_from([f"n{i}" for i in range(8)]), s.integers(1, 8))
+GPU_WISHES = s.dictionaries(
+    s.sampled_from([f"n{i}" for i in range(8)]),
+    s.tuples(s.sampled_from(["ecc", "xid", "thermal"]), s.integers(0, 8)),
 )
-def test_never_more_quarantined_gpus_than_the_gpu_budget_allows(
-    held: dict[str, int], wishes: dict[str, tuple[str, int]], budget: int, gpu_cap: int
-) -> None:
+
+
+def _gpu_costs(held: dict[str, int], wishes: dict[str, tuple[str, int]]) -> dict[str, GpuCost]:
     costs = {
         n: GpuCost(now=held.get(n, 0), after=max(held.get(n, 0), extra)) for n, (_, extra) in wishes.items()
     }
     costs.update({n: GpuCost(now=c, after=c) for n, c in held.items() if n not in costs})
+    return costs
+
+
+@settings(max_examples=200, deadline=None)
+@given(held=GPUS_HELD, wishes=GPU_WISHES, budget=s.integers(0, 8), gpu_cap=s.integers(0, 64))
+def test_never_more_quarantined_gpus_than_the_gpu_budget_allows(
+    held: dict[str, int], wishes: dict[str, tuple[str, int]], budget: int, gpu_cap: int
+) -> None:
+    costs = _gpu_costs(held, wishes)
     decision = decide_taints(
         {n: [k] for n, (k, _) in wishes.items()}, set(held), budget, gpus=costs, gpu_cap=gpu_cap
     )
@@ -219,6 +249,25 @@ def test_never_more_quarantined_gpus_than_the_gpu_budget_allows(
     assert after <= max(gpu_cap, sum(held.values()))
     assert len(set(held) | decision.granted) <= max(budget, len(held))
     assert set(decision.denied) | decision.granted == set(wishes)
+
+
+def test_control_the_gpu_cap_grants_and_denies_on_the_property_s_draws() -> None:
+    """The GPU property above also holds for a cap that grants nothing: its generator must reach a
+    case where the node budget has room, the GPU cap grants a new quarantine and denies another."""
+    draws = s.tuples(GPUS_HELD, GPU_WISHES, s.integers(0, 64))
+
+    def cap_binds(case: tuple[dict[str, int], dict[str, tuple[str, int]], int]) -> bool:
+        held, wishes, gpu_cap = case
+        decision = decide_taints(
+            {n: [k] for n, (k, _) in wishes.items()},
+            set(held),
+            8,
+            gpus=_gpu_costs(held, wishes),
+            gpu_cap=gpu_cap,
+        )
+        return bool(decision.granted - set(held)) and bool(decision.denied)
+
+    reached(draws, cap_binds, tries=2000)
 
 
 def test_device_taints_count_against_the_gpu_cap_and_hold_further_quarantines() -> None:

@@ -279,7 +279,7 @@ def test_a_claim_tolerating_the_device_taint_is_left_alone() -> None:
 def test_a_zero_timeout_sets_no_execute_at_once() -> None:
     cluster = dra_cluster(policy(device_quarantine={"effect": "NoExecute"}, drain_timeout="0s"))
     assert drains(cluster.cycle(eight("n1", g3=XID_48))) == []
-    assert cluster.tainted_devices() == ["gpu-3:NoSchedule"]  # one reading: no NoExecute yet (rule 10)
+    assert cluster.tainted_devices() == ["gpu-3:NoSchedule"]  # one reading: no NoExecute yet (safety rule 9)
     assert drains(cluster.cycle(eight("n1", g3=XID_48))) == []  # the next scrape shows it again
     assert cluster.tainted_devices() == ["gpu-3:NoExecute"]
 

@@ -30,6 +30,7 @@ from tests.unit.engine.test_faults_support import (
     policy,
     st,
 )
+from tests.unit.positive_control import reached
 
 FAULTY: dict[str, dict[str, Any]] = {
     "dbe": {"fault": DBE_ERROR},
@@ -97,3 +98,17 @@ def test_cluster_invariants(spec: list[tuple[list[str], bool]], enforce: bool, f
     assert outcomes[2].actions == ()
     assert outcomes[3].actions == ()
     assert outcomes[3].breaker_open == (enforce and len(views) - len(harmless) > budget)
+
+
+def test_control_the_generator_reaches_taints_and_an_open_breaker() -> None:
+    """The invariants above also hold for an engine that never taints: the same generator must
+    reach an Enforce cluster where faulty nodes are tainted up to the budget and the breaker opens."""
+
+    def taints_to_the_budget(spec: list[tuple[list[str], bool]]) -> bool:
+        views, gpus = _build(spec)
+        cluster = Cluster.of(*views, spec=policy("Enforce", circuitBreaker={"maxTaintedFraction": 0.2}))
+        outcomes = [cluster.cycle(gpus, advance=10.0) for _ in range(2)]
+        return len(cluster.tainted_nodes()) >= 1 and outcomes[-1].breaker_open
+
+    spec = reached(clusters, taints_to_the_budget, tries=300)
+    assert sum(bool(set(profiles) & set(FAULTY)) for profiles, _ in spec) > max(1, len(spec) // 5)

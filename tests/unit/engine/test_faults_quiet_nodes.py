@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as s
 
 from gpu_efficiency.engine.faults import evaluate as faults
-from gpu_efficiency.engine.model import FaultOutcome, GPUSample, Window
+from gpu_efficiency.engine.model import FaultOutcome, GPUSample, TaintNode, UntaintNode, Window
 from tests.unit.engine.test_faults_properties import FAULTY, FOREIGN, HARMLESS
-from tests.unit.engine.test_faults_support import Cluster, gpu, node, policy
+from tests.unit.engine.test_faults_support import Cluster, gpu, node, of_type, policy
+from tests.unit.positive_control import reached
 
 
 def _unfetched(sample: GPUSample) -> GPUSample:
@@ -59,6 +60,20 @@ def _run(spec: list[tuple[list[str], bool]], enforce: bool, shortcut: bool) -> l
 @given(spec=clusters, enforce=s.booleans())
 def test_shortcut_never_changes_the_outcome(spec: list[tuple[list[str], bool]], enforce: bool) -> None:
     assert _run(spec, enforce, shortcut=True) == _run(spec, enforce, shortcut=False)
+
+
+def test_control_the_generator_reaches_taints() -> None:
+    """Equal outcomes would also be equal if both were empty: the same generator must reach runs
+    that taint a node. (It never reaches an untaint: with the fault windows no longer fetched, the
+    held faults have no data to recover on, and absence of data is never health, safety rule 1.)"""
+
+    def taints(spec: list[tuple[list[str], bool]]) -> bool:
+        actions = [a for o in _run(spec, True, shortcut=True) for a in o.actions]
+        return bool(of_type(actions, TaintNode))
+
+    spec = reached(clusters, taints, tries=200)
+    later = [a for o in _run(spec, True, shortcut=True)[3:] for a in o.actions]
+    assert of_type(later, UntaintNode) == []
 
 
 def test_quiet_node_without_fault_windows_is_not_judged() -> None:

@@ -21,6 +21,7 @@ from gpu_efficiency.engine.faults.thermal import (
 from gpu_efficiency.engine.faults.xid import judge_xid
 from gpu_efficiency.engine.model import Signal, Stats, Window
 from tests.unit.engine.test_faults_support import NAN, NOW, counter, gpu, policy, st
+from tests.unit.positive_control import reached
 
 RULES = data_rules(policy(), NOW)
 CRITICAL = frozenset(DEFAULT_CRITICAL_XIDS)
@@ -228,3 +229,31 @@ def test_the_expected_sample_count_falls_back_to_window_over_scrape() -> None:
     sample = replace(gpu("n1", fault={DBE: counter(0, 1, count=5)}), expected_samples={})
     assert RULES.expected(sample, Window.FAULT) == 8  # 2m lookback / 15s scrape
     assert judge_ecc(sample, RULES).state is FAULT
+
+
+# ---- positive controls: the "never a fault" properties above are not vacuous ----------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(start=s.floats(0, 1e6), increase=s.integers(1, 1000))
+def test_control_a_sound_counter_that_increases_is_a_fault(start: float, increase: int) -> None:
+    """The garbage property's twin: the same counters, sound, are faults, so UNKNOWN above is the
+    data rule's doing and not a judge that never says FAULT."""
+    assert judge_ecc(gpu("n1", fault={DBE: counter(start, start + increase)}), RULES).state is FAULT
+
+
+def test_control_critical_xids_fault_on_the_ignored_property_s_draws() -> None:
+    """Where an ignored XID stays quiet, a critical one with the same changes and coverage faults."""
+    draws = s.tuples(s.sampled_from(sorted(CRITICAL)), s.integers(0, 5), s.integers(1, 8))
+    _, changes, count = reached(
+        draws, lambda d: _xid(st(d[0], low=0, high=d[0], changes=d[1], count=d[2])) is FAULT
+    )
+    ignored = min(IGNORED)
+    assert _xid(st(ignored, low=0, high=ignored, changes=changes, count=count)) is not FAULT
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=s.sampled_from(sorted(CRITICAL)))
+def test_control_a_critical_gauge_that_changed_faults(value: int) -> None:
+    """The unchanged-gauge property's twin: the same value, newly shown in the window, faults."""
+    assert _xid(st(value, low=0, high=value, changes=1)) is FAULT

@@ -1,4 +1,4 @@
-"""Safety rule 10's second source: a drain or NoExecute waits until a second source agrees.
+"""Safety rule 9's second source: a drain or NoExecute waits until a second source agrees.
 
 Where a GPU's node agent and its scrape target both report it, both must show the fault; where
 only one does, the fault must show again in a sample newer than its detection (the next scrape).

@@ -1,6 +1,6 @@
 """Forged metric series (issue 19, finding 1): one tenant's series never evict or taint another's.
 
-Safety rule 9: a sample counts for a pod only if its node agrees with the pod's real node, a fault
+Safety rule 8: a sample counts for a pod only if its node agrees with the pod's real node, a fault
 only for a GPU the node can have, and one signal never overrides a contradicting one into Idle.
 """
 

@@ -18,6 +18,7 @@ from gpu_efficiency.engine.model import (
     Toleration,
 )
 from gpu_efficiency.engine.pods.pressure import choose_for_pressure, free_gpus, may_run_on
+from tests.unit.positive_control import reached
 
 from .builders import pod
 
@@ -193,3 +194,18 @@ def test_the_chosen_owners_are_needed_and_enough(
     else:
         assert not chosen  # no set makes it fit: nothing reclaimed for nothing
     assert choose_for_pressure(nodes, held, [], offers).chosen == ()
+
+
+def test_control_the_generator_reaches_a_pod_that_only_reclaims_make_fit() -> None:
+    """The property above also holds if nothing is ever chosen: its generator must reach a waiting
+    pod that does not fit now, fits with reclaims, and gets owners chosen for it."""
+
+    def needs_reclaims(
+        case: tuple[list[NodeView], list[PodView], dict[OwnerKey, dict[str, int]], PendingPod],
+    ) -> bool:
+        nodes, held, offers, pending = case
+        return not _fits(pending, nodes, held, offers, set()) and bool(
+            choose_for_pressure(nodes, held, [pending], offers).chosen
+        )
+
+    reached(clusters(), needs_reclaims)

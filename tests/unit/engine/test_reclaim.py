@@ -14,12 +14,14 @@ from gpu_efficiency.engine.model import (
     AnnotatePod,
     EvictPod,
     OwnerObject,
+    Plan,
     PodEvent,
     PodView,
     ReclaimOwner,
     Snapshot,
 )
 from gpu_efficiency.engine.planner import evaluate, plan_cycle
+from tests.unit.positive_control import reached
 
 from . import builders as b
 from .builders import enforce, gpu, no_faults, policy, snapshot  # noqa: F401 (fixture)
@@ -269,11 +271,11 @@ owner_specs = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(owner_specs, st.booleans(), st.sampled_from(["0s", "5m"]))
-def test_no_owner_with_a_pod_that_is_not_idle_is_ever_reclaimed(
-    specs: list[tuple[int, list[tuple[str, bool]], str]], bare_allowed: bool, idle_for: str
-) -> None:
+OwnerSpecs = list[tuple[int, list[tuple[str, bool]], str]]
+
+
+def _owners_plan(specs: OwnerSpecs, bare_allowed: bool, idle_for: str) -> tuple[Plan, set[tuple[str, str]]]:
+    """The plan for the drawn owners, and the owners with a pod that is not idle."""
     pods: list[PodView] = []
     objects: list[OwnerObject] = []
     gpus = []
@@ -296,13 +298,32 @@ def test_no_owner_with_a_pod_that_is_not_idle_is_ever_reclaimed(
             if not chain_links:
                 break  # a bare pod is one pod
     spec = enforce(idle={"idle_for": idle_for}, eviction={"allow_bare_pods": bare_allowed})
-    plan = plan_cycle(with_owners(snapshot(gpus, pods, spec), objects))
+    return plan_cycle(with_owners(snapshot(gpus, pods, spec), objects)), not_idle
+
+
+@settings(max_examples=150, deadline=None)
+@given(owner_specs, st.booleans(), st.sampled_from(["0s", "5m"]))
+def test_no_owner_with_a_pod_that_is_not_idle_is_ever_reclaimed(
+    specs: OwnerSpecs, bare_allowed: bool, idle_for: str
+) -> None:
+    plan, not_idle = _owners_plan(specs, bare_allowed, idle_for)
     for action in plan.actions:
         if isinstance(action, ReclaimOwner):
             assert (action.namespace, action.owner.name) not in not_idle
         elif isinstance(action, EvictPod):
             owner = action.name.rsplit("-", 1)[0] if "-" in action.name else action.name
             assert (action.namespace, owner) not in not_idle
+
+
+def test_control_owners_are_reclaimed_beside_partly_idle_ones() -> None:
+    """The property above also holds if nothing is ever reclaimed: its generator must reach a plan
+    that reclaims an owner while another owner with a pod that is not idle is left alone."""
+
+    def reclaims_beside_busy(case: tuple[OwnerSpecs, bool, str]) -> bool:
+        plan, not_idle = _owners_plan(*case)
+        return bool(not_idle) and any(isinstance(a, ReclaimOwner) for a in plan.actions)
+
+    reached(st.tuples(owner_specs, st.booleans(), st.sampled_from(["0s", "5m"])), reclaims_beside_busy)
 
 
 def test_explain_prints_the_owner_and_the_reclaim() -> None:

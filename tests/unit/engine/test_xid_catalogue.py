@@ -17,6 +17,7 @@ from gpu_efficiency.engine.faults.xid_catalogue import (
 )
 from gpu_efficiency.engine.model import SetNodeCondition, Signal, TaintNode
 from tests.unit.engine.test_faults_support import Cluster, gpu, node, of_type, policy, st
+from tests.unit.positive_control import reached
 
 
 def xid(code: int) -> dict[Signal, object]:
@@ -91,3 +92,15 @@ def test_a_code_in_two_repeat_rules_is_rejected() -> None:
 def test_no_application_class_xid_ever_taints_under_the_default_policy(code: int) -> None:
     cluster = Cluster.of(node("n1"))
     assert of_type(cluster.cycle([gpu("n1", fault=xid(code))]).actions, TaintNode) == []
+
+
+def test_control_the_same_catalogue_s_other_classes_do_taint_under_the_default_policy() -> None:
+    """The property above also holds if nothing ever taints: a code of the same catalogue outside
+    the application class, in the same cluster and policy, must taint."""
+
+    def taints(code: int) -> bool:
+        cluster = Cluster.of(node("n1"))
+        return bool(of_type(cluster.cycle([gpu("n1", fault=xid(code))]).actions, TaintNode))
+
+    code = reached(hs.sampled_from(sorted(c for c in CATALOGUE if not is_application(c))), taints)
+    assert not is_application(code)

@@ -1,4 +1,4 @@
-"""Safety rule 10 at the Prometheus source: a GPU's identity and its faults count only from a
+"""Safety rule 9 at the Prometheus source: a GPU's identity and its faults count only from a
 scrape target on the GPU's own node (``sources/targets.py``).
 
 A fake Prometheus answers the cycle's queries from series it holds per scrape target (its

@@ -49,7 +49,7 @@ class EvictionBudget(Model):
 
 
 class ReclaimAction(StrEnum):
-    """What reclaiming an idle owner does (DESIGN.md safety rule 8)."""
+    """What reclaiming an idle owner does (safety rule 10)."""
 
     SCALE_TO_ZERO = "ScaleToZero"  # replicas 0 through the /scale subresource
     STOP = "Stop"  # Kubeflow Notebook: the kubeflow-resource-stopped annotation

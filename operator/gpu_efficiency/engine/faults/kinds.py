@@ -102,7 +102,7 @@ class GpuJudgement:
     floors: Mapping[str, float] = field(default_factory=dict)  # lowest values in the window
     triggered: tuple[str, ...] = ()  # fingerprint keys that show the fault
     #: Newest sample time of the GPU's fault windows: a fault seen in a sample newer than its
-    #: detection was seen twice (safety guarantee 9's second reading where no second source exists).
+    #: detection was seen twice (safety rule 9's second reading where no second source exists).
     newest: float = math.nan
     #: Whether the GPU's second source (``GPUSample.witness``) shows the same state of a fault:
     #: True both do, False one shows it and the other's clean reading does not, None no second

@@ -418,7 +418,7 @@ class _NodeCycle:
         return effects.pop()
 
     def _unconfirmed(self, kind: str, entry: FaultEntry) -> str:
-        """Why no second source confirms ``kind``'s fault yet ('' when one does; safety guarantee 9).
+        """Why no second source confirms ``kind``'s fault yet ('' when one does; safety rule 9).
 
         Where both the node agent and a scrape target report a GPU, both must show the fault
         (``GpuJudgement.agrees``); where one source does, it must show it again in a sample newer

@@ -138,7 +138,7 @@ CONTRADICTING = "contradicting signals"
 
 def contradiction(signal: Signal, stats: Stats, window: Mapping[Signal, Stats], bounds: DataBounds) -> str:
     """Why ``signal``'s low reading cannot be believed ('' when it can): another usable signal of
-    the same window says kernels ran (safety rule 9: one signal never overrides a contradicting one
+    the same window says kernels ran (safety rule 8: one signal never overrides a contradicting one
     into a destructive verdict). SM and GR engine activity are checked against GPU_UTIL."""
     if signal is Signal.GPU_UTIL:
         return ""

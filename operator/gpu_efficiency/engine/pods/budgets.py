@@ -1,4 +1,4 @@
-"""Eviction safety filters and caps (safety guarantee 4 in docs/safety.md; docs/architecture.md, "Budgets").
+"""Eviction safety filters and caps (safety rule 4 in docs/safety.md; docs/architecture.md, "Budgets").
 
 Permanent filters (static, DaemonSet, bare, high priority) stop a pod from ever being warned, so no
 pod carries an ``evict-after`` that cannot come true. Temporary ones (warm-up) and the caps only

@@ -3,7 +3,7 @@
 Evicting a pod whose controller recreates it frees nothing: the GPU goes straight back to the same
 idle workload. So an idle pod is traced up its controller chain to its top owner (ReplicaSet ->
 Deployment, StatefulSet -> Notebook, Job -> JobSet, ...) and the action is chosen for that owner
-(DESIGN.md safety rule 8). The chain is followed only through objects the source layer read: a
+(safety rule 10). The chain is followed only through objects the source layer read: a
 controller that was not read (a kind without an integration, a CRD not installed) makes the owner
 unknown. Nothing we know recreates the pods of an unknown owner, so they are evicted like bare pods
 (reclaim.py: at most once before ReclaimIneffective, and after maxKeep where opt-out is allowed):

@@ -240,7 +240,7 @@ def samples(
                 continue
             node, pods = claim.node, claim.pods
             trusted = alone.get(target) or alone.setdefault(target, frozenset((target,)))
-        elif locate is not None:  # safety guarantee 9: the identity only from a target on the GPU's node
+        elif locate is not None:  # safety rule 9: the identity only from a target on the GPU's node
             on_node = on_node_targets({t: c.node for t, c in ident.claims.items()}, locate)
             nodes = set(on_node.values())
             drops.add(IDENTITY_OFF_NODE, len(ident.claims) - len(on_node))  # per target and GPU
