@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, Mode, ReclaimWhen, UnderutilizationRule
 
 
@@ -48,30 +47,30 @@ class CycleParams:
 def cycle_params(spec: GPUEfficiencyPolicySpec) -> CycleParams:
     """Parse the spec once for a cycle."""
     prom = spec.metrics.prometheus
-    window_s = parse_duration(spec.window)
-    scrape_s = parse_duration(prom.scrape_interval)
+    window_s = spec.window.seconds
+    scrape_s = prom.scrape_interval.seconds
     eviction = spec.eviction
     min_age = eviction.min_pod_age
     return CycleParams(
         enforce=spec.mode == Mode.ENFORCE,
-        interval_s=parse_duration(spec.interval),
+        interval_s=spec.interval.seconds,
         window_s=window_s,
         min_coverage=prom.min_coverage,
-        max_staleness_s=parse_duration(prom.max_staleness),
+        max_staleness_s=prom.max_staleness.seconds,
         expected_activity_samples=window_s / scrape_s if scrape_s > 0 else 0.0,
         idle_enabled=spec.idle.enabled,
         activity_below=spec.idle.activity_below,
-        idle_for_s=parse_duration(spec.idle.idle_for),
-        warning_period_s=parse_duration(spec.idle.warning_period),
+        idle_for_s=spec.idle.idle_for.seconds,
+        warning_period_s=spec.idle.warning_period.seconds,
         allow_opt_out=spec.idle.allow_opt_out,
         allow_keep_until=spec.idle.allow_keep_until,
-        max_keep_s=parse_duration(spec.idle.max_keep),
+        max_keep_s=spec.idle.max_keep.seconds,
         under_enabled=spec.underutilization.enabled,
         under=spec.underutilization,
         max_per_cycle=eviction.max_per_cycle,
         max_per_hour=eviction.max_per_hour,
         max_per_namespace=eviction.max_per_namespace_per_cycle,
-        min_pod_age_s=parse_duration(min_age) if min_age else window_s,
+        min_pod_age_s=min_age.seconds if min_age else window_s,
         allow_bare_pods=eviction.allow_bare_pods,
         priority_threshold=eviction.priority_threshold,
         prices={normalise_model(k): v for k, v in spec.price_per_gpu_hour.items()},

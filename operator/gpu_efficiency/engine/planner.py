@@ -11,8 +11,8 @@ and reclaims (pods/budgets.py, pods/reclaim.py), faults (faults/evaluate.py) and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import Reclamation
@@ -41,6 +41,7 @@ from gpu_efficiency.engine.pods.idleledger import IdleClock, IdleLedger
 from gpu_efficiency.engine.pods.judge import JudgeContext, index_pods, judge, unknown_verdict
 from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 from gpu_efficiency.engine.pods.ownerholds import with_holds
+from gpu_efficiency.engine.pods.ownerreads import starts_idle_clock
 from gpu_efficiency.engine.pods.reclaim import (
     OwnerPlan,
     Pressure,
@@ -273,10 +274,49 @@ def plan_cycle(snapshot: Snapshot, memo: JudgeMemo | None = None, ledger: IdleLe
     return evaluate(snapshot, memo=memo, ledger=ledger).plan
 
 
+@dataclass
+class Memory:
+    """What the engine keeps for one policy between cycles, in this process only: the last cycle's
+    verdicts (reused for unchanged inputs) and the idle clocks it wrote."""
+
+    memo: JudgeMemo = field(default_factory=JudgeMemo)
+    ledger: IdleLedger = field(default_factory=IdleLedger)
+
+    def forget_clocks(self) -> None:
+        """Another replica leads: it may reset clocks meanwhile, so ours are no longer evidence."""
+        self.ledger = IdleLedger()
+
+
+def plan(
+    snapshot: Snapshot, memory: Memory, *, with_owners: Callable[[], Snapshot | None] | None = None
+) -> tuple[Snapshot, Plan]:
+    """Plan the cycle; returns the snapshot the plan was made from with the plan.
+
+    A pod that turns idle while no idle clock ran had its owners unread (``pods/ownerreads.py``):
+    its first idle annotation would carry the owner-blind recommendation and the next cycle, with
+    the owners read, would rewrite it (a second patch and a ReclaimSkipped event per pod). Then
+    ``with_owners`` (the snapshot with the owners read, None when they could not be) is asked for
+    and the cycle judged once more (the judgements come from the memo).
+    """
+    before = memory.ledger.checkpoint()
+    first = plan_cycle(snapshot, memory.memo, memory.ledger)
+    if (
+        with_owners is None
+        or snapshot.owners is not None
+        or not starts_idle_clock(snapshot.pods, first.verdicts)
+    ):
+        return snapshot, first
+    richer = with_owners()
+    if richer is None:
+        return snapshot, first
+    memory.ledger.restore(before)
+    return richer, plan_cycle(richer, memory.memo, memory.ledger)
+
+
 def explain_pod(snapshot: Snapshot, namespace: str, name: str) -> list[str]:
     """Human-readable lines: every signal, threshold and rule behind one pod's verdict and actions."""
     evaluation = evaluate(snapshot, focus=(namespace, name))
     return explain_lines(snapshot, evaluation, namespace, name)
 
 
-__all__ = ["evaluate", "explain_pod", "plan_cycle"]
+__all__ = ["Memory", "evaluate", "explain_pod", "plan", "plan_cycle"]

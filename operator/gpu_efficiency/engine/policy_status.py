@@ -17,7 +17,7 @@ from gpu_efficiency.api.status import (
     QuarantinedNode,
     VerdictCounts,
 )
-from gpu_efficiency.engine.conditions import condition_flipped, find_condition, set_condition
+from gpu_efficiency.engine.conditions import condition_flipped, find_condition, flip_condition, set_condition
 from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS, coverage, nodeless, signals_condition
 from gpu_efficiency.engine.model import (
     FaultOutcome,
@@ -74,23 +74,17 @@ def policy_status(
     no_node = nodeless(cover)  # no GPU tied to a node: no pod can be either
     unattributed = no_node or unattributed
     if snapshot.metrics_available and unattributed:
-        if condition_flipped(conditions, names.COND_METRICS, "False"):
-            events.append(
-                PolicyEvent(
-                    reason=names.EV_METRICS_UNAVAILABLE,
-                    message=f"{unattributed}: the pods stay Unknown and are never evicted",
-                    type="Warning",
-                )
-            )
-        conditions = set_condition(
-            conditions,
-            type=names.COND_METRICS,
-            status="False",
-            reason=NO_NODE_LABELS if no_node else "NoPodSamples",
-            message=unattributed,
-            now=now,
+        conditions, event = flip_condition(
+            conditions, type=names.COND_METRICS, status="False",
+            reason=NO_NODE_LABELS if no_node else "NoPodSamples", message=unattributed, now=now,
             generation=generation,
-        )
+            event=PolicyEvent(
+                reason=names.EV_METRICS_UNAVAILABLE,
+                message=f"{unattributed}: the pods stay Unknown and are never evicted",
+                type="Warning",
+            ),
+        )  # fmt: skip
+        events.extend([event] if event is not None else [])
         conditions = set_condition(
             conditions, type=names.COND_READY, status="True", reason="Evaluated",
             message=f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated", now=now, generation=generation,
@@ -108,23 +102,14 @@ def policy_status(
         )  # fmt: skip
     else:
         message = snapshot.metrics_error or "the metrics source failed"
-        if condition_flipped(conditions, names.COND_METRICS, "False"):
-            events.append(
-                PolicyEvent(
-                    reason=names.EV_METRICS_UNAVAILABLE,
-                    message=f"{message}: no pod is judged or evicted",
-                    type="Warning",
-                )
-            )
-        conditions = set_condition(
-            conditions,
-            type=names.COND_METRICS,
-            status="False",
-            reason="SourceUnavailable",
-            message=message,
-            now=now,
-            generation=generation,
-        )
+        conditions, event = flip_condition(
+            conditions, type=names.COND_METRICS, status="False", reason="SourceUnavailable",
+            message=message, now=now, generation=generation,
+            event=PolicyEvent(
+                reason=names.EV_METRICS_UNAVAILABLE, message=f"{message}: no pod is judged or evicted", type="Warning"
+            ),
+        )  # fmt: skip
+        events.extend([event] if event is not None else [])
         conditions = set_condition(
             conditions, type=names.COND_READY, status="False", reason="MetricsUnavailable",
             message="metrics unavailable: verdicts Unknown, nothing evicted", now=now, generation=generation,

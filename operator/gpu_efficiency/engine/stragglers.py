@@ -25,7 +25,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
-from gpu_efficiency.api.durations import format_duration, parse_duration
+from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.policy import StragglerRule
 from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
 from gpu_efficiency.engine.faults.pcie import downtrained
@@ -96,7 +96,7 @@ def straggler_params(rule: StragglerRule, temperature_limit: float, min_pod_age_
         mad_factor=rule.mad_factor,
         min_shortfall=rule.min_shortfall,
         busy_above=rule.busy_above,
-        for_s=parse_duration(rule.for_duration),
+        for_s=rule.for_duration.seconds,
         temperature_limit=temperature_limit,
         min_pod_age_s=min_pod_age_s,
     )

@@ -30,8 +30,8 @@ from pydantic import ValidationError
 from gpu_efficiency import metrics
 from gpu_efficiency.api.names import GPU_HEALTHY
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.engine import compile_selector
 from gpu_efficiency.engine.model import NodeCondition, NodeView
-from gpu_efficiency.engine.selection import compile_selector
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
 
@@ -41,13 +40,13 @@ def data_rules(spec: GPUEfficiencyPolicySpec, now: float) -> DataRules:
     faults = spec.faults
     return DataRules(
         now=now,
-        scrape_interval_s=parse_duration(prom.scrape_interval),
+        scrape_interval_s=prom.scrape_interval.seconds,
         min_coverage=prom.min_coverage,
-        max_staleness_s=parse_duration(prom.max_staleness),
+        max_staleness_s=prom.max_staleness.seconds,
         window_s={
-            Window.FAULT: parse_duration(faults.lookback),
-            Window.THERMAL_HOLD: parse_duration(faults.thermal.for_duration),
-            Window.THERMAL_RECOVERY: parse_duration(faults.thermal.recovery_after),
+            Window.FAULT: faults.lookback.seconds,
+            Window.THERMAL_HOLD: faults.thermal.for_duration.seconds,
+            Window.THERMAL_RECOVERY: faults.thermal.recovery_after.seconds,
         },
     )
 

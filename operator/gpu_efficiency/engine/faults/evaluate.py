@@ -19,7 +19,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
-from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.names import (
     COND_BREAKER,
     EV_BREAKER,
@@ -107,7 +106,7 @@ def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
             enabled=faults.enabled and spec.enabled,
             effect=spec.effect.value,
             automatic=spec.recovery == Recovery.AUTOMATIC,
-            recovery_after_s=parse_duration(spec.recovery_after),
+            recovery_after_s=spec.recovery_after.seconds,
         )
         for kind, spec in per_kind.items()
     }
@@ -116,7 +115,7 @@ def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
         enabled=stragglers.enabled and stragglers.quarantine_hardware,
         effect=STRAGGLER_EFFECT,
         automatic=True,
-        recovery_after_s=parse_duration(stragglers.for_duration),
+        recovery_after_s=stragglers.for_duration.seconds,
     )
     # Recovery needs a whole lookback of full-width readings (``pcie``): no extra wait on top.
     kinds[FaultKind.PCIE] = KindRules(
@@ -137,7 +136,7 @@ def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
 
 def drain_contexts(snapshot: Snapshot, nodes: Iterable[NodeView]) -> dict[str, DrainContext]:
     """Each in-scope node's drain inputs: its GPU pods and the claims holding its devices."""
-    timeout = parse_duration(snapshot.policy.faults.drain_timeout)
+    timeout = snapshot.policy.faults.drain_timeout.seconds
     names = {n.name for n in nodes}
     pods: dict[str, list[PodView]] = defaultdict(list)
     for pod in snapshot.pods:

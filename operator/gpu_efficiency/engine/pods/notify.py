@@ -17,7 +17,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.api.status import Condition
-from gpu_efficiency.engine.conditions import condition_flipped, set_condition
+from gpu_efficiency.engine.conditions import flip_condition, set_condition
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -429,22 +429,10 @@ def notifications_condition(
             message=f"{sinks} sink(s): no failed delivery", now=now, generation=generation,
         ), None  # fmt: skip
     message = "; ".join(f"sink {name}: {why}" for name, why in sorted(failures.items()))
-    event = (
-        PolicyEvent(
-            reason=names.EV_NOTIFICATION_FAILED,
-            message=f"notifications are not delivered: {message}",
-            type="Warning",
-        )
-        if condition_flipped(conditions, names.COND_NOTIFY, "False")
-        else None
-    )
-    updated = set_condition(
-        conditions,
-        type=names.COND_NOTIFY,
-        status="False",
-        reason="DeliveryFailed",
-        message=message,
-        now=now,
-        generation=generation,
-    )
-    return updated, event
+    return flip_condition(
+        conditions, type=names.COND_NOTIFY, status="False", reason="DeliveryFailed", message=message,
+        now=now, generation=generation,
+        event=PolicyEvent(
+            reason=names.EV_NOTIFICATION_FAILED, message=f"notifications are not delivered: {message}", type="Warning"
+        ),
+    )  # fmt: skip
