@@ -8,10 +8,11 @@ reads ``.seconds`` and never parses a string again.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import core_schema
+if TYPE_CHECKING:  # pydantic stays out of the node agent, which parses its flags here
+    from pydantic import GetCoreSchemaHandler
+    from pydantic_core import CoreSchema
 
 #: The form of every duration field; the CRD generator appends a note to each such field's own
 #: description (``api/crd.py``).
@@ -59,11 +60,11 @@ class Duration(str):
         return value
 
     @classmethod
-    def __get_pydantic_core_schema__(
-        cls, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
         """On the wire a plain string with the pattern (the CRD's schema is unchanged); in Python
         a ``Duration``, serialised back as the string it was given."""
+        from pydantic_core import core_schema
+
         return core_schema.no_info_after_validator_function(
             cls,
             core_schema.str_schema(pattern=DURATION_PATTERN),

@@ -73,7 +73,15 @@ def _metrics_unavailable(
     if len(fault_actions) < len(faults.actions):
         notes.append("taints dropped: no new taint while metrics are unavailable")
     status, events = policy_status(
-        snapshot, params, verdicts, 0, warned, [], faults, shadowed, "", snapshot.dropped_samples
+        snapshot,
+        params,
+        verdicts=verdicts,
+        gpus_evaluated=0,
+        warned=warned,
+        idle_gpu_models=[],
+        faults=faults,
+        shadowed=shadowed,
+        dropped=snapshot.dropped_samples,
     )
     return Plan(actions=(*fault_actions, *events), verdicts=verdicts, status=status, notes=tuple(notes))
 
@@ -178,10 +186,15 @@ def evaluate(
             {(r.pod.namespace, r.pod.name): r.verdict.gpus for r in records},
         )
     stragglers = evaluate_stragglers(
-        snapshot, in_scope, pod_gpus, ctx.bounds,
-        straggler_params(snapshot.policy.stragglers, params.under.temperature_limit_celsius, params.min_pod_age_s),
-        ctx.activity,
-    )  # fmt: skip
+        snapshot,
+        in_scope,
+        straggler_params(
+            snapshot.policy.stragglers, params.under.temperature_limit_celsius, params.min_pod_age_s
+        ),
+        pod_gpus=pod_gpus,
+        bounds_of=ctx.bounds,
+        activity_of=ctx.activity,
+    )
     notes.extend(stragglers.notes)
     for record in records:
         pod = record.pod
@@ -194,9 +207,14 @@ def evaluate(
             notes.append(f"{pod.namespace}/{pod.name}: {record.owner}")
         verdicts.append(record.verdict)
         act(
-            record, params, now, policy_name, notes,
-            ledger.get(pod.uid) if ledger is not None else None, group,
-        )  # fmt: skip
+            record,
+            params,
+            now=now,
+            policy_name=policy_name,
+            notes=notes,
+            remembered=ledger.get(pod.uid) if ledger is not None else None,
+            group=group,
+        )
         straggler_patch = stragglers.patches.get(key)
         if straggler_patch:
             record.patch = {**record.patch, **straggler_patch}
@@ -242,23 +260,44 @@ def evaluate(
             for c in selection.selected
         )
     else:
-        reclaims = select_reclaims(owners, candidates, params, now, len(recent), policy_name, cluster)
+        reclaims = select_reclaims(
+            owners,
+            candidates,
+            params,
+            now=now,
+            actions_last_hour=len(recent),
+            policy_name=policy_name,
+            cluster=cluster,
+        )
         notes.extend(reclaims.notes)
         destructive.extend(reclaims.actions)
         drafts = reclaims.records
     status, policy_events = policy_status(
-        snapshot, params, verdicts, len(evaluated_gpus), warned, list(idle_gpus.values()), faults,
-        shadowed, unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx), dropped,
-    )  # fmt: skip
+        snapshot,
+        params,
+        verdicts=verdicts,
+        gpus_evaluated=len(evaluated_gpus),
+        warned=warned,
+        idle_gpu_models=list(idle_gpus.values()),
+        faults=faults,
+        shadowed=shadowed,
+        unattributed=unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx),
+        dropped=dropped,
+    )
     actions.extend(policy_events)
     if owners is not None:
         status = with_holds(status, owners.new_holds, now, params.max_keep_s)
         actions.extend(owners.events)
     actions.extend(destructive)
     plan = Plan(
-        actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes),
-        stragglers=tuple(stragglers.groups), straggler_groups=stragglers.views(), reclamations=drafts,
-    )  # fmt: skip
+        actions=tuple(actions),
+        verdicts=tuple(verdicts),
+        status=status,
+        notes=tuple(notes),
+        stragglers=tuple(stragglers.groups),
+        straggler_groups=stragglers.views(),
+        reclamations=drafts,
+    )
     if memo is not None:
         memo.end()
     if ledger is not None:

@@ -130,12 +130,17 @@ class CycleRunner(Observer):
         try:
             spec = GPUEfficiencyPolicySpec.model_validate(dict(spec_raw))
         except ValidationError as exc:
-            return self._invalid(name, uid, generation, previous, format_validation_error(exc), started)
+            message = format_validation_error(exc)
+            return self._invalid(
+                name, uid=uid, generation=generation, previous=previous, message=message, started=started
+            )
         if not leading:
             if name in self._memory:
                 self._memory[name].forget_clocks()  # another replica may reset clocks meanwhile
             return CycleReport(policy=name, ran=False, reason="not the leader")
-        report = self._evaluate(name, uid, generation, spec, previous, seniors)
+        report = self._evaluate(
+            name, spec, uid=uid, generation=generation, previous=previous, seniors=seniors
+        )
         report.seconds = time.monotonic() - started
         metrics.CYCLE_SECONDS.labels(name).observe(report.seconds)
         return report
@@ -143,6 +148,7 @@ class CycleRunner(Observer):
     def _invalid(
         self,
         name: str,
+        *,
         uid: str,
         generation: int,
         previous: GPUEfficiencyPolicyStatus,
@@ -167,9 +173,10 @@ class CycleRunner(Observer):
     def _evaluate(
         self,
         name: str,
+        spec: GPUEfficiencyPolicySpec,
+        *,
         uid: str,
         generation: int,
-        spec: GPUEfficiencyPolicySpec,
         previous: GPUEfficiencyPolicyStatus,
         seniors: tuple[SeniorPolicy, ...],
     ) -> CycleReport:

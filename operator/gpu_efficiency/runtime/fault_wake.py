@@ -122,8 +122,11 @@ class FaultWake:
         if woken:
             log.info(
                 "node %s: GPUHealthy=False, the node agent's reason %s (%s): early fault cycle of %s",
-                after.name, condition.reason, condition.message[:300], ", ".join(woken),
-            )  # fmt: skip
+                after.name,
+                condition.reason,
+                condition.message[:300],
+                ", ".join(woken),
+            )
         return woken
 
     def take_due(self) -> set[str]:

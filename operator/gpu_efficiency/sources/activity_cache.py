@@ -151,6 +151,7 @@ def plan_refresh(
     seen: Mapping[Key, Seen],
     idle_candidates: Iterable[Key],
     idle_below: float,
+    *,
     now: float = math.inf,
     settle_s: float = 0.0,
 ) -> RefreshPlan:
