@@ -1,7 +1,8 @@
-"""Policy thresholds parsed once per cycle: durations in seconds, prices by normalised model name.
+"""The policy's parameters for one cycle: durations in seconds, prices by normalised model name.
 
-The spec holds strings ("10m") and nested models; the engine evaluates tens of thousands of GPUs a
-cycle, so it reads plain floats from one slotted object instead of re-parsing per GPU.
+The spec's durations know their seconds (``api/durations.Duration``, parsed when the spec is
+validated); this one slotted object per cycle gathers what the judging, the fault rules and the
+drain read, so the engine evaluates tens of thousands of GPUs from plain floats.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, Mode, ReclaimWhen, UnderutilizationRule
+from gpu_efficiency.engine.model import Window
 
 
 def normalise_model(model: str) -> str:
@@ -42,6 +44,10 @@ class CycleParams:
     priority_threshold: int
     prices: Mapping[str, float]  # normalised model -> price per GPU-hour ("default" kept)
     on_pressure: bool = False  # reclaimWhen OnPressure (engine/pods/pressure.py)
+    scrape_interval_s: float = 0.0
+    #: The fault rules' windows: the lookback, the thermal hold and recovery (faults/data.py).
+    fault_windows_s: Mapping[Window, float] | None = None
+    drain_timeout_s: float = 0.0  # faults.drainTimeout (faults/drain.py)
 
 
 def cycle_params(spec: GPUEfficiencyPolicySpec) -> CycleParams:
@@ -75,4 +81,11 @@ def cycle_params(spec: GPUEfficiencyPolicySpec) -> CycleParams:
         priority_threshold=eviction.priority_threshold,
         prices={normalise_model(k): v for k, v in spec.price_per_gpu_hour.items()},
         on_pressure=spec.reclaim.reclaim_when is ReclaimWhen.ON_PRESSURE,
+        scrape_interval_s=scrape_s,
+        fault_windows_s={
+            Window.FAULT: spec.faults.lookback.seconds,
+            Window.THERMAL_HOLD: spec.faults.thermal.for_duration.seconds,
+            Window.THERMAL_RECOVERY: spec.faults.thermal.recovery_after.seconds,
+        },
+        drain_timeout_s=spec.faults.drain_timeout.seconds,
     )

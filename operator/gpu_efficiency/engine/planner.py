@@ -67,7 +67,7 @@ def _metrics_unavailable(
     reason = f"metrics unavailable: {snapshot.metrics_error or 'the metrics source failed'}"
     verdicts = tuple([unknown_verdict(pod, reason) for pod in in_scope])
     warned = sum(1 for pod in in_scope if names.EVICT_AFTER in pod.annotations)
-    faults = evaluate_faults(snapshot)
+    faults = evaluate_faults(snapshot, params=params)
     fault_actions = [a for a in faults.actions if not isinstance(a, (TaintNode, TaintDevices))]
     notes = [reason, *faults.notes]
     if len(fault_actions) < len(faults.actions):
@@ -238,7 +238,7 @@ def evaluate(
     holding = {
         n.name for n in snapshot.nodes if FaultKind.STRAGGLER in n.annotations.get(names.NODE_FAULTS, "")
     }
-    faults = evaluate_faults(snapshot, straggler_judgements(stragglers, holding))
+    faults = evaluate_faults(snapshot, straggler_judgements(stragglers, holding), params=params)
     notes.extend(faults.notes)
     actions.extend(faults.actions)
     recent = recent_within_hour(snapshot.status.recent_evictions, now)
