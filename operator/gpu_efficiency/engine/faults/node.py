@@ -166,6 +166,7 @@ class _NodeCycle:
         node: NodeView,
         judgements: Mapping[FaultKind, Sequence[GpuJudgement]],
         ctx: FaultContext,
+        *,
         granted: bool = False,
         scope: DeviceScope = NO_SCOPE,
         drain: DrainContext = NO_DRAIN,
@@ -598,4 +599,4 @@ def decide_node(
     GPUs and our device rules (``devices``): a single-GPU fault is wished on its devices.
     ``drain``: the pods a NoExecute wish drains first (``drain``).
     """
-    return _NodeCycle(node, judgements, ctx, granted, scope, drain).run()
+    return _NodeCycle(node, judgements, ctx, granted=granted, scope=scope, drain=drain).run()
