@@ -519,7 +519,7 @@ class Expectation(Model):
     """Printed with the result; default: a summary of the check."""
     within: Duration
     """Deadline from scenario start (or, with hold, the end of the period that must hold)."""
-    after: Duration = "0s"
+    after: Duration = Duration("0s")
     """Observation starts here: earlier observations neither pass nor fail it."""
     hold: bool | None = None
     """true: must be true at every observation from ``after`` to ``within``. Default true for

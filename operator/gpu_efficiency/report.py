@@ -35,13 +35,20 @@ from gpu_efficiency.cli_common import (
     render,
 )
 from gpu_efficiency.config import OperatorConfig, config_from_args
-from gpu_efficiency.engine.exporter_coverage import blind_summary, coverage, csv_lines, nodeless
+from gpu_efficiency.engine import (
+    blind_summary,
+    coverage,
+    csv_lines,
+    cycle_params,
+    explain_pod,
+    nodeless,
+    plan_cycle,
+    price_for,
+)
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, ReclaimOwner, Snapshot, Verdict
-from gpu_efficiency.engine.params import cycle_params
-from gpu_efficiency.engine.planner import explain_pod, plan_cycle
-from gpu_efficiency.engine.pods.waste import price_for
-from gpu_efficiency.runtime.cycle import CycleRunner, format_validation_error, no_series_message
+from gpu_efficiency.runtime.cycle import CycleRunner, format_validation_error
 from gpu_efficiency.runtime.deps import build_runner
+from gpu_efficiency.runtime.observe import no_series_message
 
 
 class ReportError(CliError):

@@ -10,7 +10,8 @@ import pytest
 
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.report import build_report, render_table
-from gpu_efficiency.runtime.cycle import log_generations, no_series_message
+from gpu_efficiency.runtime.cycle import log_generations
+from gpu_efficiency.runtime.observe import no_series_message
 from tests.unit.engine import builders as b
 
 DEFAULT_CSV_BLIND = frozenset({"ecc", "pcie", "profiling", "occupancy", "tensor", "dram", "pcie-throughput"})

@@ -22,7 +22,6 @@ from kubernetes.client.exceptions import ApiException
 from gpu_efficiency import metrics
 from gpu_efficiency.actuators import devices, nodes, owners
 from gpu_efficiency.actuators.events import EventRecorder, ObjectRef, node_ref, pod_ref, policy_ref
-from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.pods import annotate_pod, evict_pod
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import (
@@ -42,6 +41,7 @@ from gpu_efficiency.engine.model import (
     UntaintDevices,
     UntaintNode,
 )
+from gpu_efficiency.engine.outcomes import Outcome, Result
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,6 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.api.names import (
     DEVICE_RULE_KIND_LABEL,
     FAULT_TAINT_KEY,
@@ -27,6 +26,7 @@ from gpu_efficiency.engine.faults.device_objects import (
     rule_name,
 )
 from gpu_efficiency.engine.model import DeviceRule, TaintDevices, UntaintDevices
+from gpu_efficiency.engine.outcomes import Outcome, Result
 
 PLURAL = "devicetaintrules"
 

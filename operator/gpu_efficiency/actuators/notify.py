@@ -30,12 +30,8 @@ import orjson
 
 from gpu_efficiency import metrics
 from gpu_efficiency.api.policy import NotifySink, SinkType
-from gpu_efficiency.engine.pods.notify import (
-    CLOUDEVENTS_CONTENT_TYPE,
-    Notification,
-    cloudevent,
-    slack_message,
-)
+from gpu_efficiency.engine import Notification
+from gpu_efficiency.engine.pods.notify import CLOUDEVENTS_CONTENT_TYPE, cloudevent, slack_message
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
 log = logging.getLogger(__name__)

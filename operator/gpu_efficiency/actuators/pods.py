@@ -9,9 +9,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.uncertain import describe, outcome_unknown
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod
+from gpu_efficiency.engine.outcomes import Outcome, Result
 
 
 def annotate_pod(core: client.CoreV1Api, action: AnnotatePod) -> Outcome:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpu_efficiency.api.status import Condition
+from gpu_efficiency.engine.model import PolicyEvent
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
 
@@ -54,3 +55,23 @@ def condition_flipped(conditions: Sequence[Condition], type: str, status: str) -
     """True when ``type`` is absent or holds another status: the moment to emit an event."""
     previous = find_condition(conditions, type)
     return previous is None or previous.status != status
+
+
+def flip_condition(
+    conditions: Sequence[Condition],
+    *,
+    type: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: float,
+    generation: int,
+    event: PolicyEvent,
+) -> tuple[list[Condition], PolicyEvent | None]:
+    """Set ``type`` and return ``event`` with it when the status flips (or the condition is new):
+    events mark changes, never every cycle in which a condition holds."""
+    flipped = condition_flipped(conditions, type, status)
+    updated = set_condition(
+        conditions, type=type, status=status, reason=reason, message=message, now=now, generation=generation
+    )
+    return updated, event if flipped else None

@@ -105,10 +105,14 @@ def signals_condition(
                 )
             )
         updated = set_condition(
-            conditions, type=names.COND_SIGNALS, status="True", reason="AllSignalsServed",
+            conditions,
+            type=names.COND_SIGNALS,
+            status="True",
+            reason="AllSignalsServed",
             message=f"every fault kind and diagnosis input is served for the {cover.gpus} GPUs",
-            now=now, generation=generation,
-        )  # fmt: skip
+            now=now,
+            generation=generation,
+        )
         return updated, events
     message = (
         f"blind (the exporter serves none of the signals; unknown, never healthy): {blind_summary(cover.blind)}; "
@@ -118,9 +122,14 @@ def signals_condition(
     if set(cover.blind) != before:
         events.append(PolicyEvent(reason=names.EV_SIGNALS_INCOMPLETE, message=message, type="Warning"))
     updated = set_condition(
-        conditions, type=names.COND_SIGNALS, status="False", reason=_reason(cover.blind),
-        message=message, now=now, generation=generation,
-    )  # fmt: skip
+        conditions,
+        type=names.COND_SIGNALS,
+        status="False",
+        reason=_reason(cover.blind),
+        message=message,
+        now=now,
+        generation=generation,
+    )
     return updated, events
 
 

@@ -1,7 +1,8 @@
-"""Policy thresholds parsed once per cycle: durations in seconds, prices by normalised model name.
+"""The policy's parameters for one cycle: durations in seconds, prices by normalised model name.
 
-The spec holds strings ("10m") and nested models; the engine evaluates tens of thousands of GPUs a
-cycle, so it reads plain floats from one slotted object instead of re-parsing per GPU.
+The spec's durations know their seconds (``api/durations.Duration``, parsed when the spec is
+validated); this one slotted object per cycle gathers what the judging, the fault rules and the
+drain read, so the engine evaluates tens of thousands of GPUs from plain floats.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, Mode, ReclaimWhen, UnderutilizationRule
+from gpu_efficiency.engine.model import Window
 
 
 def normalise_model(model: str) -> str:
@@ -43,37 +44,48 @@ class CycleParams:
     priority_threshold: int
     prices: Mapping[str, float]  # normalised model -> price per GPU-hour ("default" kept)
     on_pressure: bool = False  # reclaimWhen OnPressure (engine/pods/pressure.py)
+    scrape_interval_s: float = 0.0
+    #: The fault rules' windows: the lookback, the thermal hold and recovery (faults/data.py).
+    fault_windows_s: Mapping[Window, float] | None = None
+    drain_timeout_s: float = 0.0  # faults.drainTimeout (faults/drain.py)
 
 
 def cycle_params(spec: GPUEfficiencyPolicySpec) -> CycleParams:
     """Parse the spec once for a cycle."""
     prom = spec.metrics.prometheus
-    window_s = parse_duration(spec.window)
-    scrape_s = parse_duration(prom.scrape_interval)
+    window_s = spec.window.seconds
+    scrape_s = prom.scrape_interval.seconds
     eviction = spec.eviction
     min_age = eviction.min_pod_age
     return CycleParams(
         enforce=spec.mode == Mode.ENFORCE,
-        interval_s=parse_duration(spec.interval),
+        interval_s=spec.interval.seconds,
         window_s=window_s,
         min_coverage=prom.min_coverage,
-        max_staleness_s=parse_duration(prom.max_staleness),
+        max_staleness_s=prom.max_staleness.seconds,
         expected_activity_samples=window_s / scrape_s if scrape_s > 0 else 0.0,
         idle_enabled=spec.idle.enabled,
         activity_below=spec.idle.activity_below,
-        idle_for_s=parse_duration(spec.idle.idle_for),
-        warning_period_s=parse_duration(spec.idle.warning_period),
+        idle_for_s=spec.idle.idle_for.seconds,
+        warning_period_s=spec.idle.warning_period.seconds,
         allow_opt_out=spec.idle.allow_opt_out,
         allow_keep_until=spec.idle.allow_keep_until,
-        max_keep_s=parse_duration(spec.idle.max_keep),
+        max_keep_s=spec.idle.max_keep.seconds,
         under_enabled=spec.underutilization.enabled,
         under=spec.underutilization,
         max_per_cycle=eviction.max_per_cycle,
         max_per_hour=eviction.max_per_hour,
         max_per_namespace=eviction.max_per_namespace_per_cycle,
-        min_pod_age_s=parse_duration(min_age) if min_age else window_s,
+        min_pod_age_s=min_age.seconds if min_age else window_s,
         allow_bare_pods=eviction.allow_bare_pods,
         priority_threshold=eviction.priority_threshold,
         prices={normalise_model(k): v for k, v in spec.price_per_gpu_hour.items()},
         on_pressure=spec.reclaim.reclaim_when is ReclaimWhen.ON_PRESSURE,
+        scrape_interval_s=scrape_s,
+        fault_windows_s={
+            Window.FAULT: spec.faults.lookback.seconds,
+            Window.THERMAL_HOLD: spec.faults.thermal.for_duration.seconds,
+            Window.THERMAL_RECOVERY: spec.faults.thermal.recovery_after.seconds,
+        },
+        drain_timeout_s=spec.faults.drain_timeout.seconds,
     )

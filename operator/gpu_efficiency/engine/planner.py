@@ -11,8 +11,8 @@ and reclaims (pods/budgets.py, pods/reclaim.py), faults (faults/evaluate.py) and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import Reclamation
@@ -41,6 +41,7 @@ from gpu_efficiency.engine.pods.idleledger import IdleClock, IdleLedger
 from gpu_efficiency.engine.pods.judge import JudgeContext, index_pods, judge, unknown_verdict
 from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 from gpu_efficiency.engine.pods.ownerholds import with_holds
+from gpu_efficiency.engine.pods.ownerreads import starts_idle_clock
 from gpu_efficiency.engine.pods.reclaim import (
     OwnerPlan,
     Pressure,
@@ -66,13 +67,21 @@ def _metrics_unavailable(
     reason = f"metrics unavailable: {snapshot.metrics_error or 'the metrics source failed'}"
     verdicts = tuple([unknown_verdict(pod, reason) for pod in in_scope])
     warned = sum(1 for pod in in_scope if names.EVICT_AFTER in pod.annotations)
-    faults = evaluate_faults(snapshot)
+    faults = evaluate_faults(snapshot, params=params)
     fault_actions = [a for a in faults.actions if not isinstance(a, (TaintNode, TaintDevices))]
     notes = [reason, *faults.notes]
     if len(fault_actions) < len(faults.actions):
         notes.append("taints dropped: no new taint while metrics are unavailable")
     status, events = policy_status(
-        snapshot, params, verdicts, 0, warned, [], faults, shadowed, "", snapshot.dropped_samples
+        snapshot,
+        params,
+        verdicts=verdicts,
+        gpus_evaluated=0,
+        warned=warned,
+        idle_gpu_models=[],
+        faults=faults,
+        shadowed=shadowed,
+        dropped=snapshot.dropped_samples,
     )
     return Plan(actions=(*fault_actions, *events), verdicts=verdicts, status=status, notes=tuple(notes))
 
@@ -177,10 +186,15 @@ def evaluate(
             {(r.pod.namespace, r.pod.name): r.verdict.gpus for r in records},
         )
     stragglers = evaluate_stragglers(
-        snapshot, in_scope, pod_gpus, ctx.bounds,
-        straggler_params(snapshot.policy.stragglers, params.under.temperature_limit_celsius, params.min_pod_age_s),
-        ctx.activity,
-    )  # fmt: skip
+        snapshot,
+        in_scope,
+        straggler_params(
+            snapshot.policy.stragglers, params.under.temperature_limit_celsius, params.min_pod_age_s
+        ),
+        pod_gpus=pod_gpus,
+        bounds_of=ctx.bounds,
+        activity_of=ctx.activity,
+    )
     notes.extend(stragglers.notes)
     for record in records:
         pod = record.pod
@@ -193,9 +207,14 @@ def evaluate(
             notes.append(f"{pod.namespace}/{pod.name}: {record.owner}")
         verdicts.append(record.verdict)
         act(
-            record, params, now, policy_name, notes,
-            ledger.get(pod.uid) if ledger is not None else None, group,
-        )  # fmt: skip
+            record,
+            params,
+            now=now,
+            policy_name=policy_name,
+            notes=notes,
+            remembered=ledger.get(pod.uid) if ledger is not None else None,
+            group=group,
+        )
         straggler_patch = stragglers.patches.get(key)
         if straggler_patch:
             record.patch = {**record.patch, **straggler_patch}
@@ -219,7 +238,7 @@ def evaluate(
     holding = {
         n.name for n in snapshot.nodes if FaultKind.STRAGGLER in n.annotations.get(names.NODE_FAULTS, "")
     }
-    faults = evaluate_faults(snapshot, straggler_judgements(stragglers, holding))
+    faults = evaluate_faults(snapshot, straggler_judgements(stragglers, holding), params=params)
     notes.extend(faults.notes)
     actions.extend(faults.actions)
     recent = recent_within_hour(snapshot.status.recent_evictions, now)
@@ -241,23 +260,44 @@ def evaluate(
             for c in selection.selected
         )
     else:
-        reclaims = select_reclaims(owners, candidates, params, now, len(recent), policy_name, cluster)
+        reclaims = select_reclaims(
+            owners,
+            candidates,
+            params,
+            now=now,
+            actions_last_hour=len(recent),
+            policy_name=policy_name,
+            cluster=cluster,
+        )
         notes.extend(reclaims.notes)
         destructive.extend(reclaims.actions)
         drafts = reclaims.records
     status, policy_events = policy_status(
-        snapshot, params, verdicts, len(evaluated_gpus), warned, list(idle_gpus.values()), faults,
-        shadowed, unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx), dropped,
-    )  # fmt: skip
+        snapshot,
+        params,
+        verdicts=verdicts,
+        gpus_evaluated=len(evaluated_gpus),
+        warned=warned,
+        idle_gpu_models=list(idle_gpus.values()),
+        faults=faults,
+        shadowed=shadowed,
+        unattributed=unattributed(in_scope, pod_gpus, len(snapshot.gpus), ctx),
+        dropped=dropped,
+    )
     actions.extend(policy_events)
     if owners is not None:
         status = with_holds(status, owners.new_holds, now, params.max_keep_s)
         actions.extend(owners.events)
     actions.extend(destructive)
     plan = Plan(
-        actions=tuple(actions), verdicts=tuple(verdicts), status=status, notes=tuple(notes),
-        stragglers=tuple(stragglers.groups), straggler_groups=stragglers.views(), reclamations=drafts,
-    )  # fmt: skip
+        actions=tuple(actions),
+        verdicts=tuple(verdicts),
+        status=status,
+        notes=tuple(notes),
+        stragglers=tuple(stragglers.groups),
+        straggler_groups=stragglers.views(),
+        reclamations=drafts,
+    )
     if memo is not None:
         memo.end()
     if ledger is not None:
@@ -273,10 +313,49 @@ def plan_cycle(snapshot: Snapshot, memo: JudgeMemo | None = None, ledger: IdleLe
     return evaluate(snapshot, memo=memo, ledger=ledger).plan
 
 
+@dataclass
+class Memory:
+    """What the engine keeps for one policy between cycles, in this process only: the last cycle's
+    verdicts (reused for unchanged inputs) and the idle clocks it wrote."""
+
+    memo: JudgeMemo = field(default_factory=JudgeMemo)
+    ledger: IdleLedger = field(default_factory=IdleLedger)
+
+    def forget_clocks(self) -> None:
+        """Another replica leads: it may reset clocks meanwhile, so ours are no longer evidence."""
+        self.ledger = IdleLedger()
+
+
+def plan(
+    snapshot: Snapshot, memory: Memory, *, with_owners: Callable[[], Snapshot | None] | None = None
+) -> tuple[Snapshot, Plan]:
+    """Plan the cycle; returns the snapshot the plan was made from with the plan.
+
+    A pod that turns idle while no idle clock ran had its owners unread (``pods/ownerreads.py``):
+    its first idle annotation would carry the owner-blind recommendation and the next cycle, with
+    the owners read, would rewrite it (a second patch and a ReclaimSkipped event per pod). Then
+    ``with_owners`` (the snapshot with the owners read, None when they could not be) is asked for
+    and the cycle judged once more (the judgements come from the memo).
+    """
+    before = memory.ledger.checkpoint()
+    first = plan_cycle(snapshot, memory.memo, memory.ledger)
+    if (
+        with_owners is None
+        or snapshot.owners is not None
+        or not starts_idle_clock(snapshot.pods, first.verdicts)
+    ):
+        return snapshot, first
+    richer = with_owners()
+    if richer is None:
+        return snapshot, first
+    memory.ledger.restore(before)
+    return richer, plan_cycle(richer, memory.memo, memory.ledger)
+
+
 def explain_pod(snapshot: Snapshot, namespace: str, name: str) -> list[str]:
     """Human-readable lines: every signal, threshold and rule behind one pod's verdict and actions."""
     evaluation = evaluate(snapshot, focus=(namespace, name))
     return explain_lines(snapshot, evaluation, namespace, name)
 
 
-__all__ = ["evaluate", "explain_pod", "plan_cycle"]
+__all__ = ["Memory", "evaluate", "explain_pod", "plan", "plan_cycle"]

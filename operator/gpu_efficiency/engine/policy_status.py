@@ -17,7 +17,7 @@ from gpu_efficiency.api.status import (
     QuarantinedNode,
     VerdictCounts,
 )
-from gpu_efficiency.engine.conditions import condition_flipped, find_condition, set_condition
+from gpu_efficiency.engine.conditions import condition_flipped, find_condition, flip_condition, set_condition
 from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS, coverage, nodeless, signals_condition
 from gpu_efficiency.engine.model import (
     FaultOutcome,
@@ -41,6 +41,7 @@ from gpu_efficiency.engine.timefmt import format_rfc3339
 def policy_status(
     snapshot: Snapshot,
     params: CycleParams,
+    *,
     verdicts: Sequence[PodVerdict],
     gpus_evaluated: int,
     warned: int,
@@ -74,15 +75,7 @@ def policy_status(
     no_node = nodeless(cover)  # no GPU tied to a node: no pod can be either
     unattributed = no_node or unattributed
     if snapshot.metrics_available and unattributed:
-        if condition_flipped(conditions, names.COND_METRICS, "False"):
-            events.append(
-                PolicyEvent(
-                    reason=names.EV_METRICS_UNAVAILABLE,
-                    message=f"{unattributed}: the pods stay Unknown and are never evicted",
-                    type="Warning",
-                )
-            )
-        conditions = set_condition(
+        conditions, event = flip_condition(
             conditions,
             type=names.COND_METRICS,
             status="False",
@@ -90,33 +83,46 @@ def policy_status(
             message=unattributed,
             now=now,
             generation=generation,
+            event=PolicyEvent(
+                reason=names.EV_METRICS_UNAVAILABLE,
+                message=f"{unattributed}: the pods stay Unknown and are never evicted",
+                type="Warning",
+            ),
         )
+        events.extend([event] if event is not None else [])
         conditions = set_condition(
-            conditions, type=names.COND_READY, status="True", reason="Evaluated",
-            message=f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated", now=now, generation=generation,
-        )  # fmt: skip
+            conditions,
+            type=names.COND_READY,
+            status="True",
+            reason="Evaluated",
+            message=f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated",
+            now=now,
+            generation=generation,
+        )
     elif snapshot.metrics_available:
         untrusted = ", ".join(f"{reason} {count}" for reason, count in (dropped or {}).items())
         conditions = set_condition(
-            conditions, type=names.COND_METRICS, status="True", reason="MetricsRead",
+            conditions,
+            type=names.COND_METRICS,
+            status="True",
+            reason="MetricsRead",
             message=f"samples for {len(snapshot.gpus)} GPUs"
-            + (f"; dropped as untrustworthy: {untrusted}" if untrusted else ""), now=now, generation=generation,
-        )  # fmt: skip
+            + (f"; dropped as untrustworthy: {untrusted}" if untrusted else ""),
+            now=now,
+            generation=generation,
+        )
         conditions = set_condition(
-            conditions, type=names.COND_READY, status="True", reason="Evaluated",
-            message=f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated", now=now, generation=generation,
-        )  # fmt: skip
+            conditions,
+            type=names.COND_READY,
+            status="True",
+            reason="Evaluated",
+            message=f"{len(verdicts)} pods and {gpus_evaluated} GPUs evaluated",
+            now=now,
+            generation=generation,
+        )
     else:
         message = snapshot.metrics_error or "the metrics source failed"
-        if condition_flipped(conditions, names.COND_METRICS, "False"):
-            events.append(
-                PolicyEvent(
-                    reason=names.EV_METRICS_UNAVAILABLE,
-                    message=f"{message}: no pod is judged or evicted",
-                    type="Warning",
-                )
-            )
-        conditions = set_condition(
+        conditions, event = flip_condition(
             conditions,
             type=names.COND_METRICS,
             status="False",
@@ -124,11 +130,22 @@ def policy_status(
             message=message,
             now=now,
             generation=generation,
+            event=PolicyEvent(
+                reason=names.EV_METRICS_UNAVAILABLE,
+                message=f"{message}: no pod is judged or evicted",
+                type="Warning",
+            ),
         )
+        events.extend([event] if event is not None else [])
         conditions = set_condition(
-            conditions, type=names.COND_READY, status="False", reason="MetricsUnavailable",
-            message="metrics unavailable: verdicts Unknown, nothing evicted", now=now, generation=generation,
-        )  # fmt: skip
+            conditions,
+            type=names.COND_READY,
+            status="False",
+            reason="MetricsUnavailable",
+            message="metrics unavailable: verdicts Unknown, nothing evicted",
+            now=now,
+            generation=generation,
+        )
     conditions = set_condition(
         conditions,
         type=names.COND_VALID,
@@ -159,9 +176,14 @@ def policy_status(
                 )
             )
         conditions = set_condition(
-            conditions, type=names.COND_BREAKER, status=state, reason="TooManyFaultyNodes" if faults.breaker_open else "Closed",
-            message=faults.breaker_message, now=now, generation=generation,
-        )  # fmt: skip
+            conditions,
+            type=names.COND_BREAKER,
+            status=state,
+            reason="TooManyFaultyNodes" if faults.breaker_open else "Closed",
+            message=faults.breaker_message,
+            now=now,
+            generation=generation,
+        )
         quarantined = [
             QuarantinedNode(node=q.node, kind=q.kind, gpus=list(q.gpus), tainted=q.tainted, since=q.since)
             for q in faults.quarantined
@@ -233,9 +255,14 @@ def _shadowed_condition(
     """
     if not shadowed:
         return set_condition(
-            conditions, type=names.COND_SHADOWED, status="False", reason="NoOverlap",
-            message="no older policy selects this policy's pods", now=now, generation=generation,
-        ), []  # fmt: skip
+            conditions,
+            type=names.COND_SHADOWED,
+            status="False",
+            reason="NoOverlap",
+            message="no older policy selects this policy's pods",
+            now=now,
+            generation=generation,
+        ), []
     winners = ", ".join(
         f"{name} ({count} pod{'' if count == 1 else 's'})" for name, count in sorted(shadowed.items())
     )

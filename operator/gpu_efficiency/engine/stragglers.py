@@ -25,7 +25,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
-from gpu_efficiency.api.durations import format_duration, parse_duration
+from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.policy import StragglerRule
 from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
 from gpu_efficiency.engine.faults.pcie import downtrained
@@ -96,7 +96,7 @@ def straggler_params(rule: StragglerRule, temperature_limit: float, min_pod_age_
         mad_factor=rule.mad_factor,
         min_shortfall=rule.min_shortfall,
         busy_above=rule.busy_above,
-        for_s=parse_duration(rule.for_duration),
+        for_s=rule.for_duration.seconds,
         temperature_limit=temperature_limit,
         min_pod_age_s=min_pod_age_s,
     )
@@ -245,9 +245,10 @@ def _young(pod: PodView, now: float, min_age_s: float) -> bool:
 
 def judge_group(
     group: JobGroup,
+    params: StragglerParams,
+    *,
     pod_gpus: Mapping[PodKey, Sequence[GPUSample]],
     bounds: Callable[[GPUSample], DataBounds],
-    params: StragglerParams,
     now: float,
     activity_of: Callable[[GPUSample], GPUActivity] | None = None,
 ) -> GroupJudgement:
@@ -440,10 +441,12 @@ def _events(
         )
         out.events.append(
             OwnerEvent(
-                namespace=group.namespace, owner=group.owner, reason=names.EV_STRAGGLER,
+                namespace=group.namespace,
+                owner=group.owner,
+                reason=names.EV_STRAGGLER,
                 message=f"{len(new)} straggling GPU(s) hold back {group.name}: {listed}",
             )
-        )  # fmt: skip
+        )
     still = {_SLOWER.sub("", s.entry()) for s in confirmed}
     for pod in group.pods:
         mine = [
@@ -455,18 +458,23 @@ def _events(
         if gone:
             out.events.append(
                 PodEvent(
-                    namespace=pod.namespace, name=pod.name, uid=pod.uid, reason=names.EV_STRAGGLER_CLEARED,
-                    message=f"no longer slower than the median of {group.name}: {'; '.join(gone)}", type="Normal",
+                    namespace=pod.namespace,
+                    name=pod.name,
+                    uid=pod.uid,
+                    reason=names.EV_STRAGGLER_CLEARED,
+                    message=f"no longer slower than the median of {group.name}: {'; '.join(gone)}",
+                    type="Normal",
                 )
-            )  # fmt: skip
+            )
 
 
 def evaluate_stragglers(
     snapshot: Snapshot,
     pods: Sequence[PodView],
+    params: StragglerParams,
+    *,
     pod_gpus: Mapping[PodKey, Sequence[GPUSample]],
     bounds_of: Callable[[GPUSample], DataBounds],
-    params: StragglerParams,
     activity_of: Callable[[GPUSample], GPUActivity] | None = None,
 ) -> StragglerOutcome:
     """Group the in-scope pods, judge each group, and plan the annotations and events.
@@ -481,7 +489,9 @@ def evaluate_stragglers(
     grouped: set[PodKey] = set()
     for group in job_groups(pods, params.group_by, snapshot.owners):
         grouped.update((p.namespace, p.name) for p in group.pods)
-        judgement = judge_group(group, pod_gpus, bounds_of, params, snapshot.now, activity_of)
+        judgement = judge_group(
+            group, params, pod_gpus=pod_gpus, bounds=bounds_of, now=snapshot.now, activity_of=activity_of
+        )
         out.judgements.append(judgement)
         if judgement.unknown:
             continue
@@ -523,11 +533,18 @@ def straggler_judgements(
                 fingerprint = {"percent": float(suspect.percent)}
             out.append(
                 GpuJudgement(
-                    kind=FaultKind.STRAGGLER, node=sample.node, uuid=sample.uuid, index=sample.index,
-                    state=state, summary=summary, fingerprint=fingerprint,
-                    reason="" if state is not GpuState.PENDING else "slower than its group, not a reported hardware straggler",
+                    kind=FaultKind.STRAGGLER,
+                    node=sample.node,
+                    uuid=sample.uuid,
+                    index=sample.index,
+                    state=state,
+                    summary=summary,
+                    fingerprint=fingerprint,
+                    reason=""
+                    if state is not GpuState.PENDING
+                    else "slower than its group, not a reported hardware straggler",
                 )
-            )  # fmt: skip
+            )
     return out
 
 

@@ -14,14 +14,23 @@ from kubernetes import client
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.events import EventRecorder
 from gpu_efficiency.actuators.notify import Notifier
-from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.status import StatusWriter
-from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.apiclient import load_api_client
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.engine.model import TaintDevices, UntaintDevices
-from gpu_efficiency.runtime.cycle import CycleRunner, feed_write
+from gpu_efficiency.engine.model import (
+    AnnotateNode,
+    AnnotatePod,
+    DrainPod,
+    EvictPod,
+    SetNodeCondition,
+    TaintDevices,
+    TaintNode,
+    UntaintDevices,
+    UntaintNode,
+)
+from gpu_efficiency.engine.outcomes import Outcome, Result
+from gpu_efficiency.runtime.cycle import CycleRunner
 from gpu_efficiency.runtime.leader import AlwaysLeader, LeaderElector
 from gpu_efficiency.sources.agent import AgentSource, pod_endpoints, static_endpoints
 from gpu_efficiency.sources.base import FetchRequest, FetchResult, SampleSource, SourceUnavailable
@@ -69,7 +78,7 @@ class SourceCache:
         prometheus = self._prometheus(policy, spec)
         if not spec.metrics.node_agent:
             return prometheus
-        return CombinedSource(prometheus, self.agents, parse_duration(spec.metrics.prometheus.max_staleness))
+        return CombinedSource(prometheus, self.agents, spec.metrics.prometheus.max_staleness.seconds)
 
     def forget(self, policy: str) -> None:
         with self._lock:
@@ -88,7 +97,7 @@ class SourceCache:
 
     def _prometheus(self, policy: str, spec: GPUEfficiencyPolicySpec) -> SampleSource:
         url = spec.metrics.prometheus.url or self.config.prometheus_url
-        timeout = parse_duration(spec.metrics.prometheus.query_timeout)
+        timeout = spec.metrics.prometheus.query_timeout.seconds
         with self._lock:
             if self._used_by.get(policy) != (url, timeout):
                 self._used_by[policy] = (url, timeout)
@@ -159,6 +168,22 @@ def build_dra(config: OperatorConfig, api_client: client.ApiClient, *, watch: bo
     if watch and config.watch_cache:
         return WatchedDraReader(DraCache.for_client(api_client), fallback=reader)
     return reader
+
+
+_NODE_WRITES = (TaintNode, UntaintNode, SetNodeCondition, AnnotateNode)
+
+
+def feed_write(reader: ClusterSource, outcome: Outcome) -> None:
+    """Hand the reader what a write returned (read-your-writes for the watch cache; the applier's
+    ``on_written``), so the next cycle never re-plans a write, or an eviction, whose watch event
+    has not arrived yet."""
+    if outcome.obj is not None:
+        if isinstance(outcome.action, (AnnotatePod, EvictPod)):
+            reader.pod_written(outcome.obj)
+        elif isinstance(outcome.action, _NODE_WRITES):
+            reader.node_written(outcome.obj)
+    if isinstance(outcome.action, (EvictPod, DrainPod)) and outcome.result is Result.DONE:
+        reader.pod_evicted(outcome.action.uid)
 
 
 def feed_writes(reader: ClusterSource, dra: DraSource, outcome: Outcome) -> None:

@@ -30,8 +30,8 @@ from pydantic import ValidationError
 from gpu_efficiency import metrics
 from gpu_efficiency.api.names import GPU_HEALTHY
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.engine import compile_selector
 from gpu_efficiency.engine.model import NodeCondition, NodeView
-from gpu_efficiency.engine.selection import compile_selector
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,11 @@ class FaultWake:
         if woken:
             log.info(
                 "node %s: GPUHealthy=False, the node agent's reason %s (%s): early fault cycle of %s",
-                after.name, condition.reason, condition.message[:300], ", ".join(woken),
-            )  # fmt: skip
+                after.name,
+                condition.reason,
+                condition.message[:300],
+                ", ".join(woken),
+            )
         return woken
 
     def take_due(self) -> set[str]:

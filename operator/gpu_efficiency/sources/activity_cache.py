@@ -44,8 +44,8 @@ from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpu_efficiency.engine import ACTIVITY_CHAIN
 from gpu_efficiency.engine.model import PodRef, Signal, Stats
-from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN
 from gpu_efficiency.sources.aggregate_rows import AVG, COUNT, MAX, TS, WIDTH, rows_stats
 
 #: (UUID, GPU_I_ID): how window values are keyed.
@@ -151,6 +151,7 @@ def plan_refresh(
     seen: Mapping[Key, Seen],
     idle_candidates: Iterable[Key],
     idle_below: float,
+    *,
     now: float = math.inf,
     settle_s: float = 0.0,
 ) -> RefreshPlan:

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import orjson
 
+from gpu_efficiency.engine import ACTIVITY_CHAIN, CONTRADICTION_UTIL, MAX_SMS_PER_GPU
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
-from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN, CONTRADICTION_UTIL, MAX_SMS_PER_GPU
 from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
 from gpu_efficiency.sources.deadline import deadline, httpx_socket
 from gpu_efficiency.sources.labels import NODE_CONFLICT

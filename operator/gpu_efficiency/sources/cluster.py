@@ -103,10 +103,14 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         deleting=bool(meta.get("deletionTimestamp")),
         fault_tolerations=fault_tolerations(spec.get("tolerations")),
         controller=OwnerRef(
-            controller.get("apiVersion", ""), controller.get("kind", ""), controller.get("name", ""),
+            controller.get("apiVersion", ""),
+            controller.get("kind", ""),
+            controller.get("name", ""),
             controller.get("uid", ""),
-        ) if controller else None,
-    )  # fmt: skip
+        )
+        if controller
+        else None,
+    )
 
 
 def _requirements(items: Any, field: bool) -> tuple[NodeRequirement, ...]:
@@ -139,10 +143,14 @@ def pending_view(obj: Mapping[str, Any]) -> PendingPod:
         )
         selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
         tolerations = tuple(
-            Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
-                       str(t.get("effect") or ""))
+            Toleration(
+                str(t.get("key") or ""),
+                str(t.get("operator") or "Equal"),
+                str(t.get("value") or ""),
+                str(t.get("effect") or ""),
+            )
             for t in spec.get("tolerations") or ()
-        )  # fmt: skip
+        )
     except (AttributeError, TypeError) as exc:
         unreadable, selector, tolerations = f"its scheduling constraints could not be read: {exc}", {}, ()
     return PendingPod(

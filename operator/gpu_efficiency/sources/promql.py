@@ -26,9 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_efficiency.api import exporter_fields as ef
-from gpu_efficiency.engine.faults.pcie import BUSY_UTIL_PERCENT
+from gpu_efficiency.engine import ACTIVITY_CHAIN, BUSY_UTIL_PERCENT
 from gpu_efficiency.engine.model import Signal, Window
-from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN
 from gpu_efficiency.sources.base import FaultHints
 
 #: Labels that identify one GPU (or MIG instance) across every metric.

@@ -13,14 +13,14 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import NewConnectionError, ProtocolError, ReadTimeoutError
 
-from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.owners import reclaim_owner
 from gpu_efficiency.actuators.pods import evict_pod
 from gpu_efficiency.actuators.uncertain import outcome_unknown
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.engine.model import EvictPod, OwnerRef, ReclaimOwner
-from gpu_efficiency.runtime.cycle import fold_outcomes
+from gpu_efficiency.engine.outcomes import Outcome, Result
+from gpu_efficiency.engine.settle import fold_outcomes
 
 from .fake_custom import FakeCustom
 

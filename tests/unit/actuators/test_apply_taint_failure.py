@@ -13,9 +13,9 @@ from kubernetes import client
 from tests.unit.actuators.test_nodes import FakeCore, make_node
 
 from gpu_efficiency.actuators.apply import Applier
-from gpu_efficiency.actuators.outcomes import Result
 from gpu_efficiency.api.names import FAULT_RECOVERED, NODE_FAULTS
 from gpu_efficiency.engine.model import AnnotateNode, SetNodeCondition, TaintNode
+from gpu_efficiency.engine.outcomes import Result
 
 
 class _Events:

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from gpu_efficiency.actuators.outcomes import Result
 from gpu_efficiency.actuators.owners import reclaim_events, reclaim_owner
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import OwnerRef
+from gpu_efficiency.engine.outcomes import Result
 from gpu_efficiency.restore import RestoreError, restore
 
 from .fake_custom import FakeCustom, Key

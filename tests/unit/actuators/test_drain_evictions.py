@@ -10,9 +10,9 @@ from kubernetes.client.exceptions import ApiException
 from tests.unit.actuators.test_eviction_429 import PDB
 
 from gpu_efficiency.actuators.apply import Applier
-from gpu_efficiency.actuators.outcomes import Result
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import DrainPod
+from gpu_efficiency.engine.outcomes import Result
 from gpu_efficiency.sources.cluster import pod_view
 
 

@@ -7,9 +7,9 @@ import orjson
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from gpu_efficiency.actuators.outcomes import Result
 from gpu_efficiency.actuators.pods import evict_pod
 from gpu_efficiency.engine.model import EvictPod
+from gpu_efficiency.engine.outcomes import Result
 
 PDB = {
     "kind": "Status",

@@ -25,9 +25,9 @@ from gpu_efficiency.actuators.nodes import (
     remove_taint,
     set_gpu_healthy_condition,
 )
-from gpu_efficiency.actuators.outcomes import Result
 from gpu_efficiency.api.names import FAULT_TAINT_KEY, GPU_DEGRADED, GPU_HEALTHY, NODE_FAULTS
 from gpu_efficiency.engine.model import AnnotateNode, SetNodeCondition, TaintNode, UntaintNode
+from gpu_efficiency.engine.outcomes import Result
 
 KEY = FAULT_TAINT_KEY
 T0 = 1_700_000_000.0

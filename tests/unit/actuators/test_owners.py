@@ -9,12 +9,12 @@ import pytest
 from kubernetes import client
 
 from gpu_efficiency.actuators.apply import Applier
-from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.owners import reclaim_owner
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.engine.model import OwnerRef, ReclaimOwner
-from gpu_efficiency.runtime.cycle import fold_outcomes
+from gpu_efficiency.engine.outcomes import Outcome, Result
+from gpu_efficiency.engine.settle import fold_outcomes
 
 from .fake_custom import FakeCustom
 

@@ -39,7 +39,7 @@ NO_FAULTS = FaultOutcome(actions=(), quarantined=(), breaker_open=False)
 @pytest.fixture
 def no_faults(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pod-engine tests see the plan without the faults engine's node actions (tested on its own)."""
-    monkeypatch.setattr(planner, "evaluate_faults", lambda snapshot, stragglers=(): NO_FAULTS)
+    monkeypatch.setattr(planner, "evaluate_faults", lambda snapshot, stragglers=(), params=None: NO_FAULTS)
 
 
 EXPECTED = 40.0  # 10m window / 15s scrape

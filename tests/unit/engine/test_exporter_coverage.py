@@ -12,6 +12,7 @@ from gpu_efficiency.engine.faults.data import data_rules
 from gpu_efficiency.engine.faults.ecc import judge_ecc
 from gpu_efficiency.engine.faults.kinds import GpuState
 from gpu_efficiency.engine.model import GPUSample, PolicyEvent, Signal, TaintNode, Verdict
+from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import plan_cycle
 from tests.unit.engine import builders as b
 from tests.unit.engine.test_faults_support import Cluster, gpu, node, of_type, policy, st
@@ -64,7 +65,7 @@ def test_the_csv_lines_to_add_name_the_missing_fields() -> None:
 
 def test_a_default_csv_gpu_without_ecc_counters_is_never_ecc_healthy() -> None:
     sample = served(gpu("n1", fault={Signal.ECC_DBE_VOLATILE: None}), "default-csv", DEFAULT_CSV_BLIND)
-    judged = judge_ecc(sample, data_rules(policy(), b.NOW))
+    judged = judge_ecc(sample, data_rules(cycle_params(policy()), b.NOW))
     assert judged.state is GpuState.UNKNOWN
     assert judged.state is not GpuState.HEALTHY
 

@@ -19,6 +19,7 @@ from gpu_efficiency.engine.faults.data import data_rules
 from gpu_efficiency.engine.faults.kinds import GpuState
 from gpu_efficiency.engine.faults.pcie import judge_pcie
 from gpu_efficiency.engine.model import NodeEvent, Signal, Stats, Window
+from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import plan_cycle
 from tests.unit.engine import builders as b
 from tests.unit.engine.test_faults_support import (
@@ -33,7 +34,7 @@ from tests.unit.engine.test_faults_support import (
 )
 from tests.unit.engine.test_stragglers import events, slowed, snap, straggler_annotations
 
-RULES = data_rules(policy(), NOW)
+RULES = data_rules(cycle_params(policy()), NOW)
 FAULT, HEALTHY, PENDING, UNKNOWN = GpuState.FAULT, GpuState.HEALTHY, GpuState.PENDING, GpuState.UNKNOWN
 WIDTH, MAX_WIDTH = Signal.PCIE_LINK_WIDTH, Signal.PCIE_MAX_LINK_WIDTH
 GEN, MAX_GEN, UTIL = Signal.PCIE_LINK_GEN, Signal.PCIE_MAX_LINK_GEN, Signal.GPU_UTIL

@@ -20,10 +20,11 @@ from gpu_efficiency.engine.faults.thermal import (
 )
 from gpu_efficiency.engine.faults.xid import judge_xid
 from gpu_efficiency.engine.model import Signal, Stats, Window
+from gpu_efficiency.engine.params import cycle_params
 from tests.unit.engine.test_faults_support import NAN, NOW, counter, gpu, policy, st
 from tests.unit.positive_control import reached
 
-RULES = data_rules(policy(), NOW)
+RULES = data_rules(cycle_params(policy()), NOW)
 CRITICAL = frozenset(DEFAULT_CRITICAL_XIDS)
 IGNORED = frozenset(DEFAULT_IGNORED_XIDS)
 FAULT, HEALTHY, PENDING, UNKNOWN = GpuState.FAULT, GpuState.HEALTHY, GpuState.PENDING, GpuState.UNKNOWN

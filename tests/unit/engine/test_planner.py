@@ -195,7 +195,7 @@ def test_fault_outcome_is_folded_in(monkeypatch: pytest.MonkeyPatch) -> None:
         breaker_message="3 of 10 nodes faulty",
         notes=("fault note",),
     )
-    monkeypatch.setattr(planner, "evaluate_faults", lambda snapshot, stragglers=(): outcome)
+    monkeypatch.setattr(planner, "evaluate_faults", lambda snapshot, stragglers=(), params=None: outcome)
     plan = plan_cycle(mixed_cluster())
     assert TaintNode(node="n1", kind="ecc", effect="NoSchedule") in plan.actions
     assert "fault note" in plan.notes
@@ -272,7 +272,7 @@ def test_outage_runs_faults_for_manual_recovery_but_drops_taints(monkeypatch: py
         quarantined=(),
         breaker_open=False,
     )
-    monkeypatch.setattr(planner, "evaluate_faults", lambda snapshot, stragglers=(): outage)
+    monkeypatch.setattr(planner, "evaluate_faults", lambda snapshot, stragglers=(), params=None: outage)
     plan = plan_cycle(replace(mixed_cluster(), metrics_available=False, metrics_error="down"))
     assert UntaintNode(node="n2", kind="xid") in plan.actions
     assert not [a for a in plan.actions if isinstance(a, TaintNode | AnnotatePod | EvictPod | PodEvent)]

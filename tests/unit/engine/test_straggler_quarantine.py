@@ -135,9 +135,12 @@ def test_gpus_at_speed_are_judged_only_on_nodes_holding_a_straggler() -> None:
     snapshot = start(slowed(**THROTTLED), spec())
     gpus, pods = job(slowed(**THROTTLED))
     outcome = evaluate_stragglers(
-        snapshot, pods, {(p.namespace, p.name): [g for g in gpus if g.node == p.node] for p in pods},
-        lambda _: DataBounds(needed=0.0, oldest=0.0), straggler_params(snapshot.policy.stragglers, 85.0, 0.0),
-    )  # fmt: skip
+        snapshot,
+        pods,
+        straggler_params(snapshot.policy.stragglers, 85.0, 0.0),
+        pod_gpus={(p.namespace, p.name): [g for g in gpus if g.node == p.node] for p in pods},
+        bounds_of=lambda _: DataBounds(needed=0.0, oldest=0.0),
+    )
     every = straggler_judgements(outcome)
     assert {j.node for j in every} == {f"node-{i}" for i in range(8)}
     some = straggler_judgements(outcome, holding={"node-5"})

@@ -15,7 +15,8 @@ from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.model import AnnotatePod, PodEvent
 from gpu_efficiency.engine.timefmt import format_rfc3339
-from gpu_efficiency.runtime.cycle import OWNER_CACHE_SECONDS, CycleRunner
+from gpu_efficiency.runtime.cycle import CycleRunner
+from gpu_efficiency.runtime.observe import OWNER_CACHE_SECONDS
 from gpu_efficiency.sources.base import StaticSource
 from gpu_efficiency.sources.cluster import ClusterState, pod_view
 from gpu_efficiency.sources.owners import OwnerState, OwnersUnavailable

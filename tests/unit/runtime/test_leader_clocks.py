@@ -18,8 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from tests.unit.actuators.test_nodes import FakeCore, make_node
 
 from gpu_efficiency.actuators.apply import Applier
-from gpu_efficiency.actuators.outcomes import Result
 from gpu_efficiency.engine.model import EvictPod, TaintNode
+from gpu_efficiency.engine.outcomes import Result
 from gpu_efficiency.runtime.leader import LeaderElector
 
 LEASE_S = 15.0

@@ -12,12 +12,11 @@ from tests.unit.actuators.test_nodes import FakeCore, make_node
 
 from gpu_efficiency.actuators import nodes
 from gpu_efficiency.actuators.apply import Applier
-from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.pods import annotate_pod
 from gpu_efficiency.config import OperatorConfig, add_setting_arguments, config_from_args
 from gpu_efficiency.engine.model import AnnotateNode, AnnotatePod, EvictPod, PodEvent, TaintNode
-from gpu_efficiency.runtime.cycle import feed_write
-from gpu_efficiency.runtime.deps import build_reader
+from gpu_efficiency.engine.outcomes import Outcome, Result
+from gpu_efficiency.runtime.deps import build_reader, feed_write
 from gpu_efficiency.sources.cluster import ClusterReader, node_view
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader
 

@@ -13,9 +13,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from tests.unit.sources.fake_watch_api import FakeListApi, FakeStream, bookmark, event, wait_until
 
-from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.engine.faults.device_objects import rule_body
 from gpu_efficiency.engine.model import DraDevice, TaintDevices
+from gpu_efficiency.engine.outcomes import Outcome, Result
 from gpu_efficiency.metrics import REGISTRY
 from gpu_efficiency.runtime.deps import feed_writes
 from gpu_efficiency.sources.dra import DraReader, DraState

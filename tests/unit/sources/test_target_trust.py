@@ -19,7 +19,7 @@ from tests.unit.sources.fake_http import form, json_answer
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.engine.faults.evaluate import evaluate_faults
 from gpu_efficiency.engine.model import DrainPod, NodeView, Signal, TaintDevices, TaintNode, Window
-from gpu_efficiency.runtime.cycle import windows_for
+from gpu_efficiency.engine.reads import windows_for
 from gpu_efficiency.sources.base import FaultHints, FetchRequest, FetchResult
 from gpu_efficiency.sources.labels import NODE_CONFLICT
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource

@@ -6,10 +6,10 @@ admins reading ``kubectl explain gep.spec``.
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
+
+from gpu_efficiency.api.durations import DURATION_PATTERN, Duration
 
 GROUP = "gpuefficiency.io"
 VERSION = "v1alpha1"
@@ -22,11 +22,24 @@ PREFIX = f"{GROUP}/"
 #: Namespaces the operator never touches, whatever a policy says.
 ALWAYS_PROTECTED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
-#: The form of every duration field; the CRD generator appends ``DURATION_NOTE`` to each such
-#: field's own description (a description here would replace the field's docstring).
-DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+#: The CRD generator appends ``DURATION_NOTE`` to each duration field's own description (a
+#: description on the type would replace the field's docstring).
 DURATION_NOTE = "A Go-style duration such as 30s, 5m or 1h30m."
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
+
+__all__ = [
+    "ALWAYS_PROTECTED_NAMESPACES",
+    "DURATION_NOTE",
+    "DURATION_PATTERN",
+    "GROUP",
+    "KIND",
+    "PLURAL",
+    "PREFIX",
+    "SHORT_NAMES",
+    "SINGULAR",
+    "VERSION",
+    "Duration",
+    "Model",
+]
 
 
 class Model(BaseModel):

@@ -35,7 +35,7 @@ class EccFault(FaultKindBase):
 
     recovery: Recovery = Recovery.MANUAL
     """Manual by default: an admin annotates the node gpuefficiency.io/fault-recovered=ecc after replacing or resetting the GPU."""
-    recovery_after: Duration = "30m"
+    recovery_after: Duration = Duration("30m")
     """With Automatic recovery, how long the signals must be healthy before the taint is removed."""
 
 
@@ -71,7 +71,7 @@ class XidRepeat(Model):
     """XID codes this rule covers."""
     count: int = Field(ge=2, le=1000)
     """Occurrences on one GPU within `within` before the XID taints."""
-    within: Duration = "1h"
+    within: Duration = Duration("1h")
     """The window the occurrences are counted in."""
 
 
@@ -97,7 +97,7 @@ class XidFault(FaultKindBase):
     """Application-class XIDs (restart-app or ignore) newly seen on at least this many nodes in one cycle are reported as one incident (one policy event) and never taint."""
     recovery: Recovery = Recovery.MANUAL
     """Manual by default: annotate the node gpuefficiency.io/fault-recovered=xid."""
-    recovery_after: Duration = "30m"
+    recovery_after: Duration = Duration("30m")
     """With Automatic recovery, how long without a new critical XID before the taint is removed."""
 
     @model_validator(mode="after")
@@ -120,11 +120,11 @@ class ThermalFault(FaultKindBase):
     """HBM temperature limit in degrees Celsius."""
     slowdown_clock_events: bool = True
     """Count the hardware/software thermal slowdown clock-event bits as over the limit."""
-    for_duration: Duration = "2m"
+    for_duration: Duration = Duration("2m")
     """How long the condition must hold before the node is tainted."""
     recovery: Recovery = Recovery.AUTOMATIC
     """Automatic by default: untaint after recoveryAfter of healthy readings."""
-    recovery_after: Duration = "5m"
+    recovery_after: Duration = Duration("5m")
     """How long every reading must be healthy before the taint is removed."""
 
 
@@ -197,11 +197,11 @@ class FaultRules(Model):
     """Temperature and thermal slowdown."""
     pcie: PcieFault = Field(default_factory=PcieFault)
     """PCIe links trained below the GPU's maximum width or generation (degraded, never tainted by default)."""
-    lookback: Duration = "2m"
+    lookback: Duration = Duration("2m")
     """Window in which a counter increase or XID change counts as a new fault."""
     circuit_breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
     """Cap on quarantined nodes."""
     device_quarantine: DeviceQuarantine = Field(default_factory=DeviceQuarantine)
     """Single-GPU quarantine with DRA device taints (Enforce mode only)."""
-    drain_timeout: Duration = "10m"
+    drain_timeout: Duration = Duration("10m")
     """Where the effect is NoExecute (a kind's effect, or deviceQuarantine.effect): the operator first sets NoSchedule, evicts the pods on the faulty node (node taint) or those whose ResourceClaims hold the faulty GPU (device taint) through the Eviction API, so PodDisruptionBudgets are honoured and a refusal is retried every cycle, and sets NoExecute once they are gone or after this long (then Kubernetes removes what is left, without PodDisruptionBudgets). 0s sets NoExecute at once."""

@@ -17,13 +17,13 @@ class PrometheusSource(Model):
 
     url: str | None = Field(default=None, max_length=2048, pattern=PROMETHEUS_URL_PATTERN)
     """http(s) base URL of Prometheus; empty: --prometheus-url. Credentials only go where allowed."""
-    scrape_interval: Duration = "15s"
+    scrape_interval: Duration = Duration("15s")
     """The scrape interval of the DCGM metrics, used to judge how many samples a window should hold."""
     min_coverage: float = Field(default=0.6, ge=0.05, le=1.0)
     """Fraction of the expected samples a GPU must have in the window; fewer gives the verdict Unknown."""
-    max_staleness: Duration = "2m"
+    max_staleness: Duration = Duration("2m")
     """A GPU whose newest sample is older than this gets the verdict Unknown."""
-    query_timeout: Duration = "10s"
+    query_timeout: Duration = Duration("10s")
     """Timeout of one PromQL query."""
 
 

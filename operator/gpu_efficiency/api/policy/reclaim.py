@@ -19,15 +19,15 @@ class IdleRule(Model):
     """Detect idle GPUs at all."""
     activity_below: float = Field(default=0.01, ge=0.0, le=1.0)
     """A GPU is idle when its peak activity (SM active, else GR engine active, else GPU util) over the window is below this."""
-    idle_for: Duration = "30m"
+    idle_for: Duration = Duration("30m")
     """How long a pod must stay idle before it is warned. The clock starts once a whole window was idle, so the warning comes window + idleFor after the last activity."""
-    warning_period: Duration = "15m"
+    warning_period: Duration = Duration("15m")
     """Time between the warning (evict-after annotation and event) and the reclaim (eviction, or the owner's scale to zero, suspend or stop); must be above 0s in Enforce."""
     allow_opt_out: bool = False
     """Honour the pod annotation gpuefficiency.io/exempt=true."""
     allow_keep_until: bool = True
     """Honour the pod acknowledgements gpuefficiency.io/keep-for=<duration> and keep-until=<RFC3339>, bounded by maxKeep."""
-    max_keep: Duration = "24h"
+    max_keep: Duration = Duration("24h")
     """Longest an acknowledgement (keep-for, keep-until) may postpone eviction, counted from when it was first seen."""
 
 

@@ -44,9 +44,9 @@ class GPUEfficiencyPolicySpec(Model):
     faulty GPUs."""
     selection: Selection = Field(default_factory=Selection)
     """Which namespaces, pods and nodes are in scope."""
-    interval: Duration = "60s"
+    interval: Duration = Duration("60s")
     """How often the policy is evaluated."""
-    window: Duration = "10m"
+    window: Duration = Duration("10m")
     """Metric window: peak activity over it decides idleness, averages over it drive the diagnosis."""
     metrics: MetricsSource = Field(default_factory=MetricsSource)
     """Where metrics come from and how much data is enough."""
@@ -70,26 +70,25 @@ class GPUEfficiencyPolicySpec(Model):
     @model_validator(mode="after")
     def _check_cross_fields(self) -> GPUEfficiencyPolicySpec:
         """Constraints OpenAPI cannot express; mirrored as CEL rules in the CRD where possible."""
-        from gpu_efficiency.api.durations import parse_duration
 
-        if parse_duration(self.interval) < MIN_INTERVAL_S:
+        if self.interval.seconds < MIN_INTERVAL_S:
             raise ValueError(f"interval must be at least {MIN_INTERVAL_S:.0f}s (cycles are never closer)")
-        if parse_duration(self.window) < parse_duration(self.interval):
+        if self.window.seconds < self.interval.seconds:
             raise ValueError("window must be at least interval")
         prom = self.metrics.prometheus
-        scrape_s = parse_duration(prom.scrape_interval)
+        scrape_s = prom.scrape_interval.seconds
         if scrape_s <= 0:
             raise ValueError("metrics.prometheus.scrapeInterval must be longer than 0s")
-        if parse_duration(self.window) < WINDOW_SCRAPES * scrape_s:
+        if self.window.seconds < WINDOW_SCRAPES * scrape_s:
             raise ValueError(
                 f"window must be at least {WINDOW_SCRAPES} x metrics.prometheus.scrapeInterval "
                 "(fewer samples make every GPU Unknown)"
             )
-        if parse_duration(prom.max_staleness) < scrape_s:
+        if prom.max_staleness.seconds < scrape_s:
             raise ValueError("metrics.prometheus.maxStaleness must be at least scrapeInterval")
-        if parse_duration(prom.query_timeout) <= 0:
+        if prom.query_timeout.seconds <= 0:
             raise ValueError("metrics.prometheus.queryTimeout must be longer than 0s")
-        if self.mode == Mode.ENFORCE and self.idle.enabled and parse_duration(self.idle.warning_period) <= 0:
+        if self.mode == Mode.ENFORCE and self.idle.enabled and self.idle.warning_period.seconds <= 0:
             raise ValueError(
                 "idle.warningPeriod must be longer than 0s in Enforce (a warning before every reclaim)"
             )

@@ -27,7 +27,7 @@ class StragglerRule(Model):
     """And how far below the median, as a fraction of it (0.1: 10 % slower). Both must hold."""
     busy_above: float = Field(default=0.3, ge=0.0, le=1.0)
     """A group whose median SM activity is below this is idle or warming up and is not judged."""
-    for_duration: Duration = "5m"
+    for_duration: Duration = Duration("5m")
     """How long a GPU must stay a straggler before it is reported."""
     quarantine_hardware: bool = False
     """Hold the node of a hardware straggler (thermal, power, clock or PCIe link cause) as the straggler fault: GPUDegraded=True and its events (in Observe mode too), and in Enforce mode the taint gpuefficiency.io/gpu-fault=straggler:PreferNoSchedule under the faults circuit breaker; released once its group shows the GPU back at speed, at least forDuration after detection."""

@@ -10,9 +10,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpu_efficiency.api.durations import parse_duration
-from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
+from gpu_efficiency.engine.params import CycleParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,20 +34,14 @@ class DataRules:
         return max(1.0, self.window_s.get(window, 0.0) / self.scrape_interval_s)
 
 
-def data_rules(spec: GPUEfficiencyPolicySpec, now: float) -> DataRules:
-    """Parse the policy once per cycle."""
-    prom = spec.metrics.prometheus
-    faults = spec.faults
+def data_rules(params: CycleParams, now: float) -> DataRules:
+    """The cycle's parameters as the fault rules read them."""
     return DataRules(
         now=now,
-        scrape_interval_s=parse_duration(prom.scrape_interval),
-        min_coverage=prom.min_coverage,
-        max_staleness_s=parse_duration(prom.max_staleness),
-        window_s={
-            Window.FAULT: parse_duration(faults.lookback),
-            Window.THERMAL_HOLD: parse_duration(faults.thermal.for_duration),
-            Window.THERMAL_RECOVERY: parse_duration(faults.thermal.recovery_after),
-        },
+        scrape_interval_s=params.scrape_interval_s,
+        min_coverage=params.min_coverage,
+        max_staleness_s=params.max_staleness_s,
+        window_s=params.fault_windows_s or {},
     )
 
 

@@ -19,7 +19,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
-from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.names import (
     COND_BREAKER,
     EV_BREAKER,
@@ -86,6 +85,7 @@ from gpu_efficiency.engine.model import (
     UntaintNode,
     Window,
 )
+from gpu_efficiency.engine.params import CycleParams, cycle_params
 from gpu_efficiency.engine.selection import compile_selector
 
 Judgements = Mapping[str, Mapping[FaultKind, Sequence[GpuJudgement]]]  # node -> kind -> GPUs
@@ -107,7 +107,7 @@ def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
             enabled=faults.enabled and spec.enabled,
             effect=spec.effect.value,
             automatic=spec.recovery == Recovery.AUTOMATIC,
-            recovery_after_s=parse_duration(spec.recovery_after),
+            recovery_after_s=spec.recovery_after.seconds,
         )
         for kind, spec in per_kind.items()
     }
@@ -116,7 +116,7 @@ def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
         enabled=stragglers.enabled and stragglers.quarantine_hardware,
         effect=STRAGGLER_EFFECT,
         automatic=True,
-        recovery_after_s=parse_duration(stragglers.for_duration),
+        recovery_after_s=stragglers.for_duration.seconds,
     )
     # Recovery needs a whole lookback of full-width readings (``pcie``): no extra wait on top.
     kinds[FaultKind.PCIE] = KindRules(
@@ -135,9 +135,8 @@ def fault_context(snapshot: Snapshot, rules: DataRules) -> FaultContext:
     )
 
 
-def drain_contexts(snapshot: Snapshot, nodes: Iterable[NodeView]) -> dict[str, DrainContext]:
+def drain_contexts(snapshot: Snapshot, nodes: Iterable[NodeView], timeout: float) -> dict[str, DrainContext]:
     """Each in-scope node's drain inputs: its GPU pods and the claims holding its devices."""
-    timeout = parse_duration(snapshot.policy.faults.drain_timeout)
     names = {n.name for n in nodes}
     pods: dict[str, list[PodView]] = defaultdict(list)
     for pod in snapshot.pods:
@@ -385,15 +384,18 @@ def _degraded(kind: str) -> bool:
     return known is not None and known.degraded
 
 
-def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ()) -> FaultOutcome:
+def evaluate_faults(
+    snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = (), *, params: CycleParams | None = None
+) -> FaultOutcome:
     """This cycle's fault quarantine: actions in apply order, quarantined nodes, breaker state.
 
     ``stragglers``: this cycle's straggler judgements of GPUs in judged job groups
     (``stragglers.straggler_judgements``), held as the ``straggler`` kind when the policy
-    quarantines hardware stragglers.
+    quarantines hardware stragglers. ``params``: the cycle's (by default from the snapshot's policy).
     """
     spec = snapshot.policy
-    rules = data_rules(spec, snapshot.now)
+    params = params if params is not None else cycle_params(spec)
+    rules = data_rules(params, snapshot.now)
     ctx = fault_context(snapshot, rules)
     nodes = in_scope_nodes(snapshot)
     scopes = device_scopes(nodes, snapshot.dra_devices, snapshot.device_rules, spec.faults.device_quarantine)
@@ -431,7 +433,7 @@ def evaluate_faults(snapshot: Snapshot, stragglers: Sequence[GpuJudgement] = ())
         judged, xid_actions = screen.judged, screen.actions
     else:
         screen = None
-    drains = drain_contexts(snapshot, nodes)
+    drains = drain_contexts(snapshot, nodes, params.drain_timeout_s)
     decisions = [
         NodeDecision(node=node.name, present={}, held={})
         if node.name in quiet and node.name not in judged

@@ -166,6 +166,7 @@ class _NodeCycle:
         node: NodeView,
         judgements: Mapping[FaultKind, Sequence[GpuJudgement]],
         ctx: FaultContext,
+        *,
         granted: bool = False,
         scope: DeviceScope = NO_SCOPE,
         drain: DrainContext = NO_DRAIN,
@@ -501,15 +502,21 @@ class _NodeCycle:
         degraded = {k: e for k, e in held.items() if (fk := kind_of(k)) is not None and fk.degraded}
         broken = {k: e for k, e in held.items() if k not in degraded}
         self._condition(
-            GPU_HEALTHY, _fault_condition(broken, self.ctx, "False") if broken else None,
+            GPU_HEALTHY,
+            _fault_condition(broken, self.ctx, "False") if broken else None,
             ("True", REASON_CLEARED, "no GPU fault is held on this node by gpu-efficiency-operator"),
             FAULT_REASON_PREFIX,
-        )  # fmt: skip
+        )
         self._condition(
-            GPU_DEGRADED, _fault_condition(degraded, self.ctx, "True") if degraded else None,
-            ("False", REASON_DEGRADED_CLEARED, "no GPU is held degraded on this node by gpu-efficiency-operator"),
+            GPU_DEGRADED,
+            _fault_condition(degraded, self.ctx, "True") if degraded else None,
+            (
+                "False",
+                REASON_DEGRADED_CLEARED,
+                "no GPU is held degraded on this node by gpu-efficiency-operator",
+            ),
             DEGRADED_REASON_PREFIX,
-        )  # fmt: skip
+        )
 
     def _condition(
         self, type_: str, held: tuple[str, str, str] | None, cleared: tuple[str, str, str], ours: str
@@ -592,4 +599,4 @@ def decide_node(
     GPUs and our device rules (``devices``): a single-GPU fault is wished on its devices.
     ``drain``: the pods a NoExecute wish drains first (``drain``).
     """
-    return _NodeCycle(node, judgements, ctx, granted, scope, drain).run()
+    return _NodeCycle(node, judgements, ctx, granted=granted, scope=scope, drain=drain).run()

@@ -152,6 +152,13 @@ def _judgement(
 ) -> GpuJudgement:
     found = dict(fingerprint or {})
     return GpuJudgement(
-        kind=FaultKind.PCIE, node=gpu.node, uuid=gpu.uuid, index=gpu.index, state=state,
-        summary=summary, reason=reason, fingerprint=found, triggered=tuple(found),
-    )  # fmt: skip
+        kind=FaultKind.PCIE,
+        node=gpu.node,
+        uuid=gpu.uuid,
+        index=gpu.index,
+        state=state,
+        summary=summary,
+        reason=reason,
+        fingerprint=found,
+        triggered=tuple(found),
+    )

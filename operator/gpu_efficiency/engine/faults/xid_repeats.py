@@ -31,7 +31,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.names import EV_XID_INCIDENT, XID_HISTORY
 from gpu_efficiency.api.policy import XidFault
 from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
@@ -154,7 +153,7 @@ class RepeatRule:
 def repeat_rules(spec: XidFault) -> dict[int, RepeatRule]:
     """Each covered code's rule (the policy model rejects a code in two rules)."""
     return {
-        code: RepeatRule(rule.count, parse_duration(rule.within), rule.within)
+        code: RepeatRule(rule.count, rule.within.seconds, rule.within)
         for rule in spec.repeat
         for code in rule.codes
     }

@@ -30,6 +30,7 @@ def _underused_words(diagnosis: Diagnosis) -> str:
 def act(
     record: PodRecord,
     params: CycleParams,
+    *,
     now: float,
     policy_name: str,
     notes: list[str],
@@ -94,10 +95,13 @@ def act(
     ):
         events.append(
             PodEvent(
-                namespace=pod.namespace, name=pod.name, uid=pod.uid, reason=names.EV_UNDERUTILIZED,
+                namespace=pod.namespace,
+                name=pod.name,
+                uid=pod.uid,
+                reason=names.EV_UNDERUTILIZED,
                 message=f"{_underused_words(verdict.diagnosis)}: {verdict.recommendation}. Evidence: {verdict.reason}",
             )
-        )  # fmt: skip
+        )
     if (
         idle_enforced  # in Observe mode nothing is reclaimed: "not reclaimed because" would be noise
         and group is not None

@@ -118,12 +118,13 @@ class EvictionSelection:
 
 def cap_reached(
     what: str,
+    params: CycleParams,
+    *,
     namespace: str,
     taken: int,
     in_namespace: int,
     hour_left: int,
     last_hour: int,
-    params: CycleParams,
 ) -> str:
     """Why one more ``what`` (eviction, reclaim) waits for a later cycle, or '' when the per-cycle,
     per-hour and per-namespace caps all leave room. Evictions and owner reclaims share the caps."""
@@ -156,9 +157,14 @@ def select_evictions(
         who = f"{pod.namespace}/{pod.name}"
         blocker = permanent_blocker(pod, params) or temporary_blocker(pod, params, now)
         capped = cap_reached(
-            "eviction", pod.namespace, len(selected), per_namespace[pod.namespace], hour_left,
-            evictions_last_hour, params,
-        )  # fmt: skip
+            "eviction",
+            params,
+            namespace=pod.namespace,
+            taken=len(selected),
+            in_namespace=per_namespace[pod.namespace],
+            hour_left=hour_left,
+            last_hour=evictions_last_hour,
+        )
         if blocker:
             notes.append(f"{who}: eviction skipped: {blocker}")
         elif capped:

@@ -325,9 +325,19 @@ def idle_lifecycle(
             )
         )
     _lifecycle_of_idle(
-        pod, params, now, evidence, blocker, out, book, idle_since, evict_after, remembered_warning, seen,
-        subject,
-    )  # fmt: skip
+        pod,
+        params,
+        out,
+        now=now,
+        evidence=evidence,
+        blocker=blocker,
+        book=book,
+        idle_since=idle_since,
+        evict_after=evict_after,
+        remembered_warning=remembered_warning,
+        seen=seen,
+        subject=subject,
+    )
     warned_at = out.updates.get(names.EVICT_AFTER, ann.get(names.EVICT_AFTER)) if out.warned else None
     out.clock = IdleClock(
         idle_since=idle_since, evict_after=parse_rfc3339(warned_at), keep_seen=keep_seen, keep_shown=has_keep
@@ -347,10 +357,11 @@ def idle_lifecycle(
 def _lifecycle_of_idle(
     pod: PodView,
     params: CycleParams,
+    out: Lifecycle,
+    *,
     now: float,
     evidence: str,
     blocker: str,
-    out: Lifecycle,
     book: _Book,
     idle_since: float,
     evict_after: float | None,

@@ -219,31 +219,61 @@ def _judge_gpus(
                 return PodRecord(pod, unknown_verdict(pod, sharing, uuids), activities, (), sharing)
         if state == GPUState.IDLE:
             verdict = PodVerdict(
-                namespace=pod.namespace, name=pod.name, verdict=Verdict.IDLE, diagnosis=Diagnosis.IDLE, recommendation=RECOMMENDATIONS[Diagnosis.IDLE],
-                activity_signal=signal, activity_peak=peak, activity_avg=avg, gpu_util_avg=util, efficiency=efficiency, gpus=uuids, reason=idle_evidence,
-            )  # fmt: skip
+                namespace=pod.namespace,
+                name=pod.name,
+                verdict=Verdict.IDLE,
+                diagnosis=Diagnosis.IDLE,
+                recommendation=RECOMMENDATIONS[Diagnosis.IDLE],
+                activity_signal=signal,
+                activity_peak=peak,
+                activity_avg=avg,
+                gpu_util_avg=util,
+                efficiency=efficiency,
+                gpus=uuids,
+                reason=idle_evidence,
+            )
             return PodRecord(pod, verdict, activities, (), sharing)
 
     if not params.under_enabled:
         good = avg >= params.under.efficient_sm_active_above
         verdict = PodVerdict(
-            namespace=pod.namespace, name=pod.name, verdict=Verdict.EFFICIENT if good else Verdict.UNDERUTILIZED,
-            diagnosis=Diagnosis.COMPUTE_BOUND if good else Diagnosis.LOW_COMPUTE, recommendation="",
-            activity_signal=signal, activity_peak=peak, activity_avg=avg, gpu_util_avg=util, efficiency=efficiency, gpus=uuids,
+            namespace=pod.namespace,
+            name=pod.name,
+            verdict=Verdict.EFFICIENT if good else Verdict.UNDERUTILIZED,
+            diagnosis=Diagnosis.COMPUTE_BOUND if good else Diagnosis.LOW_COMPUTE,
+            recommendation="",
+            activity_signal=signal,
+            activity_peak=peak,
+            activity_avg=avg,
+            gpu_util_avg=util,
+            efficiency=efficiency,
+            gpus=uuids,
             reason=f"average activity {avg:.3f} (underutilization diagnosis disabled)",
-        )  # fmt: skip
+        )
         return PodRecord(pod, verdict, activities, (), sharing)
 
     findings = tuple(
-        [diagnose(w, a, params, b, s.fb_total_mib)
-         for s, w, a, b in zip(samples, windows, activities, bounds, strict=True)]
-    )  # fmt: skip
+        [
+            diagnose(w, a, params, b, s.fb_total_mib)
+            for s, w, a, b in zip(samples, windows, activities, bounds, strict=True)
+        ]
+    )
     best_index = min(range(len(findings)), key=lambda i: findings[i].rank) if len(findings) > 1 else 0
     best = findings[best_index]
     where = f" on GPU {uuids[best_index]}" if len(findings) > 1 else ""
     reason = f"{PLAIN_VALUE[best.diagnosis]}{where}: {best.evidence}" + (f" ({sharing})" if sharing else "")
     verdict = PodVerdict(
-        namespace=pod.namespace, name=pod.name, verdict=verdict_of(best.diagnosis, avg, params), diagnosis=best.diagnosis, recommendation=best.recommendation,
-        activity_signal=signal, activity_peak=peak, activity_avg=avg, gpu_util_avg=util, efficiency=efficiency, gpus=uuids, reason=reason,
-    )  # fmt: skip
+        namespace=pod.namespace,
+        name=pod.name,
+        verdict=verdict_of(best.diagnosis, avg, params),
+        diagnosis=best.diagnosis,
+        recommendation=best.recommendation,
+        activity_signal=signal,
+        activity_peak=peak,
+        activity_avg=avg,
+        gpu_util_avg=util,
+        efficiency=efficiency,
+        gpus=uuids,
+        reason=reason,
+    )
     return PodRecord(pod, verdict, activities, findings, sharing)

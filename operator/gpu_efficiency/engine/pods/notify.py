@@ -17,7 +17,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.api.status import Condition
-from gpu_efficiency.engine.conditions import condition_flipped, set_condition
+from gpu_efficiency.engine.conditions import flip_condition, set_condition
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -176,13 +176,22 @@ def notifications(
     the evictions refused for the first time, in the order they happened."""
     index = _Index(snapshot, plan)
     now, policy = snapshot.now, snapshot.policy_name
+    cycle = _Cycle(index, now, policy, window_s, max_keep_s, keep_allowed)
     out: list[Notification] = []
     for action in [*done, *first_refusals]:
         refused = action in first_refusals and action not in done
         if isinstance(action, PodEvent):
-            out.append(_pod_notification(index, action.namespace, action.name, action.uid, action.reason,
-                                         action.type, action.message, now, policy, window_s, max_keep_s,
-                                         keep_allowed))  # fmt: skip
+            out.append(
+                _pod_notification(
+                    cycle,
+                    namespace=action.namespace,
+                    name=action.name,
+                    uid=action.uid,
+                    reason=action.reason,
+                    type_=action.type,
+                    message=action.message,
+                )
+            )
         elif isinstance(action, EvictPod):
             reason = names.EV_EVICTION_BLOCKED if refused else names.EV_EVICTED
             message = (
@@ -191,70 +200,109 @@ def notifications(
                 if refused
                 else action.reason
             )
-            out.append(_pod_notification(index, action.namespace, action.name, action.uid, reason,
-                                         "Warning", message, now, policy, window_s, max_keep_s,
-                                         keep_allowed))  # fmt: skip
+            out.append(
+                _pod_notification(
+                    cycle,
+                    namespace=action.namespace,
+                    name=action.name,
+                    uid=action.uid,
+                    reason=reason,
+                    type_="Warning",
+                    message=message,
+                )
+            )
         elif isinstance(action, ReclaimOwner):
             out.append(_owner_notification(index, action, now, policy, window_s))
         elif isinstance(action, OwnerEvent):
             owner = action.owner
             out.append(
                 Notification(
-                    reason=action.reason, type=action.type, policy=policy, time=now, kind=owner.kind,
-                    name=owner.name, uid=owner.uid, message=action.message, namespace=action.namespace,
-                    owner=f"{owner.kind.lower()}/{owner.name}", why=action.message.split(":")[0],
+                    reason=action.reason,
+                    type=action.type,
+                    policy=policy,
+                    time=now,
+                    kind=owner.kind,
+                    name=owner.name,
+                    uid=owner.uid,
+                    message=action.message,
+                    namespace=action.namespace,
+                    owner=f"{owner.kind.lower()}/{owner.name}",
+                    why=action.message.split(":")[0],
                 )
-            )  # fmt: skip
+            )
         elif isinstance(action, NodeEvent):
             out.append(
                 Notification(
-                    reason=action.reason, type=action.type, policy=policy, time=now, kind="Node",
-                    name=action.node, uid=action.node, message=action.message, node=action.node,
+                    reason=action.reason,
+                    type=action.type,
+                    policy=policy,
+                    time=now,
+                    kind="Node",
+                    name=action.node,
+                    uid=action.node,
+                    message=action.message,
+                    node=action.node,
                     why=action.message.split(":")[0],
                 )
-            )  # fmt: skip
+            )
     return [n for n in out if n.reason in TITLES]
 
 
+@dataclass(frozen=True, slots=True)
+class _Cycle:
+    """What every notification of one cycle shares."""
+
+    index: _Index
+    now: float
+    policy: str
+    window_s: float
+    max_keep_s: float
+    keep_allowed: bool
+
+
 def _pod_notification(
-    index: _Index,
-    namespace: str,
-    name: str,
-    uid: str,
-    reason: str,
-    type_: str,
-    message: str,
-    now: float,
-    policy: str,
-    window_s: float,
-    max_keep_s: float,
-    keep_allowed: bool,
+    cycle: _Cycle, *, namespace: str, name: str, uid: str, reason: str, type_: str, message: str
 ) -> Notification:
+    index, now, policy = cycle.index, cycle.now, cycle.policy
     ctx = index.context(uid, namespace, name)
     verdict = ctx.verdict
     idle_since = parse_rfc3339(ctx.annotations.get(names.IDLE_SINCE))
     deadline = parse_rfc3339(ctx.annotations.get(names.EVICT_AFTER))
-    idle_reason = reason in (names.EV_EVICTION_SCHEDULED, names.EV_EVICTED, names.EV_IDLE,
-                             names.EV_EVICTION_BLOCKED)  # fmt: skip
+    idle_reason = reason in (
+        names.EV_EVICTION_SCHEDULED,
+        names.EV_EVICTED,
+        names.EV_IDLE,
+        names.EV_EVICTION_BLOCKED,
+    )
     if idle_reason:
-        why = _idle_words(idle_since, now, window_s)
+        why = _idle_words(idle_since, now, cycle.window_s)
     elif verdict is not None and verdict.recommendation:
         why = f"{verdict.diagnosis.value.replace('-', ' ')}: {verdict.recommendation}"
     else:
         why = message.split(":")[0]
     warning = reason == names.EV_EVICTION_SCHEDULED
     return Notification(
-        reason=reason, type=type_, policy=policy, time=now, kind="Pod", name=name, uid=uid,
-        message=message, namespace=namespace, pod=name, owner=index.owner_label(ctx.pod),
+        reason=reason,
+        type=type_,
+        policy=policy,
+        time=now,
+        kind="Pod",
+        name=name,
+        uid=uid,
+        message=message,
+        namespace=namespace,
+        pod=name,
+        owner=index.owner_label(ctx.pod),
         node=ctx.pod.node if ctx.pod is not None else "",
         gpus=verdict.gpus if verdict is not None else (),
         verdict=verdict.verdict.value if verdict is not None else "",
         diagnosis=verdict.diagnosis.value if verdict is not None else "",
-        why=why, idle_since=idle_since,
+        why=why,
+        idle_since=idle_since,
         deadline=deadline if warning or reason == names.EV_EVICTION_BLOCKED else None,
-        acknowledge=keep_command(namespace, name, max_keep_s) if warning and keep_allowed else "",
+        acknowledge=keep_command(namespace, name, cycle.max_keep_s) if warning and cycle.keep_allowed else "",
         channel=index.channels.get(namespace, ""),
-    )  # fmt: skip
+    )
 
 
 def _owner_notification(
@@ -275,15 +323,26 @@ def _owner_notification(
     owner = action.owner
     idle_since = max(idle) if idle else None  # the owner is idle since its last pod went idle
     return Notification(
-        reason=names.EV_RECLAIMED, type="Warning", policy=policy, time=now, kind=owner.kind,
-        name=owner.name, uid=owner.uid or f"{action.namespace}/{owner.kind}/{owner.name}",
+        reason=names.EV_RECLAIMED,
+        type="Warning",
+        policy=policy,
+        time=now,
+        kind=owner.kind,
+        name=owner.name,
+        uid=owner.uid or f"{action.namespace}/{owner.kind}/{owner.name}",
         message=f"{action.action} {owner.kind.lower()}/{owner.name}: {action.reason}",
-        namespace=action.namespace, pod=", ".join(name for name, _ in action.pods),
-        owner=f"{owner.kind.lower()}/{owner.name}", node=", ".join(nodes), gpus=tuple(gpus),
-        verdict="Idle", diagnosis="idle", why=_idle_words(idle_since, now, window_s), idle_since=idle_since,
+        namespace=action.namespace,
+        pod=", ".join(name for name, _ in action.pods),
+        owner=f"{owner.kind.lower()}/{owner.name}",
+        node=", ".join(nodes),
+        gpus=tuple(gpus),
+        verdict="Idle",
+        diagnosis="idle",
+        why=_idle_words(idle_since, now, window_s),
+        idle_since=idle_since,
         restore=restore_commands(action.namespace, owner.kind, owner.name),
         channel=index.channels.get(action.namespace, ""),
-    )  # fmt: skip
+    )
 
 
 # ---- payloads ------------------------------------------------------------------------------------
@@ -365,8 +424,14 @@ def slack_message(n: Notification) -> dict[str, Any]:
         lines.append(f"*Keep it:* run `{esc(n.acknowledge)}`")
     if n.restore:
         lines.append(f"*Undo:* {esc(n.restore)}")
-    facts = [("Namespace", n.namespace), ("Pod", n.pod), ("Owner", n.owner), ("Node", n.node),
-             ("GPU", ", ".join(n.gpus)), ("Diagnosis", n.diagnosis)]  # fmt: skip
+    facts = [
+        ("Namespace", n.namespace),
+        ("Pod", n.pod),
+        ("Owner", n.owner),
+        ("Node", n.node),
+        ("GPU", ", ".join(n.gpus)),
+        ("Diagnosis", n.diagnosis),
+    ]
     fields = [{"type": "mrkdwn", "text": _cut(f"*{k}*\n{esc(v)}", SLACK_FIELD_MAX)} for k, v in facts if v]
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _cut(title, SLACK_HEADER_MAX)}},
@@ -425,20 +490,16 @@ def notifications_condition(
         return [c for c in conditions if c.type != names.COND_NOTIFY], None
     if not failures:
         return set_condition(
-            conditions, type=names.COND_NOTIFY, status="True", reason="Delivering",
-            message=f"{sinks} sink(s): no failed delivery", now=now, generation=generation,
-        ), None  # fmt: skip
+            conditions,
+            type=names.COND_NOTIFY,
+            status="True",
+            reason="Delivering",
+            message=f"{sinks} sink(s): no failed delivery",
+            now=now,
+            generation=generation,
+        ), None
     message = "; ".join(f"sink {name}: {why}" for name, why in sorted(failures.items()))
-    event = (
-        PolicyEvent(
-            reason=names.EV_NOTIFICATION_FAILED,
-            message=f"notifications are not delivered: {message}",
-            type="Warning",
-        )
-        if condition_flipped(conditions, names.COND_NOTIFY, "False")
-        else None
-    )
-    updated = set_condition(
+    return flip_condition(
         conditions,
         type=names.COND_NOTIFY,
         status="False",
@@ -446,5 +507,9 @@ def notifications_condition(
         message=message,
         now=now,
         generation=generation,
+        event=PolicyEvent(
+            reason=names.EV_NOTIFICATION_FAILED,
+            message=f"notifications are not delivered: {message}",
+            type="Warning",
+        ),
     )
-    return updated, event

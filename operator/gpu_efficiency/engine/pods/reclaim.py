@@ -326,6 +326,7 @@ def select_reclaims(
     plan: OwnerPlan,
     candidates: Iterable[EvictionCandidate],
     params: CycleParams,
+    *,
     now: float,
     actions_last_hour: int,
     policy_name: str,
@@ -378,12 +379,12 @@ def select_reclaims(
         owner = group.owner
         capped = cap_reached(
             "reclaim",
-            owner.namespace,
-            taken,
-            per_namespace[owner.namespace],
-            hour_left,
-            actions_last_hour,
             params,
+            namespace=owner.namespace,
+            taken=taken,
+            in_namespace=per_namespace[owner.namespace],
+            hour_left=hour_left,
+            last_hour=actions_last_hour,
         )
         if capped:
             notes.append(f"{owner.namespace}/{owner.label}: {capped}")
@@ -396,7 +397,8 @@ def select_reclaims(
             freed = freed_gpus(group.pods, plan.gpu_uuids)
             ids = freed_gpu_ids(group.pods, plan.gpu_uuids)
             waiting = served.get(owner.key, ())
-            records.append((tuple(planned), draft(owner, action, group.pods, waiting, now, freed, ids)))
+            record = draft(owner, action, pods=group.pods, waiting=waiting, now=now, gpus=freed, gpu_ids=ids)
+            records.append((tuple(planned), record))
     return ReclaimSelection(tuple(blocked + actions), tuple(notes), tuple(records))
 
 

@@ -52,6 +52,7 @@ def freed_gpus(pods: Sequence[PodView], uuids: Mapping[tuple[str, str], Sequence
 def draft(
     owner: Owner,
     action: str,
+    *,
     pods: Sequence[PodView],
     waiting: Sequence[str],
     now: float,

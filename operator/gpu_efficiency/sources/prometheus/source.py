@@ -152,7 +152,7 @@ class PrometheusSource:
                 queries,
                 request.now,
                 take,
-                len(queries) + len(FILTERED_WINDOWS) * MAX_WINDOW_PARTS,
+                workers=len(queries) + len(FILTERED_WINDOWS) * MAX_WINDOW_PARTS,
                 drops=drops,
             )
             gpus = samples(identity, windows, request, views=views, xids=xids, drops=drops)
@@ -165,6 +165,7 @@ class PrometheusSource:
         queries: list[Query],
         at: float,
         take: Callable[[Query, Any], list[Query]],
+        *,
         workers: int,
         meanwhile: Callable[[], None] | None = None,
         drops: DropTally | None = None,

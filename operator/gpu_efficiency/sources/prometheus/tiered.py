@@ -111,9 +111,9 @@ class TieredFetch:
                 queries,
                 request.now,
                 take,
-                MAX_ACTIVITY_CHUNKS + 8 + 2 * MAX_WINDOW_PARTS,
-                state.build_carried,
-                drops,
+                workers=MAX_ACTIVITY_CHUNKS + 8 + 2 * MAX_WINDOW_PARTS,
+                meanwhile=state.build_carried,
+                drops=drops,
             )
             if state.identity is None or state.plan is None:
                 raise SourceUnavailable("Prometheus answered no identity or idle-candidates query")
@@ -130,8 +130,8 @@ class TieredFetch:
                 state.identity,
                 windows,
                 request,
-                {Window.ACTIVITY: state.built},
-                {Window.ACTIVITY: whole},
+                built={Window.ACTIVITY: state.built},
+                whole={Window.ACTIVITY: whole},
                 views=state.views,
                 xids=state.xids,
                 drops=drops,

@@ -203,6 +203,7 @@ def samples(
     identity: Mapping[GPUKey, Identity],
     windows: Mapping[Window, Rows],
     request: FetchRequest,
+    *,
     built: Mapping[Window, dict[Key, dict[Signal, Stats]]] | None = None,
     whole: Mapping[Window, WholeStats] | None = None,
     views: Mapping[tuple[str, str], ExporterView] | None = None,

@@ -1,4 +1,4 @@
-"""Results of applying actions, reported back for status, events and metrics."""
+"""Results of applying actions: the Applier reports them, the engine settles them into status, events and gauges."""
 
 from __future__ import annotations
 
