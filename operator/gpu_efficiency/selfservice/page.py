@@ -15,7 +15,7 @@ from html import escape
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.engine.timefmt import format_relative, format_rfc3339, parse_rfc3339
-from gpu_efficiency.selfservice.chart import Series, countdown_bar, panel
+from gpu_efficiency.selfservice.chart import Series, countdown_bar, nice_top, panel
 from gpu_efficiency.selfservice.tokens import PAGE_PATH, Claims
 
 KEEP_PATH = PAGE_PATH + "/keep"
@@ -185,7 +185,7 @@ def page(facts: PageFacts) -> str:
                        threshold=facts.activity_below)  # fmt: skip
         top = max((v for _, v in facts.memory), default=0.0)
         charts += panel("Memory used", {"Memory used (GiB)": facts.memory}, start=start, end=end,
-                        top=max(top * 1.2, 1.0), step_s=facts.step_s)  # fmt: skip
+                        top=nice_top(top * 1.1), step_s=facts.step_s)  # fmt: skip
     body = (
         f"<h1>Your GPU is about to be reclaimed</h1>"
         f"<p class=sub>pod <b>{escape(c.namespace)}/{escape(c.pod)}</b> · policy {escape(c.policy)}</p>"
