@@ -5,8 +5,9 @@ The operator runs with its self-service page on (a key file, a port, the page's 
 warning carries: the page shows the chart and the countdown (the screenshot is the README's: run
 with ``GPUEFF_UPDATE_SCREENSHOT=1`` to refresh docs/img/selfservice.png); a real mouse click on
 "Keep for 2h" writes keep-for and the pod outlives its old deadline; "Release now" on the other pod
-gets it scaled to zero at the next cycle, before its deadline; a tampered link changes nothing, and
-a second click (a replay) writes nothing more.
+gets it scaled to zero at the next cycle, before its deadline; a tampered link changes nothing, a
+second click (a replay) writes nothing more, and a standby replica shows the page but answers a
+click with "try again".
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import secrets
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -27,7 +29,7 @@ from kubernetes import client
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.timefmt import parse_rfc3339
 from tests.e2e.browser import Tab, headless_chromium
-from tests.e2e.harness import Cluster, OperatorIdentity, wait_for
+from tests.e2e.harness import Cluster, OperatorIdentity, OperatorProcess, wait_for
 from tests.e2e.scenario_driver import BackgroundScenario
 
 pytestmark = pytest.mark.e2e
@@ -50,7 +52,11 @@ def tampered(url: str) -> str:
 
 
 def test_keep_and_release_from_the_warning_link_in_a_browser(
-    cluster: Cluster, k8s: client.ApiClient, operator_identity: OperatorIdentity, tmp_path: Path
+    cluster: Cluster,
+    k8s: client.ApiClient,
+    operator_identity: OperatorIdentity,
+    tmp_path: Path,
+    start_operator: Callable[..., OperatorProcess],
 ) -> None:
     core = client.CoreV1Api(k8s)
     apps = client.AppsV1Api(k8s)
@@ -64,6 +70,12 @@ def test_keep_and_release_from_the_warning_link_in_a_browser(
         headless_chromium() as browser,
     ):
         ns = bg.namespace("sim-self")
+        # A second replica: it serves the page too, but as a standby it must not write a click.
+        standby_port = free_port()
+        standby = f"http://127.0.0.1:{standby_port}"
+        start_operator(
+            "--selfservice-port", str(standby_port), "--selfservice-url", standby, "--selfservice-key-file", str(key)
+        )  # fmt: skip
 
         def pod_of(workload: str) -> client.V1Pod | None:
             pods = core.list_namespaced_pod(ns, label_selector=f"{WORKLOAD_LABEL}={workload}").items
@@ -140,6 +152,19 @@ def test_keep_and_release_from_the_warning_link_in_a_browser(
             ann = pod.metadata.annotations or {}
             assert names.RELEASE not in ann, ann
             assert names.KEEP_FOR not in ann, ann
+
+        # The standby shows the page but answers a click with "try again", writing nothing.
+        token = unquote(keep_link.split("t=", 1)[1])
+        shown = wait_for(
+            lambda: (r := httpx.get(keep_link.replace(base, standby), timeout=30)).status_code == 200 and r,
+            60,
+            what="the standby serving the page",
+        )
+        assert "Keep for 2h" in shown.text
+        refused = httpx.post(f"{standby}/gpu/keep", data={"t": token, "duration": "2h"}, timeout=30)
+        assert refused.status_code == 503, refused.text
+        assert "try again" in refused.text
+        assert names.KEEP_FOR not in (pod_of("keeper").metadata.annotations or {})  # type: ignore[union-attr]
 
         # Keep for 2h: a real click writes keep-for; a second click (a replay) writes nothing more.
         def click(url: str, selector: str) -> str:
