@@ -23,7 +23,7 @@ from gpu_efficiency.engine.faults.devices import with_dra_capacity
 from gpu_efficiency.engine.faults.pcie import BUSY_UTIL_PERCENT
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import Memory, explain_pod, plan, plan_cycle
-from gpu_efficiency.engine.pods.acknowledge import parse_keep_for
+from gpu_efficiency.engine.pods.acknowledge import ending_with, parse_keep_for
 from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN, CONTRADICTION_UTIL, MAX_SMS_PER_GPU
 from gpu_efficiency.engine.pods.budgets import merge_budgets
 from gpu_efficiency.engine.pods.notify import Notification
@@ -54,6 +54,7 @@ __all__ = [
     "coverage",
     "csv_lines",
     "cycle_params",
+    "ending_with",
     "explain_pod",
     "merge_budgets",
     "nodeless",

@@ -90,6 +90,7 @@ class CycleRunner(Observer):
     _owner_cache: tuple[float, OwnerState] | None = None  # (when, what) of the last owner read
     notifier: Notifier | None = None  # spec.notify's webhooks (None: one-shot commands post nothing)
     _memory: dict[str, engine.Memory] = field(default_factory=dict)  # per policy: verdicts and clocks
+    links: Callable[[Plan, Snapshot], Plan] | None = None  # self-service links into warnings
 
     def __post_init__(self) -> None:
         self._book = StatusBook(self.status_writer, lambda: self.clock())
@@ -197,6 +198,8 @@ class CycleRunner(Observer):
             cluster = replace(cluster, requests=cluster.requests + owner_reads[0])
             known = self._book.last(name) or previous
             log_generations(name, known.exporter_generations, plan.status.exporter_generations)
+            if self.links is not None:
+                plan = self.links(plan, snapshot)
         memo = memory.memo
         log.debug(
             "policy %s: %d verdicts kept from the previous cycle, %d judged", name, memo.hits, memo.misses

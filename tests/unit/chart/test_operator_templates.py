@@ -147,7 +147,16 @@ CHART_ENV = {
 
 
 #: Read by `run` only (the operator's own settings, not the connection `report` shares).
-RUN_ENV = {"GPUEFF_NOTIFY_SECRET_DIR": ("/n", "notify_secret_dir", "/n")}
+RUN_ENV = {
+    "GPUEFF_NOTIFY_SECRET_DIR": ("/n", "notify_secret_dir", "/n"),
+    "GPUEFF_SELFSERVICE_PORT": ("8082", "selfservice_port", 8082),
+    "GPUEFF_SELFSERVICE_URL": ("https://gpu.example.com", "selfservice_url", "https://gpu.example.com"),
+    "GPUEFF_SELFSERVICE_KEY_FILE": (
+        "/etc/gpu-efficiency/selfservice/key2",
+        "selfservice_key_file",
+        "/etc/gpu-efficiency/selfservice/key2",
+    ),
+}
 
 
 def test_the_deployment_passes_connection_settings_through_the_environment() -> None:

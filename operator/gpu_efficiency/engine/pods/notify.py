@@ -87,6 +87,7 @@ class Notification:
     acknowledge: str = ""  # the command that keeps the GPU ("" when none applies)
     restore: str = ""  # the command that undoes a reclaim
     channel: str = ""  # the namespace's notify-channel annotation (Slack)
+    link: str = ""  # the signed self-service page of a warned pod (keep or release it), "" when off
 
     @property
     def dedupe_key(self) -> str:
@@ -302,6 +303,7 @@ def _pod_notification(
         deadline=deadline if warning or reason == names.EV_EVICTION_BLOCKED else None,
         acknowledge=keep_command(namespace, name, cycle.max_keep_s) if warning and cycle.keep_allowed else "",
         channel=index.channels.get(namespace, ""),
+        link=ctx.annotations.get(names.SELF_SERVICE, "") if warning else "",
     )
 
 
@@ -370,6 +372,7 @@ def cloudevent(n: Notification) -> dict[str, Any]:
         "deadline": format_rfc3339(n.deadline) if n.deadline is not None else None,
         "acknowledge": n.acknowledge or None,
         "restore": n.restore or None,
+        "selfService": n.link or None,
     }
     return {
         "specversion": "1.0",
@@ -420,6 +423,8 @@ def slack_message(n: Notification) -> dict[str, Any]:
     lines = [f"*What:* {esc(_plain_message(n))}", f"*Why:* {esc(n.why)}."]
     if n.deadline is not None:
         lines.append(f"*When:* {format_when(n.deadline, n.time)}")
+    if n.link:
+        lines.append(f"*Keep it or give it back:* <{esc(n.link)}|open the page>")
     if n.acknowledge:
         lines.append(f"*Keep it:* run `{esc(n.acknowledge)}`")
     if n.restore:
