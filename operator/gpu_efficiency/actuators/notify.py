@@ -29,6 +29,7 @@ import httpx
 import orjson
 
 from gpu_efficiency import metrics
+from gpu_efficiency.api.names import SLACK_URL_SECRET_KEY
 from gpu_efficiency.api.policy import NotifySink, SinkType
 from gpu_efficiency.engine.pods.notify import (
     CLOUDEVENTS_CONTENT_TYPE,
@@ -73,6 +74,8 @@ class Delivery:
     reason: str
     body: bytes
     content_type: str
+    namespace: str = ""
+    url_key: str = ""  # the namespace's own webhook (a Secret key); "": the sink's urlSecretKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,10 @@ class Health:
 def encode(sink: NotifySink, notification: Notification) -> Delivery:
     """The request body of one notification in the sink's format."""
     if sink.type is SinkType.SLACK:
-        return Delivery(notification.reason, orjson.dumps(slack_message(notification)), "application/json")
+        body = orjson.dumps(slack_message(notification))
+        return Delivery(
+            notification.reason, body, "application/json", notification.namespace, notification.slack_url_key
+        )
     return Delivery(notification.reason, orjson.dumps(cloudevent(notification)), CLOUDEVENTS_CONTENT_TYPE)
 
 
@@ -148,7 +154,7 @@ class SinkWorker:
         for attempt in range(1, timing.attempts + 1):
             self._wait_for_rate()
             try:
-                n.post_once(self.sink, delivery)
+                n.post_once(self.sink, delivery, self.policy)
             except DeliveryError as exc:
                 error = str(exc)
                 if not exc.retry or attempt == timing.attempts:
@@ -187,6 +193,8 @@ class Notifier:
         self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._workers: dict[tuple[str, str], SinkWorker] = {}
         self._health: dict[tuple[str, str], Health] = {}
+        #: (policy, sink, namespace) -> why the namespace's own webhook was not used (fell back).
+        self._route_errors: dict[tuple[str, str, str], str] = {}
         self._lock = threading.Lock()
 
     # -- called by cycles: never blocks ---------------------------------------------------------
@@ -215,11 +223,16 @@ class Notifier:
         """Sink name -> why its last delivery failed (with when), for the sinks failing now."""
         with self._lock:
             health = {s.name: self._health.get((policy, s.name)) for s in sinks}
-        return {
+            routes = {k: v for k, v in self._route_errors.items() if k[0] == policy}
+        out = {
             name: f"{h.error} ({format_rfc3339(h.at)})"
             for name, h in health.items()
             if h is not None and h.error
         }
+        for (_, sink_name, _ns), error in sorted(routes.items()):
+            if sink_name in health:
+                out[sink_name] = f"{out[sink_name]}; {error}" if sink_name in out else error
+        return out
 
     def forget(self, policy: str) -> None:
         """The policy is gone: stop its workers and drop what is kept for it."""
@@ -234,15 +247,17 @@ class Notifier:
 
     # -- used by the workers --------------------------------------------------------------------
 
-    def url(self, sink: NotifySink) -> str:
-        """The sink's webhook URL from the mounted Secret (read per post: a rotated Secret applies)."""
-        path = self.secret_dir / sink.url_secret_key
+    def url(self, sink: NotifySink, key: str = "") -> str:
+        """The webhook URL under ``key`` (default: the sink's) from the mounted Secret (read per
+        post: a rotated Secret applies)."""
+        key = key or sink.url_secret_key
+        path = self.secret_dir / key
         try:
             url = path.read_text().strip()
         except OSError as exc:
             raise DeliveryError(
                 f"no webhook URL: cannot read {path} ({exc.strerror}); set notify.secretName in the "
-                f"chart to a Secret with the key {sink.url_secret_key}",
+                f"chart to a Secret with the key {key}",
                 retry=False,
             ) from None
         parts = urlsplit(url)
@@ -252,8 +267,30 @@ class Notifier:
             )
         return url
 
-    def post_once(self, sink: NotifySink, delivery: Delivery) -> None:
-        url = self.url(sink)
+    def route(self, policy: str, sink: NotifySink, delivery: Delivery) -> str:
+        """The URL of the namespace's own webhook when it names one that works, else the sink's:
+        a warning that reaches the shared channel beats one that reaches nobody. Why the
+        namespace's was not used is kept (in ``failures``, so in NotificationsHealthy) until it works."""
+        route = (policy, sink.name, delivery.namespace)
+        if not delivery.url_key:  # (again) none: what was kept about the namespace's is moot
+            with self._lock:
+                self._route_errors.pop(route, None)
+            return self.url(sink)
+        try:
+            url = self.url(sink, delivery.url_key)
+        except DeliveryError as exc:
+            with self._lock:
+                self._route_errors[route] = (
+                    f"namespace {delivery.namespace}: its {SLACK_URL_SECRET_KEY} was not used ({exc}); "
+                    "posted to the sink's own webhook"
+                )
+            return self.url(sink)
+        with self._lock:
+            self._route_errors.pop(route, None)
+        return url
+
+    def post_once(self, sink: NotifySink, delivery: Delivery, policy: str = "") -> None:
+        url = self.route(policy, sink, delivery)
         try:
             status = self.post(url, delivery.body, delivery.content_type, self.timing.timeout_s)
         except Exception as exc:
@@ -300,5 +337,7 @@ class Notifier:
             workers = [self._workers.pop(k) for k in gone]
             for k in [k for k in self._health if k[0] == policy and k[1] not in keep]:
                 del self._health[k]
+            for r in [r for r in self._route_errors if r[0] == policy and r[1] not in keep]:
+                del self._route_errors[r]
         for worker in workers:
             worker.stop()

@@ -56,6 +56,7 @@ from gpu_efficiency.engine.pods.budgets import merge_budgets
 from gpu_efficiency.engine.pods.idleledger import IdleLedger
 from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 from gpu_efficiency.engine.pods.notify import notifications, notifications_condition, pending_evictions
+from gpu_efficiency.engine.pods.notify_routes import route_problems, slack_routes
 from gpu_efficiency.engine.pods.ownerreads import OwnerRead, owner_read_needed, starts_idle_clock
 from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.selection import build_scope
@@ -563,12 +564,16 @@ class CycleRunner:
                 else []
             )  # fmt: skip
             self.notifier.submit(name, spec.notify, batch)
+            misrouted = route_problems(
+                slack_routes(snapshot.namespaces), spec.notify, (v.namespace for v in plan.verdicts)
+            )
             conditions, event = notifications_condition(
                 status.conditions,
                 self.notifier.failures(name, spec.notify),
                 len(spec.notify),
                 snapshot.now,
                 snapshot.generation,
+                misrouted,
             )
         except Exception:  # notifications are a side channel: they never fail a cycle
             log.exception("policy %s: notifications failed", name)

@@ -33,6 +33,7 @@ from gpu_efficiency.engine.model import (
     Snapshot,
 )
 from gpu_efficiency.engine.pods.acknowledge import keep_command
+from gpu_efficiency.engine.pods.notify_routes import slack_routes
 from gpu_efficiency.engine.pods.owners import BARE, resolve_owner, restore_commands
 from gpu_efficiency.engine.timefmt import format_rfc3339, format_when, parse_rfc3339
 
@@ -87,6 +88,7 @@ class Notification:
     acknowledge: str = ""  # the command that keeps the GPU ("" when none applies)
     restore: str = ""  # the command that undoes a reclaim
     channel: str = ""  # the namespace's notify-channel annotation (Slack)
+    slack_url_key: str = ""  # the namespace's own Slack webhook (a notify Secret key; "": the sink's)
 
     @property
     def dedupe_key(self) -> str:
@@ -138,6 +140,7 @@ class _Index:
         self.channels = {
             ns.name: ns.annotations.get(names.NOTIFY_CHANNEL, "").strip() for ns in snapshot.namespaces
         }
+        self.slack_keys = slack_routes(snapshot.namespaces).keys
 
     def context(self, uid: str, namespace: str, name: str) -> _PodContext:
         pod = self.pods.get(uid)
@@ -203,6 +206,7 @@ def notifications(
                     reason=action.reason, type=action.type, policy=policy, time=now, kind=owner.kind,
                     name=owner.name, uid=owner.uid, message=action.message, namespace=action.namespace,
                     owner=f"{owner.kind.lower()}/{owner.name}", why=action.message.split(":")[0],
+                    slack_url_key=index.slack_keys.get(action.namespace, ""),
                 )
             )  # fmt: skip
         elif isinstance(action, NodeEvent):
@@ -253,7 +257,7 @@ def _pod_notification(
         why=why, idle_since=idle_since,
         deadline=deadline if warning or reason == names.EV_EVICTION_BLOCKED else None,
         acknowledge=keep_command(namespace, name, max_keep_s) if warning and keep_allowed else "",
-        channel=index.channels.get(namespace, ""),
+        channel=index.channels.get(namespace, ""), slack_url_key=index.slack_keys.get(namespace, ""),
     )  # fmt: skip
 
 
@@ -283,6 +287,7 @@ def _owner_notification(
         verdict="Idle", diagnosis="idle", why=_idle_words(idle_since, now, window_s), idle_since=idle_since,
         restore=restore_commands(action.namespace, owner.kind, owner.name),
         channel=index.channels.get(action.namespace, ""),
+        slack_url_key=index.slack_keys.get(action.namespace, ""),
     )  # fmt: skip
 
 
@@ -417,24 +422,42 @@ def pending_evictions(snapshot: Snapshot, plan: Plan) -> dict[tuple[str, ...], f
 
 
 def notifications_condition(
-    conditions: Sequence[Condition], failures: Mapping[str, str], sinks: int, now: float, generation: int
+    conditions: Sequence[Condition],
+    failures: Mapping[str, str],
+    sinks: int,
+    now: float,
+    generation: int,
+    misrouted: Mapping[str, str] | None = None,
 ) -> tuple[list[Condition], PolicyEvent | None]:
     """The NotificationsHealthy condition (absent without sinks), and the NotificationFailed event
-    its flip to False calls for. ``failures``: sink name -> why its last delivery failed."""
+    its flip to False calls for. ``failures``: sink name -> why its last delivery failed;
+    ``misrouted``: namespace -> why its own Slack webhook annotation is ignored."""
     if sinks == 0:
         return [c for c in conditions if c.type != names.COND_NOTIFY], None
+    if misrouted and not failures:
+        message = "; ".join(f"namespace {ns}: {why}" for ns, why in sorted(misrouted.items()))
+        return _unhealthy(conditions, "SlackRouteInvalid", "notifications are not routed as asked", message,
+                          now, generation)  # fmt: skip
     if not failures:
         return set_condition(
             conditions, type=names.COND_NOTIFY, status="True", reason="Delivering",
             message=f"{sinks} sink(s): no failed delivery", now=now, generation=generation,
         ), None  # fmt: skip
-    message = "; ".join(f"sink {name}: {why}" for name, why in sorted(failures.items()))
+    message = "; ".join(
+        [f"sink {name}: {why}" for name, why in sorted(failures.items())]
+        + [f"namespace {ns}: {why}" for ns, why in sorted((misrouted or {}).items())]
+    )
+    return _unhealthy(
+        conditions, "DeliveryFailed", "notifications are not delivered", message, now, generation
+    )
+
+
+def _unhealthy(
+    conditions: Sequence[Condition], reason: str, headline: str, message: str, now: float, generation: int
+) -> tuple[list[Condition], PolicyEvent | None]:
+    """NotificationsHealthy=False, with the NotificationFailed event when it turns False."""
     event = (
-        PolicyEvent(
-            reason=names.EV_NOTIFICATION_FAILED,
-            message=f"notifications are not delivered: {message}",
-            type="Warning",
-        )
+        PolicyEvent(reason=names.EV_NOTIFICATION_FAILED, message=f"{headline}: {message}", type="Warning")
         if condition_flipped(conditions, names.COND_NOTIFY, "False")
         else None
     )
@@ -442,7 +465,7 @@ def notifications_condition(
         conditions,
         type=names.COND_NOTIFY,
         status="False",
-        reason="DeliveryFailed",
+        reason=reason,
         message=message,
         now=now,
         generation=generation,
