@@ -50,6 +50,13 @@ RECLAIMS = Counter(
     ["policy", "action", "result"],
     registry=REGISTRY,
 )
+SELF_SERVICE_CLICKS = Counter(
+    "gpu_efficiency_selfservice_clicks",
+    "Self-service clicks (page or Slack) by action (keep, release), channel (page, slack) and result "
+    "(done, unchanged, refused, standby, failed).",
+    ["action", "via", "result"],
+    registry=REGISTRY,
+)
 IDLE_GPU_HOURS = Counter(
     "gpu_efficiency_idle_gpu_hours",
     "GPU-hours spent idle: each cycle adds its idle GPUs times the time since the previous cycle "

@@ -24,6 +24,8 @@ POLICY: Final = PREFIX + "policy"  # name of the policy that judged the pod
 KEEP_SEEN: Final = PREFIX + "keep-until-seen"  # when the operator first saw keep-until/keep-for (bounds it)
 STRAGGLER: Final = PREFIX + "straggler"  # on every pod of a job group: which GPU is slow, how much, why
 STRAGGLER_SINCE: Final = PREFIX + "straggler-since"  # on a straggling pod: RFC3339, since first seen slow
+SELF_SERVICE: Final = PREFIX + "self-service"  # on a warned pod: the signed link to keep or release it
+RELEASE: Final = PREFIX + "release"  # RFC3339: its user gave the GPU back (self-service page): reclaim next cycle
 
 # Pod annotations set by users.
 EXEMPT: Final = PREFIX + "exempt"  # "true": opt out (only where the policy allows)
@@ -55,6 +57,8 @@ OPERATOR_POD_ANNOTATIONS: Final = (
     KEEP_SEEN,
     STRAGGLER,
     STRAGGLER_SINCE,
+    SELF_SERVICE,
+    RELEASE,
 )
 
 # Pod annotation written while the GPU the pod runs on is held faulty (removed on recovery):
@@ -138,6 +142,8 @@ EV_SIGNALS_INCOMPLETE: Final = "SignalsIncomplete"  # Warning: the set of blind 
 EV_SIGNALS_COMPLETE: Final = "SignalsComplete"  # every kind and input served again
 EV_STATUS_FIELD_INVALID: Final = "StatusFieldInvalid"  # status fields dropped as unreadable (the rest kept)
 EV_ACK_INVALID: Final = "AcknowledgementInvalid"  # keep-for/keep-until unreadable: ignored
+EV_KEEP_CLICKED: Final = "GPUKeepRequested"  # a Keep for click (self-service page or Slack) wrote keep-for
+EV_RELEASE_CLICKED: Final = "GPUReleaseRequested"  # a Release now click wrote release
 
 #: Resource name of GPUs on nodes and in pod requests.
 GPU_RESOURCE: Final = "nvidia.com/gpu"
