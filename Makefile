@@ -35,6 +35,7 @@ $(VENV)/.installed: pyproject.toml harness/pyproject.toml | $(VPY)
 deps: venv
 	@command -v openssl >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl)
 	@command -v faketime >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime)
+	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 crds: venv
 	$(VPY) -m gpu_efficiency.cli crd > $(CRD_FILE)

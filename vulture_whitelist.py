@@ -67,3 +67,4 @@ CATALOGUE_VERSION  # engine/faults/xid_catalogue.py
 EXTRA_RENAMES
 CLOCK_EVENT_LABEL
 WINDOW_LABEL
+sys_version  # http.server's Server header (selfservice/server.py)

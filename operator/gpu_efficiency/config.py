@@ -151,9 +151,31 @@ class OperatorConfig:
         "directory of the mounted notify Secret: one webhook URL per file (spec.notify[].urlSecretKey)",
         scope="run",
     )
+    selfservice_port: int = setting(
+        0,
+        "port of the researchers' self-service page (keep or release a warned GPU, the evidence drawn); "
+        "0 disables it",
+        scope="run",
+    )
+    selfservice_url: str = setting(
+        "",
+        "public base URL of the self-service page (its Ingress or Service, e.g. https://gpu.example.com): "
+        "warnings carry a signed link under it; empty, or --selfservice-port 0: no links",
+        scope="run",
+    )
+    selfservice_key_file: str = setting(
+        "/etc/gpu-efficiency/selfservice/key",
+        "file of the HMAC-SHA256 key (32 bytes or more) signing self-service links: the chart mounts a Secret",
+        scope="run",
+    )
     currency: str = setting(
         "USD", "currency of the policy's pricePerGpuHour, shown with the waste", scope="report"
     )
+
+    @property
+    def selfservice_links(self) -> bool:
+        """Warnings carry a signed link: the page is served and has a public address."""
+        return self.selfservice_port > 0 and bool(self.selfservice_url)
 
     @property
     def credential_prefixes(self) -> tuple[str, ...]:

@@ -34,11 +34,13 @@ class BackgroundScenario:
         identity: OperatorIdentity,
         log_dir: Path,
         before_teardown: Any = None,
+        operator_args: tuple[str, ...] = (),
     ) -> None:
+        """``operator_args``: flags added to the operator's command line."""
         self.lines: list[str] = []
         self._t0 = threading.Event()
         self.result: ScenarioResult | None = None
-        operator_cmd = identity.run_command(cluster)
+        operator_cmd = identity.run_command(cluster, *operator_args)
         self.run = ScenarioRun(
             load_scenario(PROCEDURAL / f"{name}.yaml"),
             RunOptions(

@@ -77,6 +77,9 @@ def test_names_and_defaults_are_those_the_chart_and_users_rely_on() -> None:
         "--log-level": "INFO",
         "--log-format": "text",
         "--notify-secret-dir": "/etc/gpu-efficiency/notify",
+        "--selfservice-port": 0,
+        "--selfservice-url": "",
+        "--selfservice-key-file": "/etc/gpu-efficiency/selfservice/key",
         "--currency": "USD",
     }
     insecure = next(s for s in SETTINGS if s.name == "prometheus_insecure")

@@ -25,7 +25,9 @@ KEEP_SEEN: Final = PREFIX + "keep-until-seen"  # when the operator first saw kee
 STRAGGLER: Final = PREFIX + "straggler"  # on every pod of a job group: which GPU is slow, how much, why
 STRAGGLER_SINCE: Final = PREFIX + "straggler-since"  # on a straggling pod: RFC3339, since first seen slow
 SELF_SERVICE: Final = PREFIX + "self-service"  # on a warned pod: the signed link to keep or release it
-RELEASE: Final = PREFIX + "release"  # RFC3339: its user gave the GPU back (self-service page): reclaim next cycle
+RELEASE: Final = (
+    PREFIX + "release"
+)  # RFC3339: its user gave the GPU back (self-service page): reclaim next cycle
 
 # Pod annotations set by users.
 EXEMPT: Final = PREFIX + "exempt"  # "true": opt out (only where the policy allows)

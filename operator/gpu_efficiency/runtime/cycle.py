@@ -176,6 +176,9 @@ class CycleRunner:
     read_owners_always: bool = False  # report/explain: owners even before any idle clock runs
     _owner_cache: tuple[float, OwnerState] | None = None  # (when, what) of the last owner read
     notifier: Notifier | None = None  # spec.notify's webhooks (None: one-shot commands post nothing)
+    links: Callable[[Plan, Snapshot], Plan] | None = (
+        None  # self-service links into warnings (selfservice/links.py)
+    )
     _last_status: dict[str, GPUEfficiencyPolicyStatus] = field(default_factory=dict)
     _memos: dict[str, JudgeMemo] = field(default_factory=dict)  # per policy: last cycle's verdicts
     _terms: dict[str, int] = field(default_factory=dict)  # per policy: the term its status was read in
@@ -469,6 +472,8 @@ class CycleRunner:
                         cluster = replace(cluster, requests=cluster.requests + owners.requests)
                     ledger.restore(before)
                     plan = plan_cycle(snapshot, memo, ledger)
+            if self.links is not None:
+                plan = self.links(plan, snapshot)
         log.debug(
             "policy %s: %d verdicts kept from the previous cycle, %d judged", name, memo.hits, memo.misses
         )

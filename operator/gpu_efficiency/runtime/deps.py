@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -20,9 +21,11 @@ from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.apiclient import load_api_client
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.engine.model import TaintDevices, UntaintDevices
+from gpu_efficiency.engine.model import Plan, Snapshot, TaintDevices, UntaintDevices
 from gpu_efficiency.runtime.cycle import CycleRunner, feed_write
 from gpu_efficiency.runtime.leader import AlwaysLeader, LeaderElector
+from gpu_efficiency.selfservice.links import Linker, with_links
+from gpu_efficiency.selfservice.service import read_key
 from gpu_efficiency.sources.agent import AgentSource, pod_endpoints, static_endpoints
 from gpu_efficiency.sources.base import FetchRequest, FetchResult, SampleSource, SourceUnavailable
 from gpu_efficiency.sources.cluster import ClusterReader, ClusterSource
@@ -204,4 +207,12 @@ def build_runner(
         owners=OwnerReader(api_fetch(api_client)),
         dra=dra,
         notifier=Notifier(config.notify_secret_dir) if watch else None,
+        links=self_service_links(config) if watch else None,
     )
+
+
+def self_service_links(config: OperatorConfig) -> Callable[[Plan, Snapshot], Plan] | None:
+    """The step that puts signed links into warnings, where the page is on and has an address."""
+    if not config.selfservice_links:
+        return None
+    return partial(with_links, linker=Linker(read_key(config.selfservice_key_file), config.selfservice_url))

@@ -13,10 +13,12 @@ import kopf
 
 from gpu_efficiency import malloc_tuning, metrics
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
+from gpu_efficiency.apiclient import load_api_client
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.runtime.deps import build_runner
 from gpu_efficiency.runtime.fault_wake import FaultWake
 from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
+from gpu_efficiency.selfservice.service import start_selfservice
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,10 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     scheduler.start()
     memo.runner, memo.registry, memo.scheduler = runner, registry, scheduler
     metrics.serve(config.metrics_port)
+    if config.selfservice_port:  # every replica serves the page; only the leader writes clicks
+        memo.selfservice = start_selfservice(
+            config, load_api_client(config.api_timeout), runner.leader.is_leader, runner.source_for
+        )
     log.info(
         "started: prometheus=%s dry_run=%s leader_election=%s identity=%s watch_cache=%s malloc=%s",
         config.prometheus_url,
@@ -78,6 +84,9 @@ def scheduler_alive(memo: kopf.Memo, **_: Any) -> str:
 
 @kopf.on.cleanup()
 def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    selfservice = getattr(memo, "selfservice", None)
+    if selfservice is not None:
+        selfservice.server.stop()
     scheduler: Scheduler | None = getattr(memo, "scheduler", None)
     if scheduler is not None:
         scheduler.stop()

@@ -108,7 +108,9 @@ class SelfServiceServer:
         log.info("self-service page listening on port %d", self.port)
 
     def stop(self) -> None:
-        self._httpd.shutdown()
+        if self._thread is not None:  # shutdown() waits for serve_forever: never call it unstarted
+            self._httpd.shutdown()
+            self._thread = None
         self._httpd.server_close()
 
     def dispatch(self, method: str, target: str, headers: Mapping[str, str], read_body: Callable[[int], bytes],

@@ -20,6 +20,8 @@ honoured until the earlier of its value and ``keep-until-seen + maxKeep``, ``kee
 ``keep-until-seen`` plus the earlier of its duration and ``maxKeep``; ``keep-until-seen`` is set the
 first time the engine sees either and removed with them, so a bound cannot be extended by editing
 the timestamp. An unreadable ``keep-for`` is reported once (AcknowledgementInvalid) and ignored.
+``release`` (a self-service click: the user gives the GPU back) makes an idle, unheld, enforced
+pod a candidate at once, without waiting for ``evict-after``; activity removes it.
 
 The annotations are the pod owner's to edit, so they are not trusted alone: a time in the future is
 ignored (``evict-after`` later than one warning period is clamped to it), and the clock this
@@ -266,6 +268,7 @@ def idle_lifecycle(
         and names.IDLE_SINCE not in ann
         and names.EVICT_AFTER not in ann
         and names.EVICTION_BLOCKED not in ann
+        and names.RELEASE not in ann
     ):
         return _NOTHING  # the common case: an active pod without any lifecycle state
     out = Lifecycle()
@@ -291,7 +294,7 @@ def idle_lifecycle(
                 keep_seen = mem.keep_seen  # the same idle period: re-adding keep-until keeps its bound
 
     if verdict is not Verdict.IDLE:
-        for key in (names.IDLE_SINCE, names.EVICT_AFTER, names.EVICTION_BLOCKED):
+        for key in (names.IDLE_SINCE, names.EVICT_AFTER, names.EVICTION_BLOCKED, names.RELEASE):
             if key in ann:
                 out.updates[key] = None
         if names.EVICT_AFTER in ann and params.idle_enabled:
@@ -344,6 +347,21 @@ def idle_lifecycle(
     return out
 
 
+def _released(pod: PodView, now: float, evidence: str, out: Lifecycle, idle_since: float) -> None:
+    """Its user gave the idle GPU back (``release``, written by a self-service click): a candidate
+    now, without waiting for the deadline, through the same budgets and owner actions as any other.
+    Only an idle pod is released (activity removes the annotation) and holds still win."""
+    out.warned = names.EVICT_AFTER in pod.annotations
+    out.candidate = EvictionCandidate(
+        pod=pod,
+        idle_since=idle_since,
+        message=(
+            f"its user gave this idle GPU back ({names.RELEASE}={pod.annotations[names.RELEASE]}): "
+            f"reclaimed to free it. Idle since {format_when(idle_since, now)}; evidence: {evidence}"
+        ),
+    )
+
+
 def _lifecycle_of_idle(
     pod: PodView,
     params: CycleParams,
@@ -367,6 +385,9 @@ def _lifecycle_of_idle(
         out.hold = hold
         if names.EVICT_AFTER in ann:
             out.updates[names.EVICT_AFTER] = None  # a warning that cannot come true is withdrawn
+        return
+    if names.RELEASE in ann:
+        _released(pod, now, evidence, out, idle_since)
         return
 
     evict_after = book.settle(names.EVICT_AFTER, evict_after, remembered_warning)

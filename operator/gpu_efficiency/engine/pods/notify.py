@@ -89,6 +89,7 @@ class Notification:
     restore: str = ""  # the command that undoes a reclaim
     channel: str = ""  # the namespace's notify-channel annotation (Slack)
     slack_url_key: str = ""  # the namespace's own Slack webhook (a notify Secret key; "": the sink's)
+    link: str = ""  # the signed self-service page of a warned pod (keep or release it), "" when off
 
     @property
     def dedupe_key(self) -> str:
@@ -258,6 +259,7 @@ def _pod_notification(
         deadline=deadline if warning or reason == names.EV_EVICTION_BLOCKED else None,
         acknowledge=keep_command(namespace, name, max_keep_s) if warning and keep_allowed else "",
         channel=index.channels.get(namespace, ""), slack_url_key=index.slack_keys.get(namespace, ""),
+        link=ctx.annotations.get(names.SELF_SERVICE, "") if warning else "",
     )  # fmt: skip
 
 
@@ -316,6 +318,7 @@ def cloudevent(n: Notification) -> dict[str, Any]:
         "deadline": format_rfc3339(n.deadline) if n.deadline is not None else None,
         "acknowledge": n.acknowledge or None,
         "restore": n.restore or None,
+        "selfService": n.link or None,
     }
     return {
         "specversion": "1.0",
@@ -366,6 +369,8 @@ def slack_message(n: Notification) -> dict[str, Any]:
     lines = [f"*What:* {esc(_plain_message(n))}", f"*Why:* {esc(n.why)}."]
     if n.deadline is not None:
         lines.append(f"*When:* {format_when(n.deadline, n.time)}")
+    if n.link:
+        lines.append(f"*Keep it or give it back:* <{esc(n.link)}|open the page>")
     if n.acknowledge:
         lines.append(f"*Keep it:* run `{esc(n.acknowledge)}`")
     if n.restore:

@@ -37,6 +37,8 @@ def owner_read_needed(pods: Iterable[PodView], scope: Scope, now: float, idle_fo
             return OwnerRead.FRESH  # warned this cycle
         if deadline is not None and deadline <= now:
             return OwnerRead.FRESH  # due this cycle
+        if names.RELEASE in pod.annotations:
+            return OwnerRead.FRESH  # given back by its user: due this cycle
         need = OwnerRead.CACHED
     return need
 
