@@ -38,6 +38,7 @@ from gpu_efficiency.engine.pods.notify import (
     slack_message,
 )
 from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.slackapp.buttons import token_of, with_buttons
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +87,16 @@ class Health:
     at: float
 
 
-def encode(sink: NotifySink, notification: Notification) -> Delivery:
-    """The request body of one notification in the sink's format."""
+def encode(
+    sink: NotifySink, notification: Notification, keep_choices: Sequence[str] | None = None
+) -> Delivery:
+    """The request body of one notification in the sink's format. ``keep_choices``: the Slack app is
+    configured, so a warning with a self-service link gets its Keep for (these) / Release now buttons."""
     if sink.type is SinkType.SLACK:
-        body = orjson.dumps(slack_message(notification))
+        message = slack_message(notification)
+        if keep_choices is not None and notification.link:
+            message = with_buttons(message, token_of(notification.link), keep_choices)
+        body = orjson.dumps(message)
         return Delivery(
             notification.reason, body, "application/json", notification.namespace, notification.slack_url_key
         )
@@ -185,8 +192,10 @@ class Notifier:
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         remember: int = 10_000,
+        slack_buttons: bool = False,
     ) -> None:
         self.secret_dir = Path(secret_dir)
+        self.slack_buttons = slack_buttons  # the Slack app's signing secret is configured
         self.post, self.sleep, self.monotonic, self.wall = post, sleep, monotonic, wall
         self.timing = timing or Timing()
         self._remember = remember
@@ -199,8 +208,16 @@ class Notifier:
 
     # -- called by cycles: never blocks ---------------------------------------------------------
 
-    def submit(self, policy: str, sinks: Sequence[NotifySink], batch: Sequence[Notification]) -> None:
-        """Offer each notification to the sinks that want it; returns at once."""
+    def submit(
+        self,
+        policy: str,
+        sinks: Sequence[NotifySink],
+        batch: Sequence[Notification],
+        keep_choices: Sequence[str] = (),
+    ) -> None:
+        """Offer each notification to the sinks that want it; returns at once. ``keep_choices``: the
+        Keep for durations the policy allows (Slack buttons, where the Slack app is configured)."""
+        buttons = tuple(keep_choices) if self.slack_buttons else None
         self._retire(policy, sinks)
         for sink in sinks:
             metrics_labels = (policy, sink.name)
@@ -213,7 +230,7 @@ class Notifier:
                 with self._lock:
                     if key in self._seen:
                         continue
-                if self._worker(policy, sink).offer(encode(sink, notification)):
+                if self._worker(policy, sink).offer(encode(sink, notification, buttons)):
                     self._mark(key)
                 else:
                     self.count(policy, sink.name, "dropped")

@@ -62,6 +62,7 @@ from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.selection import build_scope
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
+from gpu_efficiency.selfservice.rules import keep_choices
 from gpu_efficiency.sources.agent import CONTRADICTS_AGENT
 from gpu_efficiency.sources.base import (
     ActivityHints,
@@ -568,7 +569,12 @@ class CycleRunner:
                 if spec.notify
                 else []
             )  # fmt: skip
-            self.notifier.submit(name, spec.notify, batch)
+            self.notifier.submit(
+                name,
+                spec.notify,
+                batch,
+                keep_choices(spec.idle.allow_keep_until, parse_duration(spec.idle.max_keep)),
+            )
             misrouted = route_problems(
                 slack_routes(snapshot.namespaces), spec.notify, (v.namespace for v in plan.verdicts)
             )

@@ -147,7 +147,19 @@ CHART_ENV = {
 
 
 #: Read by `run` only (the operator's own settings, not the connection `report` shares).
-RUN_ENV = {"GPUEFF_NOTIFY_SECRET_DIR": ("/n", "notify_secret_dir", "/n")}
+RUN_ENV = {
+    "GPUEFF_NOTIFY_SECRET_DIR": ("/n", "notify_secret_dir", "/n"),
+    "GPUEFF_SLACK_SIGNING_SECRET_FILE": (
+        "/s/signing-secret",
+        "slack_signing_secret_file",
+        "/s/signing-secret",
+    ),
+    "GPUEFF_SLACK_RESPONSE_URLS": (
+        "https://hooks.slack-gov.com/",
+        "slack_response_urls",
+        "https://hooks.slack-gov.com/",
+    ),
+}
 
 
 def test_the_deployment_passes_connection_settings_through_the_environment() -> None:
