@@ -4,6 +4,8 @@ the page is (this pod, this policy, the policy's maxKeep, leader only, one event
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.selfservice.service import SelfService
 from gpu_efficiency.slackapp.interactions import PATH, SlackActions
@@ -17,11 +19,8 @@ def response_prefixes(setting: str) -> tuple[str, ...]:
         prefix = raw.strip()
         if not prefix:
             continue
-        if (
-            not prefix.startswith(("https://", "http://"))
-            or not prefix.endswith("/")
-            or prefix.count("/") < 3
-        ):
+        parts = urlsplit(prefix)
+        if parts.scheme not in ("https", "http") or not parts.netloc or not parts.path.endswith("/"):
             raise ValueError(f"--slack-response-urls: {prefix!r} is not a URL prefix ending in '/'")
         out.append(prefix)
     return tuple(out)
