@@ -41,7 +41,15 @@ from tests.e2e.test_notify_e2e import (
     receiver,  # noqa: F401
     warned_annotations,
 )
-from tests.e2e.test_operator import create_policy, deployment, policies, policy_body, running_pod  # noqa: F401
+from tests.e2e.test_operator import (  # noqa: F401
+    condition,
+    create_policy,
+    deployment,
+    policies,
+    policy_body,
+    policy_events,
+    running_pod,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -71,23 +79,26 @@ def test_each_namespace_s_warnings_reach_its_own_slack_webhook(
     receiver: Receiver,  # noqa: F811
     tmp_path: Path,
 ) -> None:
+    """team-a and team-b get their own webhooks; team-c's annotation is not a Secret key and
+    team-d's key is not in the Secret: both fall back to the sink's webhook, and the policy says so."""
     core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
-    team_a, team_b = create_namespace(k8s, "t-slack-a"), create_namespace(k8s, "t-slack-b")
+    keys = {"a": "slack-team-a", "b": "slack-team-b", "c": "../slack-team-a", "d": "slack-team-d"}
+    teams = {t: create_namespace(k8s, f"t-slack-{t}") for t in keys}
     try:
         secret_dir = tmp_path / "notify-secret"
         secret_dir.mkdir()
         for key in ("shared", "slack-team-a", "slack-team-b"):
             (secret_dir / key).write_text(f"{receiver.base_url}/{key}\n")
-        for ns, key in ((team_a, "slack-team-a"), (team_b, "slack-team-b")):
-            core.patch_namespace(ns, {"metadata": {"annotations": {names.SLACK_URL_SECRET_KEY: key}}})
+        for t, ns in teams.items():
+            core.patch_namespace(ns, {"metadata": {"annotations": {names.SLACK_URL_SECRET_KEY: keys[t]}}})
             apps.create_namespaced_deployment(ns, deployment(ns, "nb", "idle", gpu_nodes))
-        selector = {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [team_a, team_b]}
-        create_policy(
+        selector = {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(teams.values())}
+        policy = create_policy(
             k8s,
             policies,
             policy_body(
                 f"slack-routes-{uuid.uuid4().hex[:6]}",
-                team_a,
+                teams["a"],
                 mode="Enforce",
                 selection={"namespaceSelector": {"matchExpressions": [selector]}},
                 idle={"idleFor": "6s", "warningPeriod": f"{WARNING_PERIOD_S}s"},
@@ -97,23 +108,50 @@ def test_each_namespace_s_warnings_reach_its_own_slack_webhook(
         )
         operator = start_operator("--notify-secret-dir", str(secret_dir))
         pods = {
-            ns: pod_name(wait_for(lambda ns=ns: running_pod(core, ns, "nb"), 60, what=f"{ns}/nb"))
-            for ns in (team_a, team_b)
+            t: pod_name(wait_for(lambda ns=ns: running_pod(core, ns, "nb"), 60, what=f"{ns}/nb"))
+            for t, ns in teams.items()
         }
-        for ns, pod in pods.items():
+        for t, pod in pods.items():
+            ns = teams[t]
             wait_for(lambda ns=ns, pod=pod: warned_annotations(core, ns, pod), 90, what=f"{ns}/{pod} warned")
+
+        def headline(t: str) -> str:
+            return f"GPU about to be reclaimed: {teams[t]}/{pods[t]}"
+
         a = wait_for(
             lambda: warnings_at(receiver, "/slack-team-a"), 30, what="team-a's warning at its webhook"
         )
         b = wait_for(
             lambda: warnings_at(receiver, "/slack-team-b"), 30, what="team-b's warning at its webhook"
         )
-        assert a == [f"GPU about to be reclaimed: {team_a}/{pods[team_a]}"], a
-        assert b == [f"GPU about to be reclaimed: {team_b}/{pods[team_b]}"], b
-        assert receiver.at("/shared") == [], [p.body.get("text") for p in receiver.at("/shared")]
+        shared = wait_for(
+            lambda: (found := warnings_at(receiver, "/shared")) and len(found) >= 2 and found,
+            30,
+            what="team-c's and team-d's warnings at the sink's webhook",
+        )
+        assert a == [headline("a")], a
+        assert b == [headline("b")], b
+        assert sorted(shared) == sorted([headline("c"), headline("d")]), shared
+
+        # Both fallbacks are named on the policy (never a URL), with one NotificationFailed event.
+        cond = wait_for(
+            lambda: (
+                (c := condition(k8s, policy, names.COND_NOTIFY))
+                and teams["d"] in c["message"]
+                and teams["c"] in c["message"]
+                and c
+            ),
+            30,
+            what="NotificationsHealthy naming team-c and team-d",
+        )
+        assert (cond["status"], cond["reason"]) == ("False", "SlackRouteInvalid"), cond
+        assert "'../slack-team-a' is ignored" in cond["message"], cond
+        assert "slack-team-d" in cond["message"], cond
+        assert receiver.base_url not in cond["message"], cond
+        assert policy_events(k8s, policy, names.EV_NOTIFICATION_FAILED) == 1
         assert operator.alive()
     finally:
-        for ns in (team_a, team_b):
+        for ns in teams.values():
             delete_namespace(k8s, ns)
 
 

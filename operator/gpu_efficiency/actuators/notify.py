@@ -240,15 +240,20 @@ class Notifier:
         """Sink name -> why its last delivery failed (with when), for the sinks failing now."""
         with self._lock:
             health = {s.name: self._health.get((policy, s.name)) for s in sinks}
-            routes = {k: v for k, v in self._route_errors.items() if k[0] == policy}
-        out = {
+        return {
             name: f"{h.error} ({format_rfc3339(h.at)})"
             for name, h in health.items()
             if h is not None and h.error
         }
-        for (_, sink_name, _ns), error in sorted(routes.items()):
-            if sink_name in health:
-                out[sink_name] = f"{out[sink_name]}; {error}" if sink_name in out else error
+
+    def misrouted(self, policy: str) -> dict[str, str]:
+        """Namespace -> why its own Slack webhook was not used at its last post (it fell back to
+        the sink's), until a post to it works or it names none."""
+        with self._lock:
+            routes = sorted((k, v) for k, v in self._route_errors.items() if k[0] == policy)
+        out: dict[str, str] = {}
+        for (_, _sink, namespace), error in routes:
+            out[namespace] = f"{out[namespace]}; {error}" if namespace in out else error
         return out
 
     def forget(self, policy: str) -> None:
@@ -298,7 +303,7 @@ class Notifier:
         except DeliveryError as exc:
             with self._lock:
                 self._route_errors[route] = (
-                    f"namespace {delivery.namespace}: its {SLACK_URL_SECRET_KEY} was not used ({exc}); "
+                    f"sink {sink.name}: its {SLACK_URL_SECRET_KEY} was not used ({exc}); "
                     "posted to the sink's own webhook"
                 )
             return self.url(sink)

@@ -578,6 +578,8 @@ class CycleRunner:
             misrouted = route_problems(
                 slack_routes(snapshot.namespaces), spec.notify, (v.namespace for v in plan.verdicts)
             )
+            for namespace, why in self.notifier.misrouted(name).items():
+                misrouted[namespace] = f"{misrouted[namespace]}; {why}" if namespace in misrouted else why
             conditions, event = notifications_condition(
                 status.conditions,
                 self.notifier.failures(name, spec.notify),

@@ -103,9 +103,11 @@ def test_a_key_missing_from_the_secret_falls_back_and_is_reported_without_the_ur
     n = notifier(tmp_path)
     n.submit("p", [slack()], [replace(WARNING, slack_url_key="slack-gone")])
     assert wait(received, 1) == ["/shared?token=s3cret"]
-    settle(n, lambda: bool(n.failures("p", [slack()])))
-    (why,) = n.failures("p", [slack()]).values()
-    assert why.startswith("namespace team-a: its gpuefficiency.io/slack-url-secret-key was not used")
+    settle(n, lambda: bool(n.misrouted("p")))
+    assert n.failures("p", [slack()]) == {}  # delivered: not a delivery failure
+    assert list(n.misrouted("p")) == ["team-a"]
+    (why,) = n.misrouted("p").values()
+    assert why.startswith("sink chat: its gpuefficiency.io/slack-url-secret-key was not used")
     assert "slack-gone" in why
     assert "posted to the sink's own webhook" in why
     assert "s3cret" not in why
@@ -116,5 +118,5 @@ def test_a_key_missing_from_the_secret_falls_back_and_is_reported_without_the_ur
         "p", [slack()], [replace(WARNING, slack_url_key="slack-gone", deadline=(WARNING.deadline or 0) + 60)]
     )
     assert wait(received, 2) == ["/shared?token=s3cret", "/team-a"]
-    settle(n, lambda: n.failures("p", [slack()]) == {})
+    settle(n, lambda: n.misrouted("p") == {})
     n.stop()
