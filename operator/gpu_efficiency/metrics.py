@@ -57,6 +57,10 @@ SELF_SERVICE_CLICKS = Counter(
     ["action", "via", "result"],
     registry=REGISTRY,
 )
+for _action in ("keep", "release"):  # zero from the start, so rate() and alerts see the first click
+    for _via in ("page", "slack"):
+        for _result in ("done", "unchanged", "refused", "standby", "failed"):
+            SELF_SERVICE_CLICKS.labels(_action, _via, _result)
 IDLE_GPU_HOURS = Counter(
     "gpu_efficiency_idle_gpu_hours",
     "GPU-hours spent idle: each cycle adds its idle GPUs times the time since the previous cycle "

@@ -41,7 +41,7 @@ OPERATOR_METRICS = (
 #: The operator's ClusterRole under rbac.mode=observe (the default), exactly: a change here is a
 #: privilege change and must be deliberate. Reads, annotations, conditions, events and status only.
 EXPECTED_OBSERVE_RULES = {
-    ("", "pods"): {"list", "watch", "patch"},
+    ("", "pods"): {"get", "list", "watch", "patch"},
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "nodes/status"): {"patch"},
     ("", "namespaces"): {"list", "watch"},

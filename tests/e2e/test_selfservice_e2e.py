@@ -123,7 +123,7 @@ def test_keep_and_release_from_the_warning_link_in_a_browser(
             shutil.copyfile(tmp_path / "selfservice.png", SCREENSHOT)
 
         # A tampered link shows a plain error and changes nothing, in the browser and by a forged POST.
-        async def open_text(url: str) -> str:
+        def open_text(url: str) -> str:
             async def script(tab: Tab) -> str:
                 await tab.open(url)
                 return await tab.text()
@@ -142,7 +142,7 @@ def test_keep_and_release_from_the_warning_link_in_a_browser(
             assert names.KEEP_FOR not in ann, ann
 
         # Keep for 2h: a real click writes keep-for; a second click (a replay) writes nothing more.
-        async def click(url: str, selector: str) -> str:
+        def click(url: str, selector: str) -> str:
             async def script(tab: Tab) -> str:
                 await tab.open(url)
                 await tab.click(selector)

@@ -7,6 +7,7 @@ threshold as a dashed line, and framebuffer memory used (GiB). A gap in the data
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from html import escape
 
@@ -36,9 +37,24 @@ def _paths(points: Series, start: float, end: float, top: float, gap_s: float) -
     return " ".join(parts)
 
 
-def _minutes_label(t: float, end: float) -> str:
-    minutes = round((end - t) / 60)
-    return "now" if minutes == 0 else f"-{minutes}m"
+def _time_label(t: float, start: float, end: float) -> str:
+    """How long before now, in the unit that suits the window ("-15s", "-10m", "-2h")."""
+    ago = end - t
+    if ago < 0.5:
+        return "now"
+    if end - start <= 300:
+        return f"-{round(ago)}s"
+    if end - start <= 3 * 3600:
+        return f"-{round(ago / 60)}m"
+    return f"-{ago / 3600:.1f}h".replace(".0h", "h")
+
+
+def nice_top(peak: float) -> float:
+    """An axis top just above ``peak``: 1, 2, 4, 5 or 8 times a power of ten (at least 1)."""
+    if peak <= 1:
+        return 1.0
+    magnitude = 10.0 ** math.floor(math.log10(peak))
+    return next(m * magnitude for m in (1, 2, 4, 5, 8, 10) if m * magnitude >= peak)
 
 
 def panel(
@@ -69,7 +85,7 @@ def panel(
         t = start + (end - start) * i / 4
         out.append(
             f'<text x="{_x(t, start, end):.1f}" y="{HEIGHT - 8}" font-size="11" text-anchor="middle">'
-            f"{_minutes_label(t, end)}</text>"
+            f"{_time_label(t, start, end)}</text>"
         )
     if threshold is not None:
         y = _y(threshold, top)

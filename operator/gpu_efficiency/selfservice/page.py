@@ -15,7 +15,7 @@ from html import escape
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.engine.timefmt import format_relative, format_rfc3339, parse_rfc3339
-from gpu_efficiency.selfservice.chart import Series, countdown_bar, panel
+from gpu_efficiency.selfservice.chart import Series, countdown_bar, nice_top, panel
 from gpu_efficiency.selfservice.tokens import PAGE_PATH, Claims
 
 KEEP_PATH = PAGE_PATH + "/keep"
@@ -110,27 +110,27 @@ def restore_line(claims: Claims, owner_kind: str, owner_name: str) -> str:
 
 
 def _verdict(ann: Mapping[str, str], facts: PageFacts) -> str:
-    activity = ann.get(names.SM_ACTIVE)
-    util = ann.get(names.GPU_UTIL)
-    signal = ann.get(names.ACTIVITY_SIGNAL, "SM activity")
     numbers = []
-    if activity is not None:
-        numbers.append(f"peak activity {escape(activity)} ({escape(signal)})")
-    if util is not None:
-        numbers.append(f"GPU utilization {escape(util)}")
-    said = "; ".join(numbers)
-    return (
-        f"<p class=verdict>This GPU has done no real work for the last {format_duration(facts.window_s)}.</p>"
-        f"<p>The operator counts a GPU as idle when its activity stays below "
-        f"<b>{facts.activity_below:g}</b> over the whole window. "
-        f"{'Measured: ' + said + '.' if said else ''} Memory held does not make a GPU busy.</p>"
-        + (f"<p>Diagnosis: <b>{escape(ann[names.DIAGNOSIS])}</b>" if names.DIAGNOSIS in ann else "")
-        + (
-            f" — {escape(ann[names.RECOMMENDATION])}</p>"
-            if names.RECOMMENDATION in ann
-            else "</p>" * (names.DIAGNOSIS in ann)
-        )
-    )
+    if names.SM_ACTIVE in ann:
+        signal = ann.get(names.ACTIVITY_SIGNAL, "SM activity")
+        numbers.append(f"peak activity {escape(ann[names.SM_ACTIVE])} ({escape(signal)})")
+    if names.GPU_UTIL in ann:
+        numbers.append(f"GPU utilization {escape(ann[names.GPU_UTIL])}")
+    state = ann.get(names.STATE, "")
+    if state in ("Idle", "Warned"):
+        headline = f"This GPU has done no real work for the last {format_duration(facts.window_s)}."
+    else:
+        headline = f"The operator now reads this GPU as {escape(state or 'not judged')}."
+    parts = [
+        f"<p class=verdict>{headline}</p>",
+        f"<p>The operator counts a GPU as idle when its activity stays below <b>{facts.activity_below:g}</b> "
+        "over the whole window" + (f". Measured: {'; '.join(numbers)}" if numbers else "")
+        + ". Memory held does not make a GPU busy.</p>",
+    ]  # fmt: skip
+    if names.DIAGNOSIS in ann:
+        advice = f" — {escape(ann[names.RECOMMENDATION])}" if names.RECOMMENDATION in ann else ""
+        parts.append(f"<p>Diagnosis: <b>{escape(ann[names.DIAGNOSIS])}</b>{advice}</p>")
+    return "".join(parts)
 
 
 def _deadline(ann: Mapping[str, str], facts: PageFacts) -> str:
@@ -185,7 +185,7 @@ def page(facts: PageFacts) -> str:
                        threshold=facts.activity_below)  # fmt: skip
         top = max((v for _, v in facts.memory), default=0.0)
         charts += panel("Memory used", {"Memory used (GiB)": facts.memory}, start=start, end=end,
-                        top=max(top * 1.2, 1.0), step_s=facts.step_s)  # fmt: skip
+                        top=nice_top(top * 1.1), step_s=facts.step_s)  # fmt: skip
     body = (
         f"<h1>Your GPU is about to be reclaimed</h1>"
         f"<p class=sub>pod <b>{escape(c.namespace)}/{escape(c.pod)}</b> · policy {escape(c.policy)}</p>"

@@ -159,6 +159,13 @@ RUN_ENV = {
         "slack_response_urls",
         "https://hooks.slack-gov.com/",
     ),
+    "GPUEFF_SELFSERVICE_PORT": ("8082", "selfservice_port", 8082),
+    "GPUEFF_SELFSERVICE_URL": ("https://gpu.example.com", "selfservice_url", "https://gpu.example.com"),
+    "GPUEFF_SELFSERVICE_KEY_FILE": (
+        "/etc/gpu-efficiency/selfservice/key2",
+        "selfservice_key_file",
+        "/etc/gpu-efficiency/selfservice/key2",
+    ),
 }
 
 

@@ -76,3 +76,26 @@ def test_the_link_fits_the_event_limit_and_keeps_the_command() -> None:
     assert len(text) <= 1024
     assert text.endswith(". To keep it: kubectl annotate pod p")
     assert "https://h/gpu?t=abc" in text
+
+
+def test_the_cloudevent_and_the_slack_message_carry_the_same_link() -> None:
+    from gpu_efficiency.engine.pods.notify import cloudevent, notifications, slack_message
+
+    snap = idle_for_an_hour()
+    plan = with_links(plan_cycle(snap, ledger=IdleLedger()), snap, LINKER)
+    [url] = [a.annotations[names.SELF_SERVICE] for a in plan.actions if isinstance(a, AnnotatePod)]
+    batch = notifications(plan.actions, [], snap, plan, window_s=600, max_keep_s=14400, keep_allowed=True)
+    [warning] = [n for n in batch if n.reason == names.EV_EVICTION_SCHEDULED]
+    assert cloudevent(warning)["data"]["selfService"] == url
+    assert f"<{url}|open the page>" in str(slack_message(warning)["blocks"])
+
+
+def test_without_links_the_messages_carry_none() -> None:
+    from gpu_efficiency.engine.pods.notify import cloudevent, notifications, slack_message
+
+    snap = idle_for_an_hour()
+    plan = plan_cycle(snap, ledger=IdleLedger())
+    batch = notifications(plan.actions, [], snap, plan, window_s=600, max_keep_s=14400, keep_allowed=True)
+    [warning] = [n for n in batch if n.reason == names.EV_EVICTION_SCHEDULED]
+    assert cloudevent(warning)["data"]["selfService"] is None
+    assert "open the page" not in str(slack_message(warning))

@@ -16,6 +16,7 @@ def facts(**overrides: object) -> PageFacts:
         "token": "TOKEN.MAC",
         "now": NOW,
         "annotations": {
+            names.STATE: "Warned",
             names.EVICT_AFTER: "2027-01-15T08:30:00Z",
             names.IDLE_SINCE: "2027-01-15T07:00:00Z",
             names.SM_ACTIVE: "0.001",
@@ -86,3 +87,21 @@ def test_the_error_page_says_nothing_changed() -> None:
     assert "this link has expired" in html
     assert "Nothing was changed" in html
     assert "<form" not in html
+
+
+def test_axes_read_in_the_window_unit_and_round_numbers() -> None:
+    from gpu_efficiency.selfservice.chart import nice_top, panel
+
+    short = panel("a", {"SM activity": [(NOW - 20, 0.0)]}, start=NOW - 30, end=NOW, top=1.0, step_s=1)
+    assert ">-15s<" in short
+    assert ">now<" in short
+    long = panel("a", {"SM activity": []}, start=NOW - 7200, end=NOW, top=1.0, step_s=60)
+    assert ">-60m<" in long
+    assert [nice_top(p) for p in (0.5, 1.5, 66.4, 70.2, 81)] == [1.0, 2, 80, 80, 100]
+
+
+def test_a_pod_no_longer_idle_is_not_called_idle() -> None:
+    html = page(facts(annotations={names.STATE: "Efficient"}))
+    assert "done no real work" not in html
+    assert "reads this GPU as Efficient" in html
+    assert "No reclaim is scheduled" in html
