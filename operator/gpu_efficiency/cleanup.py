@@ -352,7 +352,7 @@ def cleanup(core: Any, custom: Any, *, dry_run: bool) -> Cleanup:
     out.notes.append(
         "left alone: GPUEfficiencyPolicies and their CRD (kubectl delete gep --all; kubectl delete crd "
         "gpuefficiencypolicies.gpuefficiency.io), namespace annotations you set "
-        f"({names.NOTIFY_CHANNEL}), events"
+        f"({names.NOTIFY_CHANNEL}, {names.SLACK_URL_SECRET_KEY}), events"
     )
     return out
 

@@ -146,6 +146,18 @@ class OperatorConfig:
     )
     log_level: str = setting("INFO", "log level (DEBUG, INFO, WARNING, ERROR)", scope="run")
     log_format: str = setting("text", "log format", scope="run", choices=("text", "json"))
+    slack_signing_secret_file: str = setting(
+        "",
+        "file of the Slack app's signing secret (the chart mounts it from a Secret): Slack warnings get Keep "
+        "for / Release now buttons, answered at /slack/actions on the self-service port; empty: off",
+        scope="run",
+    )
+    slack_response_urls: str = setting(
+        "https://hooks.slack.com/,https://hooks.slack-gov.com/",
+        "comma-separated URL prefixes a Slack click's response_url may have (the message is updated "
+        "there); other targets are never posted to",
+        scope="run",
+    )
     notify_secret_dir: str = setting(
         "/etc/gpu-efficiency/notify",
         "directory of the mounted notify Secret: one webhook URL per file (spec.notify[].urlSecretKey)",

@@ -76,6 +76,8 @@ def test_names_and_defaults_are_those_the_chart_and_users_rely_on() -> None:
         "--fault-wake-min-gap": 2.0,
         "--log-level": "INFO",
         "--log-format": "text",
+        "--slack-signing-secret-file": "",
+        "--slack-response-urls": "https://hooks.slack.com/,https://hooks.slack-gov.com/",
         "--notify-secret-dir": "/etc/gpu-efficiency/notify",
         "--selfservice-port": 0,
         "--selfservice-url": "",

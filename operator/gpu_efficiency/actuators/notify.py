@@ -29,10 +29,12 @@ import httpx
 import orjson
 
 from gpu_efficiency import metrics
+from gpu_efficiency.api.names import SLACK_URL_SECRET_KEY
 from gpu_efficiency.api.policy import NotifySink, SinkType
 from gpu_efficiency.engine import Notification
 from gpu_efficiency.engine.pods.notify import CLOUDEVENTS_CONTENT_TYPE, cloudevent, slack_message
 from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.slackapp.buttons import token_of, with_buttons
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,8 @@ class Delivery:
     reason: str
     body: bytes
     content_type: str
+    namespace: str = ""
+    url_key: str = ""  # the namespace's own webhook (a Secret key); "": the sink's urlSecretKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +83,19 @@ class Health:
     at: float
 
 
-def encode(sink: NotifySink, notification: Notification) -> Delivery:
-    """The request body of one notification in the sink's format."""
+def encode(
+    sink: NotifySink, notification: Notification, keep_choices: Sequence[str] | None = None
+) -> Delivery:
+    """The request body of one notification in the sink's format. ``keep_choices``: the Slack app is
+    configured, so a warning with a self-service link gets its Keep for (these) / Release now buttons."""
     if sink.type is SinkType.SLACK:
-        return Delivery(notification.reason, orjson.dumps(slack_message(notification)), "application/json")
+        message = slack_message(notification)
+        if keep_choices is not None and notification.link:
+            message = with_buttons(message, token_of(notification.link), keep_choices)
+        body = orjson.dumps(message)
+        return Delivery(
+            notification.reason, body, "application/json", notification.namespace, notification.slack_url_key
+        )
     return Delivery(notification.reason, orjson.dumps(cloudevent(notification)), CLOUDEVENTS_CONTENT_TYPE)
 
 
@@ -144,7 +157,7 @@ class SinkWorker:
         for attempt in range(1, timing.attempts + 1):
             self._wait_for_rate()
             try:
-                n.post_once(self.sink, delivery)
+                n.post_once(self.sink, delivery, self.policy)
             except DeliveryError as exc:
                 error = str(exc)
                 if not exc.retry or attempt == timing.attempts:
@@ -175,20 +188,32 @@ class Notifier:
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         remember: int = 10_000,
+        slack_buttons: bool = False,
     ) -> None:
         self.secret_dir = Path(secret_dir)
+        self.slack_buttons = slack_buttons  # the Slack app's signing secret is configured
         self.post, self.sleep, self.monotonic, self.wall = post, sleep, monotonic, wall
         self.timing = timing or Timing()
         self._remember = remember
         self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._workers: dict[tuple[str, str], SinkWorker] = {}
         self._health: dict[tuple[str, str], Health] = {}
+        #: (policy, sink, namespace) -> why the namespace's own webhook was not used (fell back).
+        self._route_errors: dict[tuple[str, str, str], str] = {}
         self._lock = threading.Lock()
 
     # -- called by cycles: never blocks ---------------------------------------------------------
 
-    def submit(self, policy: str, sinks: Sequence[NotifySink], batch: Sequence[Notification]) -> None:
-        """Offer each notification to the sinks that want it; returns at once."""
+    def submit(
+        self,
+        policy: str,
+        sinks: Sequence[NotifySink],
+        batch: Sequence[Notification],
+        keep_choices: Sequence[str] = (),
+    ) -> None:
+        """Offer each notification to the sinks that want it; returns at once. ``keep_choices``: the
+        Keep for durations the policy allows (Slack buttons, where the Slack app is configured)."""
+        buttons = tuple(keep_choices) if self.slack_buttons else None
         self._retire(policy, sinks)
         for sink in sinks:
             metrics_labels = (policy, sink.name)
@@ -201,7 +226,7 @@ class Notifier:
                 with self._lock:
                     if key in self._seen:
                         continue
-                if self._worker(policy, sink).offer(encode(sink, notification)):
+                if self._worker(policy, sink).offer(encode(sink, notification, buttons)):
                     self._mark(key)
                 else:
                     self.count(policy, sink.name, "dropped")
@@ -217,6 +242,16 @@ class Notifier:
             if h is not None and h.error
         }
 
+    def misrouted(self, policy: str) -> dict[str, str]:
+        """Namespace -> why its own Slack webhook was not used at its last post (it fell back to
+        the sink's), until a post to it works or it names none."""
+        with self._lock:
+            routes = sorted((k, v) for k, v in self._route_errors.items() if k[0] == policy)
+        out: dict[str, str] = {}
+        for (_, _sink, namespace), error in routes:
+            out[namespace] = f"{out[namespace]}; {error}" if namespace in out else error
+        return out
+
     def forget(self, policy: str) -> None:
         """The policy is gone: stop its workers and drop what is kept for it."""
         self._retire(policy, ())
@@ -230,15 +265,17 @@ class Notifier:
 
     # -- used by the workers --------------------------------------------------------------------
 
-    def url(self, sink: NotifySink) -> str:
-        """The sink's webhook URL from the mounted Secret (read per post: a rotated Secret applies)."""
-        path = self.secret_dir / sink.url_secret_key
+    def url(self, sink: NotifySink, key: str = "") -> str:
+        """The webhook URL under ``key`` (default: the sink's) from the mounted Secret (read per
+        post: a rotated Secret applies)."""
+        key = key or sink.url_secret_key
+        path = self.secret_dir / key
         try:
             url = path.read_text().strip()
         except OSError as exc:
             raise DeliveryError(
                 f"no webhook URL: cannot read {path} ({exc.strerror}); set notify.secretName in the "
-                f"chart to a Secret with the key {sink.url_secret_key}",
+                f"chart to a Secret with the key {key}",
                 retry=False,
             ) from None
         parts = urlsplit(url)
@@ -248,8 +285,30 @@ class Notifier:
             )
         return url
 
-    def post_once(self, sink: NotifySink, delivery: Delivery) -> None:
-        url = self.url(sink)
+    def route(self, policy: str, sink: NotifySink, delivery: Delivery) -> str:
+        """The URL of the namespace's own webhook when it names one that works, else the sink's:
+        a warning that reaches the shared channel beats one that reaches nobody. Why the
+        namespace's was not used is kept (in ``failures``, so in NotificationsHealthy) until it works."""
+        route = (policy, sink.name, delivery.namespace)
+        if not delivery.url_key:  # (again) none: what was kept about the namespace's is moot
+            with self._lock:
+                self._route_errors.pop(route, None)
+            return self.url(sink)
+        try:
+            url = self.url(sink, delivery.url_key)
+        except DeliveryError as exc:
+            with self._lock:
+                self._route_errors[route] = (
+                    f"sink {sink.name}: its {SLACK_URL_SECRET_KEY} was not used ({exc}); "
+                    "posted to the sink's own webhook"
+                )
+            return self.url(sink)
+        with self._lock:
+            self._route_errors.pop(route, None)
+        return url
+
+    def post_once(self, sink: NotifySink, delivery: Delivery, policy: str = "") -> None:
+        url = self.route(policy, sink, delivery)
         try:
             status = self.post(url, delivery.body, delivery.content_type, self.timing.timeout_s)
         except Exception as exc:
@@ -296,5 +355,7 @@ class Notifier:
             workers = [self._workers.pop(k) for k in gone]
             for k in [k for k in self._health if k[0] == policy and k[1] not in keep]:
                 del self._health[k]
+            for r in [r for r in self._route_errors if r[0] == policy and r[1] not in keep]:
+                del self._route_errors[r]
         for worker in workers:
             worker.stop()

@@ -40,6 +40,8 @@ ACKNOWLEDGEMENTS: Final = (KEEP_UNTIL, KEEP_FOR)
 
 # Namespace annotations set by admins.
 NOTIFY_CHANNEL: Final = PREFIX + "notify-channel"  # the Slack channel of the namespace's warnings
+#: Key in the notify Secret of the namespace's own Slack webhook (a Slack app's webhook ignores ``channel``).
+SLACK_URL_SECRET_KEY: Final = PREFIX + "slack-url-secret-key"
 
 #: Every pod annotation the operator may write; it removes only these.
 OPERATOR_POD_ANNOTATIONS: Final = (

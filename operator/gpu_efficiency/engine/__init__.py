@@ -26,7 +26,7 @@ from gpu_efficiency.engine.planner import Memory, explain_pod, plan, plan_cycle
 from gpu_efficiency.engine.pods.acknowledge import ending_with, parse_keep_for
 from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN, CONTRADICTION_UTIL, MAX_SMS_PER_GPU
 from gpu_efficiency.engine.pods.budgets import merge_budgets
-from gpu_efficiency.engine.pods.notify import Notification
+from gpu_efficiency.engine.pods.notify import Notification, slack_escape
 from gpu_efficiency.engine.pods.ownerreads import OwnerRead
 from gpu_efficiency.engine.pods.owners import restore_commands
 from gpu_efficiency.engine.pods.reclaimedbyus import reclaimed_by_us
@@ -67,5 +67,6 @@ __all__ = [
     "restore_commands",
     "settle",
     "settle_invalid",
+    "slack_escape",
     "with_dra_capacity",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus, Reclamation
@@ -26,6 +26,7 @@ from gpu_efficiency.engine.pods.notify import (
     notifications_condition,
     pending_evictions,
 )
+from gpu_efficiency.engine.pods.notify_routes import route_problems, slack_routes
 from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.timefmt import format_rfc3339
 
@@ -67,16 +68,27 @@ class Settlement:
     gauges: Gauges | None = None
     now: float = 0.0
     generation: int = 0
+    #: namespace -> why its own Slack webhook annotation is ignored (the annotation's own fault).
+    misrouted: Mapping[str, str] = field(default_factory=dict)
 
     def close(
-        self, *, sink_failures: Mapping[str, str] | None, sinks: int, unreadable: Sequence[str] = ()
+        self,
+        *,
+        sink_failures: Mapping[str, str] | None,
+        sinks: int,
+        unreadable: Sequence[str] = (),
+        misrouted: Mapping[str, str] | None = None,
     ) -> Settlement:
         """Add NotificationsHealthy (``sink_failures`` None: the hand-off failed, leave it as it
-        was) and StatusValid (``unreadable``: status fields a read from the server dropped)."""
+        was; ``misrouted``: namespaces whose webhook the sinks could not use at their last post)
+        and StatusValid (``unreadable``: status fields a read from the server dropped)."""
         conditions, events = list(self.status.conditions), list(self.events)
         if sink_failures is not None:
+            routes = dict(self.misrouted)
+            for namespace, why in (misrouted or {}).items():
+                routes[namespace] = f"{routes[namespace]}; {why}" if namespace in routes else why
             conditions, event = notifications_condition(
-                conditions, sink_failures, sinks, self.now, self.generation
+                conditions, sink_failures, sinks, self.now, self.generation, routes
             )
             events.extend([event] if event is not None else [])
         conditions, event = _status_valid(conditions, unreadable, self.now, self.generation)
@@ -94,6 +106,7 @@ def settle(snapshot: Snapshot, plan: Plan, outcomes: Sequence[Outcome], *, notif
     return Settlement(
         status=status,
         notifications=tuple(_notifications(snapshot, plan, outcomes)) if notify else (),
+        misrouted=_misrouted(snapshot, plan) if notify else {},
         gauges=_gauges(snapshot, plan, outcomes, status),
         now=snapshot.now,
         generation=snapshot.generation,
@@ -184,6 +197,13 @@ def _notifications(snapshot: Snapshot, plan: Plan, outcomes: Sequence[Outcome]) 
         window_s=spec.window.seconds,
         max_keep_s=spec.idle.max_keep.seconds,
         keep_allowed=spec.idle.allow_keep_until,
+    )
+
+
+def _misrouted(snapshot: Snapshot, plan: Plan) -> dict[str, str]:
+    """Namespaces this policy judged whose Slack webhook annotation cannot name a Secret key."""
+    return route_problems(
+        slack_routes(snapshot.namespaces), snapshot.policy.notify, (v.namespace for v in plan.verdicts)
     )
 
 

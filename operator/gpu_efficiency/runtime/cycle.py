@@ -33,6 +33,7 @@ from gpu_efficiency.engine.outcomes import Outcome
 from gpu_efficiency.runtime.observe import Observer, SourceFor
 from gpu_efficiency.runtime.publish import publish
 from gpu_efficiency.runtime.status_book import StatusBook
+from gpu_efficiency.selfservice.rules import keep_choices
 from gpu_efficiency.sources.cluster import ClusterSource
 from gpu_efficiency.sources.dra import DraSource
 from gpu_efficiency.sources.owners import OwnerReader, OwnerState
@@ -216,8 +217,10 @@ class CycleRunner(Observer):
         unreadable = self.status_writer.problems.pop(name, None) or ()
         if unreadable:
             log.warning("policy %s: status fields dropped as unreadable: %s", name, "; ".join(unreadable))
-        failures = self._offer(name, spec, settled.notifications)
-        settled = settled.close(sink_failures=failures, sinks=len(spec.notify), unreadable=unreadable)
+        failures, misrouted = self._offer(name, spec, settled.notifications)
+        settled = settled.close(
+            sink_failures=failures, sinks=len(spec.notify), unreadable=unreadable, misrouted=misrouted
+        )
         # deliver
         status = self._deliver(name, uid, settled)
         writes = self.applier.writes - writes_before
@@ -239,18 +242,20 @@ class CycleRunner(Observer):
 
     def _offer(
         self, name: str, spec: GPUEfficiencyPolicySpec, batch: Sequence[engine.Notification]
-    ) -> dict[str, str] | None:
+    ) -> tuple[dict[str, str] | None, dict[str, str]]:
         """Offer the cycle's notifications to the policy's sinks (never waits on them); the sinks
-        failing now, or None when there is no notifier or the hand-off failed (notifications are
-        a side channel: they never fail a cycle)."""
+        failing now (None when there is no notifier or the hand-off failed: notifications are a
+        side channel, they never fail a cycle) and the namespaces whose own webhook was unusable."""
         if self.notifier is None:
-            return None
+            return None, {}
         try:
-            self.notifier.submit(name, spec.notify, batch)
-            return self.notifier.failures(name, spec.notify)
-        except Exception:
+            self.notifier.submit(
+                name, spec.notify, batch, keep_choices(spec.idle.allow_keep_until, spec.idle.max_keep.seconds)
+            )
+            return self.notifier.failures(name, spec.notify), self.notifier.misrouted(name)
+        except Exception:  # notifications are a side channel: they never fail a cycle
             log.exception("policy %s: notifications failed", name)
-            return None
+            return None, {}
 
     def _deliver(self, name: str, uid: str, settled: engine.Settlement) -> GPUEfficiencyPolicyStatus:
         """The settlement's events, then the status (kept in memory first, written while leading)."""

@@ -233,7 +233,12 @@ def build_runner(
         leader=leader,
         owners=OwnerReader(api_fetch(api_client)),
         dra=dra,
-        notifier=Notifier(config.notify_secret_dir) if watch else None,
+        notifier=Notifier(
+            config.notify_secret_dir,
+            slack_buttons=bool(config.slack_signing_secret_file) and config.selfservice_links,
+        )
+        if watch
+        else None,
         links=self_service_links(config) if watch else None,
     )
 

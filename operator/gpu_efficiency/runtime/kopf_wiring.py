@@ -19,6 +19,7 @@ from gpu_efficiency.runtime.deps import build_runner
 from gpu_efficiency.runtime.fault_wake import FaultWake
 from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
 from gpu_efficiency.selfservice.service import start_selfservice
+from gpu_efficiency.slackapp.service import start_slack_actions
 from gpu_efficiency.sources.cluster_cache import CachedClusterReader
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,10 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         memo.selfservice = start_selfservice(
             config, load_api_client(config.api_timeout), runner.leader.is_leader, runner.source_for
         )
+        if config.slack_signing_secret_file:  # Slack's buttons: the same tokens and the same clicks
+            memo.slack_actions = start_slack_actions(config, memo.selfservice)
+    elif config.slack_signing_secret_file:
+        log.warning("--slack-signing-secret-file is set but --selfservice-port is 0: no Slack buttons")
     log.info(
         "started: prometheus=%s dry_run=%s leader_election=%s identity=%s watch_cache=%s malloc=%s",
         config.prometheus_url,
@@ -84,6 +89,9 @@ def scheduler_alive(memo: kopf.Memo, **_: Any) -> str:
 
 @kopf.on.cleanup()
 def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    slack_actions = getattr(memo, "slack_actions", None)
+    if slack_actions is not None:
+        slack_actions.stop()
     selfservice = getattr(memo, "selfservice", None)
     if selfservice is not None:
         selfservice.server.stop()

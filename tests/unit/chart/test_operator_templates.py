@@ -149,6 +149,16 @@ CHART_ENV = {
 #: Read by `run` only (the operator's own settings, not the connection `report` shares).
 RUN_ENV = {
     "GPUEFF_NOTIFY_SECRET_DIR": ("/n", "notify_secret_dir", "/n"),
+    "GPUEFF_SLACK_SIGNING_SECRET_FILE": (
+        "/s/signing-secret",
+        "slack_signing_secret_file",
+        "/s/signing-secret",
+    ),
+    "GPUEFF_SLACK_RESPONSE_URLS": (
+        "https://hooks.slack-gov.com/",
+        "slack_response_urls",
+        "https://hooks.slack-gov.com/",
+    ),
     "GPUEFF_SELFSERVICE_PORT": ("8082", "selfservice_port", 8082),
     "GPUEFF_SELFSERVICE_URL": ("https://gpu.example.com", "selfservice_url", "https://gpu.example.com"),
     "GPUEFF_SELFSERVICE_KEY_FILE": (

@@ -234,7 +234,8 @@ def _values(prefix: str) -> set[str]:
 def code_annotations() -> set[str]:
     return {
         a.removeprefix("gpuefficiency.io/")
-        for a in (*names.OPERATOR_POD_ANNOTATIONS, names.EXEMPT, *names.ACKNOWLEDGEMENTS, names.NOTIFY_CHANNEL, names.NODE_FAULTS,
+        for a in (*names.OPERATOR_POD_ANNOTATIONS, names.EXEMPT, *names.ACKNOWLEDGEMENTS, names.NOTIFY_CHANNEL,
+                  names.SLACK_URL_SECRET_KEY, names.NODE_FAULTS,
                   names.FAULT_RECOVERED, names.FAULT_TAINT_KEY, names.XID_HISTORY, names.POD_GPU_FAULT,
                   *names.OWNER_ANNOTATIONS)
     }  # fmt: skip

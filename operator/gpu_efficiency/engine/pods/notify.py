@@ -33,6 +33,7 @@ from gpu_efficiency.engine.model import (
     Snapshot,
 )
 from gpu_efficiency.engine.pods.acknowledge import keep_command
+from gpu_efficiency.engine.pods.notify_routes import slack_routes
 from gpu_efficiency.engine.pods.owners import BARE, resolve_owner, restore_commands
 from gpu_efficiency.engine.timefmt import format_rfc3339, format_when, parse_rfc3339
 
@@ -87,6 +88,7 @@ class Notification:
     acknowledge: str = ""  # the command that keeps the GPU ("" when none applies)
     restore: str = ""  # the command that undoes a reclaim
     channel: str = ""  # the namespace's notify-channel annotation (Slack)
+    slack_url_key: str = ""  # the namespace's own Slack webhook (a notify Secret key; "": the sink's)
     link: str = ""  # the signed self-service page of a warned pod (keep or release it), "" when off
 
     @property
@@ -139,6 +141,7 @@ class _Index:
         self.channels = {
             ns.name: ns.annotations.get(names.NOTIFY_CHANNEL, "").strip() for ns in snapshot.namespaces
         }
+        self.slack_keys = slack_routes(snapshot.namespaces).keys
 
     def context(self, uid: str, namespace: str, name: str) -> _PodContext:
         pod = self.pods.get(uid)
@@ -229,6 +232,7 @@ def notifications(
                     namespace=action.namespace,
                     owner=f"{owner.kind.lower()}/{owner.name}",
                     why=action.message.split(":")[0],
+                    slack_url_key=index.slack_keys.get(action.namespace, ""),
                 )
             )
         elif isinstance(action, NodeEvent):
@@ -303,6 +307,7 @@ def _pod_notification(
         deadline=deadline if warning or reason == names.EV_EVICTION_BLOCKED else None,
         acknowledge=keep_command(namespace, name, cycle.max_keep_s) if warning and cycle.keep_allowed else "",
         channel=index.channels.get(namespace, ""),
+        slack_url_key=index.slack_keys.get(namespace, ""),
         link=ctx.annotations.get(names.SELF_SERVICE, "") if warning else "",
     )
 
@@ -344,6 +349,7 @@ def _owner_notification(
         idle_since=idle_since,
         restore=restore_commands(action.namespace, owner.kind, owner.name),
         channel=index.channels.get(action.namespace, ""),
+        slack_url_key=index.slack_keys.get(action.namespace, ""),
     )
 
 
@@ -487,12 +493,28 @@ def pending_evictions(snapshot: Snapshot, plan: Plan) -> dict[tuple[str, ...], f
 
 
 def notifications_condition(
-    conditions: Sequence[Condition], failures: Mapping[str, str], sinks: int, now: float, generation: int
+    conditions: Sequence[Condition],
+    failures: Mapping[str, str],
+    sinks: int,
+    now: float,
+    generation: int,
+    misrouted: Mapping[str, str] | None = None,
 ) -> tuple[list[Condition], PolicyEvent | None]:
     """The NotificationsHealthy condition (absent without sinks), and the NotificationFailed event
-    its flip to False calls for. ``failures``: sink name -> why its last delivery failed."""
+    its flip to False calls for. ``failures``: sink name -> why its last delivery failed;
+    ``misrouted``: namespace -> why its own Slack webhook annotation is ignored."""
     if sinks == 0:
         return [c for c in conditions if c.type != names.COND_NOTIFY], None
+    if misrouted and not failures:
+        message = "; ".join(f"namespace {ns}: {why}" for ns, why in sorted(misrouted.items()))
+        return _unhealthy(
+            conditions,
+            reason="SlackRouteInvalid",
+            headline="notifications are not routed as asked",
+            message=message,
+            now=now,
+            generation=generation,
+        )
     if not failures:
         return set_condition(
             conditions,
@@ -503,18 +525,33 @@ def notifications_condition(
             now=now,
             generation=generation,
         ), None
-    message = "; ".join(f"sink {name}: {why}" for name, why in sorted(failures.items()))
+    message = "; ".join(
+        [f"sink {name}: {why}" for name, why in sorted(failures.items())]
+        + [f"namespace {ns}: {why}" for ns, why in sorted((misrouted or {}).items())]
+    )
+    return _unhealthy(
+        conditions,
+        reason="DeliveryFailed",
+        headline="notifications are not delivered",
+        message=message,
+        now=now,
+        generation=generation,
+    )
+
+
+def _unhealthy(
+    conditions: Sequence[Condition], *, reason: str, headline: str, message: str, now: float, generation: int
+) -> tuple[list[Condition], PolicyEvent | None]:
+    """NotificationsHealthy=False, with the NotificationFailed event when it turns False."""
     return flip_condition(
         conditions,
         type=names.COND_NOTIFY,
         status="False",
-        reason="DeliveryFailed",
+        reason=reason,
         message=message,
         now=now,
         generation=generation,
         event=PolicyEvent(
-            reason=names.EV_NOTIFICATION_FAILED,
-            message=f"notifications are not delivered: {message}",
-            type="Warning",
+            reason=names.EV_NOTIFICATION_FAILED, message=f"{headline}: {message}", type="Warning"
         ),
     )

@@ -1,0 +1,1 @@
+"""The Slack app: keep / release buttons on warnings and the endpoint that answers their clicks."""
