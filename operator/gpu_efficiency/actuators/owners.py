@@ -191,7 +191,7 @@ def _write_scale(
     ``status.observedGeneration`` within milliseconds, a new resourceVersion before this PATCH
     arrives. A write answered ambiguously (5xx, timeout) is settled by a re-read of ``/scale``:
     at 0 it was applied; still at the replicas recorded it was not, and is retried the same way."""
-    ambiguous = ""  # why the last write that may have been applied failed
+    ambiguous = ""  # why an earlier write, one that may have been applied, failed ("" if none)
     for attempt in range(1, SCALE_ATTEMPTS + 1):
         body = {"metadata": {"resourceVersion": version} if version else {}, "spec": {"replicas": 0}}
         try:
