@@ -7,7 +7,8 @@ unchanged: a write that failed with a 5xx or a timeout may have been applied), a
 on an owner that was not changed is harmless (the engine takes an owner as reclaimed only while it
 is still at 0 replicas, suspended or stopped). Every write carries the owner's uid (never a
 same-named successor) and, for scaling, the resourceVersion read with the replicas, so a change
-made meanwhile by someone else fails the write (409) instead of being overwritten.
+made meanwhile by someone else fails the write (409) instead of being overwritten; a 409 is
+re-read and the write retried only while the owner still holds the replicas recorded.
 
 Built-in kinds go through the same generic paths as CRDs (``/apis/GROUP/VERSION/...``), one client.
 """
@@ -129,15 +130,23 @@ def _settle_patch(
     api: client.CustomObjectsApi, action: ReclaimOwner, t: Target, now: float, why: str
 ) -> Outcome:
     """The suspend/stop patch failed ambiguously (``why``): what does the server hold? The patch is
-    one write (record and state together), so there is nothing to roll back."""
+    one write (record and state together), so there is nothing to roll back.
+
+    The re-read is a LIST by name, not a GET: the chart's role lets the operator list and patch
+    owners (Jobs, Notebooks, the CRD kinds), never get them, and a refused re-read would leave every
+    such outcome UNKNOWN."""
     try:
-        obj: Any = api.get_namespaced_custom_object(t.group, t.version, t.namespace, t.plural, t.name)
-    except ApiException as exc:
-        if exc.status == 404:
-            return Outcome(action, Result.SKIPPED, f"owner gone ({why} at patch, then HTTP 404)")
+        found: Any = api.list_namespaced_custom_object(
+            t.group, t.version, t.namespace, t.plural, field_selector=f"metadata.name={t.name}"
+        )
+    except (ApiException, HTTPError, OSError) as exc:
         return Outcome(action, Result.UNKNOWN, f"{why} at patch, and the re-read failed: {describe(exc)}")
-    except (HTTPError, OSError) as exc:
-        return Outcome(action, Result.UNKNOWN, f"{why} at patch, and the re-read failed: {describe(exc)}")
+    items = found.get("items") if isinstance(found, dict) else None
+    if not isinstance(items, list):
+        return Outcome(action, Result.UNKNOWN, f"{why} at patch, and the re-read answered no list")
+    obj = next((o for o in items if isinstance(o, dict)), None)
+    if obj is None:
+        return Outcome(action, Result.SKIPPED, f"owner gone ({why} at patch, then not listed)")
     meta = obj.get("metadata") or {}
     if action.owner.uid and meta.get("uid") != action.owner.uid:
         return Outcome(action, Result.SKIPPED, f"owner replaced ({why} at patch)")
@@ -168,20 +177,60 @@ def _scale_to_zero(api: client.CustomObjectsApi, action: ReclaimOwner, t: Target
         # 0 replicas is harmless (nothing takes it as reclaimed) and is overwritten next time.
         return _skip_or_fail(action, exc, "annotate")
     version = (written.get("metadata") or {}).get("resourceVersion") if isinstance(written, dict) else None
-    body = {"metadata": {"resourceVersion": version} if version else {}, "spec": {"replicas": 0}}
-    try:
-        api.patch_namespaced_custom_object_scale(
-            t.group, t.version, t.namespace, t.plural, t.name, body, _content_type=MERGE
-        )
-    except (ApiException, HTTPError, OSError) as exc:
-        why = outcome_unknown(exc)
-        if why:
-            return _settle_scale(api, action, t, replicas, why)
-        _roll_back(api, action, t)
-        if isinstance(exc, ApiException):
-            return _skip_or_fail(action, exc, "scale")
-        return Outcome(action, Result.FAILED, f"{describe(exc)} at scale")
-    return Outcome(action, Result.DONE, f"replicas {replicas} -> 0")
+    return _write_scale(api, action, t, replicas, version)
+
+
+def _write_scale(
+    api: client.CustomObjectsApi, action: ReclaimOwner, t: Target, replicas: int, version: str | None
+) -> Outcome:
+    """The /scale PATCH, with the resourceVersion precondition, retried on a conflict while the
+    owner still holds the replicas recorded (client-go's ``RetryOnConflict``, ``DefaultRetry``).
+
+    A 409 here is expected, not rare: the record just written bumps a Deployment's generation (its
+    annotations are copied to its ReplicaSets), and the deployment controller writes
+    ``status.observedGeneration`` within milliseconds, a new resourceVersion before this PATCH
+    arrives. A write answered ambiguously (5xx, timeout) is settled by a re-read of ``/scale``:
+    at 0 it was applied; still at the replicas recorded it was not, and is retried the same way."""
+    ambiguous = ""  # why an earlier write, one that may have been applied, failed ("" if none)
+    for attempt in range(1, SCALE_ATTEMPTS + 1):
+        body = {"metadata": {"resourceVersion": version} if version else {}, "spec": {"replicas": 0}}
+        try:
+            api.patch_namespaced_custom_object_scale(
+                t.group, t.version, t.namespace, t.plural, t.name, body, _content_type=MERGE
+            )
+        except (ApiException, HTTPError, OSError) as exc:
+            why = outcome_unknown(exc)
+            conflict = isinstance(exc, ApiException) and exc.status == 409
+            if not why and not conflict:
+                _roll_back(api, action, t)
+                if isinstance(exc, ApiException):
+                    return _skip_or_fail(action, exc, "scale")
+                return Outcome(action, Result.FAILED, f"{describe(exc)} at scale")
+            ambiguous = why or ambiguous
+            read = _reread_scale(api, action, t, replicas, why or "HTTP 409 Conflict", ambiguous)
+            if isinstance(read, Outcome):
+                return read
+            if attempt < SCALE_ATTEMPTS and read:
+                version = read  # still at the replicas recorded: the same write, at the new version
+                continue
+            _roll_back(api, action, t)  # known unchanged: the record must not claim a scale-down
+            if why:
+                return Outcome(
+                    action, Result.FAILED, f"{why} at scale; the re-read shows {replicas} replicas, unchanged"
+                )
+            if isinstance(exc, ApiException):  # a conflict, always: anything else returned above
+                return _skip_or_fail(action, exc, "scale")
+            return Outcome(action, Result.FAILED, f"{describe(exc)} at scale")
+        if ambiguous:
+            return Outcome(
+                action, Result.DONE, f"replicas {replicas} -> 0 (an earlier try was answered {ambiguous})"
+            )
+        return Outcome(action, Result.DONE, f"replicas {replicas} -> 0")
+    raise AssertionError("unreachable: every attempt returns or continues")
+
+
+#: Writes of one /scale PATCH before giving up for this cycle: client-go's ``retry.DefaultRetry``.
+SCALE_ATTEMPTS = 5
 
 
 def _roll_back(api: client.CustomObjectsApi, action: ReclaimOwner, t: Target) -> None:
@@ -192,32 +241,50 @@ def _roll_back(api: client.CustomObjectsApi, action: ReclaimOwner, t: Target) ->
         _patch(api, t, {"metadata": undo})
 
 
-def _settle_scale(
-    api: client.CustomObjectsApi, action: ReclaimOwner, t: Target, replicas: int, why: str
-) -> Outcome:
-    """The /scale PATCH failed ambiguously (``why``): decide from what the server holds. At 0 it was
-    applied (DONE); at the replicas read before, it was not (the record is rolled back); anything
-    else, or no answer, is UNKNOWN: counted as done, the way back kept on the owner."""
+def _reread_scale(
+    api: client.CustomObjectsApi, action: ReclaimOwner, t: Target, replicas: int, why: str, ambiguous: str
+) -> Outcome | str:
+    """After a failed /scale PATCH (``why``; ``ambiguous``: why one of the tries may have been
+    applied, '' if none): decide from what the server holds. An Outcome when that settles it; else
+    the owner is still at ``replicas``, untouched: the resourceVersion to try again with.
+
+    At 0 after an ambiguous try, it was applied (DONE); at 0 after conflicts only, someone else
+    scaled it (the record is rolled back). Any other count, or no answer, after an ambiguous try is
+    UNKNOWN: counted as done, the way back kept on the owner."""
     try:
         scale: Any = api.get_namespaced_custom_object_scale(t.group, t.version, t.namespace, t.plural, t.name)
     except (ApiException, HTTPError, OSError) as exc:
-        return Outcome(
-            action, Result.UNKNOWN, f"{why} at scale, and the re-read failed ({describe(exc)}): record kept"
-        )
-    now_at = int(((scale.get("spec") or {}).get("replicas")) or 0)
-    if now_at == 0:
-        return Outcome(
-            action, Result.DONE, f"replicas {replicas} -> 0 (the API answered {why}; the server holds 0)"
-        )
-    if now_at == replicas:
+        if ambiguous:
+            return Outcome(
+                action,
+                Result.UNKNOWN,
+                f"{why} at scale, and the re-read failed ({describe(exc)}): record kept",
+            )
         _roll_back(api, action, t)
         return Outcome(
-            action, Result.FAILED, f"{why} at scale; the re-read shows {replicas} replicas, unchanged"
+            action, Result.SKIPPED, f"owner changed meanwhile ({why} at scale): retried next cycle"
         )
+    now_at = int(((scale.get("spec") or {}).get("replicas")) or 0)
+    if now_at == replicas:
+        version = (scale.get("metadata") or {}).get("resourceVersion")
+        return str(version or "")  # '' (no version to hold the next try to): not retried
+    if now_at == 0 and ambiguous:
+        return Outcome(
+            action,
+            Result.DONE,
+            f"replicas {replicas} -> 0 (the API answered {ambiguous}; the server holds 0)",
+        )
+    if ambiguous:
+        return Outcome(
+            action,
+            Result.UNKNOWN,
+            f"{why} at scale; the re-read shows {now_at} replicas (was {replicas}): record kept",
+        )
+    _roll_back(api, action, t)
     return Outcome(
         action,
-        Result.UNKNOWN,
-        f"{why} at scale; the re-read shows {now_at} replicas (was {replicas}): record kept",
+        Result.SKIPPED,
+        f"owner changed meanwhile ({why} at scale; now {now_at} replicas, was {replicas}): retried next cycle",
     )
 
 

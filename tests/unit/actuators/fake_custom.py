@@ -28,6 +28,7 @@ class FakeCustom:
         self.objects: dict[Key, dict[str, Any]] = {}
         self.calls: list[str] = []
         self.fail: dict[str, int] = {}  # operation -> HTTP status, once
+        self.always: dict[str, int] = {}  # operation -> HTTP status, every time
         self.on: dict[str, Any] = {}  # operation -> callable run before it (a concurrent writer)
         #: operation -> exception raised once *after* it was applied (a 504 or timeout after commit)
         self.after: dict[str, BaseException] = {}
@@ -88,7 +89,7 @@ class FakeCustom:
         hook = self.on.pop(op, None)
         if hook is not None:
             hook(self)
-        status = self.fail.pop(op, None)
+        status = self.fail.pop(op, None) or self.always.get(op)
         if status is not None:
             raise ApiException(status=status, reason="Injected")
         if key not in self.objects:

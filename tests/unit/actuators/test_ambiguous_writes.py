@@ -73,10 +73,11 @@ def test_a_scale_committed_then_answered_with_an_error_is_done_and_keeps_its_way
 def test_a_scale_not_applied_behind_a_504_is_failed_and_its_record_rolled_back() -> None:
     api = FakeCustom()
     obj = api.add(DEPLOY, replicas=3)
-    api.fail["patch scale"] = 504  # refused before it was applied
+    api.always["patch scale"] = 504  # refused before it was applied, every try
     outcome = reclaim_owner(api, scale_action(), NOW)  # type: ignore[arg-type]
     assert outcome.result is Result.FAILED
     assert "unchanged" in outcome.message
+    assert api.calls.count("patch scale") == 5  # re-read and retried, client-go's DefaultRetry
     assert obj["spec"]["replicas"] == 3
     assert not any(k in obj["metadata"]["annotations"] for k in names.OWNER_ANNOTATIONS)
 
@@ -111,7 +112,7 @@ def test_a_suspend_not_applied_behind_a_504_is_failed_and_an_unreadable_one_unkn
     assert reclaim_owner(api, suspend_action(), NOW).result is Result.FAILED  # type: ignore[arg-type]
     assert obj["spec"]["suspend"] is False
     api.after["patch"] = gateway_timeout()
-    api.on["patch"] = lambda fake: fake.fail.__setitem__("get", 500)
+    api.on["patch"] = lambda fake: fake.fail.__setitem__("list", 500)
     assert reclaim_owner(api, suspend_action(), NOW).result is Result.UNKNOWN  # type: ignore[arg-type]
 
 

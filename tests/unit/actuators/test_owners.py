@@ -88,13 +88,13 @@ def test_a_standalone_replicaset_of_an_hpa_fails_at_each_step_without_a_false_re
     leaves the replicas and no record claiming a scale-down (the HPA's name included)."""
     api = FakeCustom()
     obj = api.add(("apps", "v1", "ml", "replicasets", "rs"), replicas=2)
-    api.fail[step] = 500
+    api.always[step] = 500  # every time: a /scale PATCH not applied is re-read and retried
     hpa = replace(action("ReplicaSet", "rs", "ScaleToZero"), autoscaler="rs-hpa")
     outcome = reclaim_owner(api, hpa, NOW)  # type: ignore[arg-type]
     assert outcome.result is Result.FAILED
     assert obj["spec"]["replicas"] == 2
     assert not any(k in obj["metadata"]["annotations"] for k in names.OWNER_ANNOTATIONS)
-    api.fail.clear()
+    api.always.clear()
     assert reclaim_owner(api, hpa, NOW).result is Result.DONE  # type: ignore[arg-type]
     assert obj["metadata"]["annotations"][names.RECLAIMED_AUTOSCALER] == "horizontalpodautoscaler/rs-hpa"
 
