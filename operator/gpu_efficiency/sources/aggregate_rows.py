@@ -2,7 +2,7 @@
 
 Defined once here because two modules read and write it by position: the Prometheus source folds
 each answer's ``SIGNAL:agg`` series into rows (``prometheus/windows.py``), and the activity cache
-keeps rows between cycles as packed doubles (``activity_cache.py``). NaN marks an aggregate that
+keeps rows between cycles as packed doubles (``prometheus/tiered/activity_cache.py``). NaN marks an aggregate that
 was not returned.
 """
 

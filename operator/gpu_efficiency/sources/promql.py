@@ -11,7 +11,7 @@ Every query stays under ``MAX_QUERY_BYTES`` (VictoriaMetrics' default ``-search.
 Thanos, Mimir and Cortex have limits of their own), whatever the number of GPUs, candidates and
 held nodes: a long list is traded for a wider selection that gives the same answer (held nodes:
 every GPU; candidates: the filter over every GPU), never for a refused query. Not yet the tiered
-refresh's listed activity chunks (``--prometheus-refresh-budget`` > 0, ``prometheus/tiered.py``):
+refresh's listed activity chunks (``--prometheus-refresh-budget`` > 0, ``prometheus/tiered/fetch.py``):
 they list hundreds of UUIDs in every selector (up to ~1.5 MB) and need a backend without that limit.
 
 Every exporter generation is read (``api/exporter_fields.py``): a signal served under both DCGM
@@ -362,7 +362,7 @@ def identity_query(matchers: str = "", timestamps: bool = False) -> Query:
     """The labels of every GPU series seen now (one series per GPU and attributed pod).
 
     With ``timestamps`` each series' value is the GPU's newest sample time (of any identity metric):
-    what a cached activity window's freshness is judged by (see ``sources/activity_cache.py``).
+    what a cached activity window's freshness is judged by (see ``sources/prometheus/tiered/activity_cache.py``).
     ``timestamp()`` drops ``__name__``, so one target's series of a GPU then share a label set and
     ``or`` keeps the first metric's: they came from one scrape, hence carry one time (a stale series
     is not selected at all). Series of other targets keep other label sets and the ``max`` picks the

@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 
 from gpu_efficiency.engine.model import PodRef, Signal, Window
 from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN, DataBounds, gpu_activity
-from gpu_efficiency.sources.activity_cache import (
+from gpu_efficiency.sources.base import FetchRequest
+from gpu_efficiency.sources.labels import GPUKey
+from gpu_efficiency.sources.prometheus.answers import Identity
+from gpu_efficiency.sources.prometheus.tiered.activity_cache import (
     CHAIN_SIGNALS,
     ActivityCache,
     Key,
@@ -21,9 +24,6 @@ from gpu_efficiency.sources.activity_cache import (
     oldest_cached,
     plan_refresh,
 )
-from gpu_efficiency.sources.base import FetchRequest
-from gpu_efficiency.sources.labels import GPUKey
-from gpu_efficiency.sources.prometheus.answers import Identity
 from gpu_efficiency.sources.prometheus.windows import samples
 from gpu_efficiency.sources.promql import idle_limit
 

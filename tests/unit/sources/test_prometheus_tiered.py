@@ -23,7 +23,7 @@ from gpu_efficiency.engine.model import GPUSample, Signal, Window
 from gpu_efficiency.engine.pods.activity import DataBounds, carried_bounds, gpu_activity
 from gpu_efficiency.sources.base import ActivityHints, FaultHints, FetchRequest, FetchResult
 from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
-from gpu_efficiency.sources.prometheus import tiered as prom
+from gpu_efficiency.sources.prometheus.tiered import fetch as prom
 from gpu_efficiency.sources.promql import AGG_LABEL, CANDIDATE_LABEL, QUERY_PLAN, Query, idle_limit
 
 NOW = 1_700_000_000.0

@@ -2,7 +2,7 @@
 
 A constant number of PromQL queries per cycle (``sources/promql.py``), run concurrently through one
 ``PrometheusClient`` (``transport.py``); window answers are folded as they stream in
-(``windows.py``). With a refresh budget the activity window is fetched tiered (``tiered.py``).
+(``windows.py``). With a refresh budget the activity window is fetched tiered (``tiered/fetch.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gpu_efficiency.sources.exporter_inventory import ExporterView
 from gpu_efficiency.sources.labels import GPUKey
 from gpu_efficiency.sources.prometheus import answers
 from gpu_efficiency.sources.prometheus.answers import Identity
-from gpu_efficiency.sources.prometheus.tiered import TieredFetch
+from gpu_efficiency.sources.prometheus.tiered.fetch import TieredFetch
 from gpu_efficiency.sources.prometheus.transport import PrometheusClient, PrometheusConfig
 from gpu_efficiency.sources.prometheus.vector import iter_vector
 from gpu_efficiency.sources.prometheus.windows import (
@@ -55,7 +55,7 @@ class PrometheusSource:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         """``refresh_budget`` > 0 turns on the tiered refresh of the activity window (see
-        ``sources/activity_cache.py``): new, changed and possibly idle GPUs plus that many least
+        ``sources/prometheus/tiered/activity_cache.py``): new, changed and possibly idle GPUs plus that many least
         recently refreshed ones fetched fresh per cycle, the rest carried from earlier cycles.
         0: every GPU every cycle. ``transport``: the client's (``PrometheusClient``)."""
         self.refresh_budget = refresh_budget

@@ -13,12 +13,12 @@ from typing import Any, Protocol
 
 from gpu_efficiency.api.exporter_fields import FIELDS_BY_SIGNAL, Generation
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
-from gpu_efficiency.sources.activity_cache import Key, ReusedRows, WholeStats
 from gpu_efficiency.sources.aggregate_rows import FIELDS, WIDTH, rows_stats
 from gpu_efficiency.sources.base import DropTally, FetchRequest, SourceUnavailable
 from gpu_efficiency.sources.exporter_inventory import ExporterView
 from gpu_efficiency.sources.labels import NODE_CONFLICT, GPUKey
 from gpu_efficiency.sources.prometheus.answers import Identity
+from gpu_efficiency.sources.prometheus.tiered.activity_cache import Key, ReusedRows, WholeStats
 from gpu_efficiency.sources.prometheus.vector import check_cap
 from gpu_efficiency.sources.promql import AGG_LABEL, AGGREGATIONS, TARGET_LABEL
 from gpu_efficiency.sources.targets import (

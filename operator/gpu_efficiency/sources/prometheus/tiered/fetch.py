@@ -1,5 +1,5 @@
 """The tiered fetch of the activity window (``--prometheus-refresh-budget``; the rules are in
-``sources/activity_cache.py``): identity, idle and fault candidates first, then only the refresh
+``sources/prometheus/tiered/activity_cache.py``): identity, idle and fault candidates first, then only the refresh
 set's activity windows, in chunks of listed UUIDs; the rest carried from the cache, and the budget's
 least recently refreshed GPUs fetched in the background after the cycle.
 """
@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.model import Signal, Stats, Window
-from gpu_efficiency.sources.activity_cache import (
+from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
+from gpu_efficiency.sources.exporter_inventory import ExporterView
+from gpu_efficiency.sources.labels import GPUKey
+from gpu_efficiency.sources.prometheus.answers import Identity
+from gpu_efficiency.sources.prometheus.tiered.activity_cache import (
     CHAIN_SIGNALS,
     ActivityCache,
     Entry,
@@ -29,10 +33,6 @@ from gpu_efficiency.sources.activity_cache import (
     oldest_cached,
     plan_refresh,
 )
-from gpu_efficiency.sources.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
-from gpu_efficiency.sources.exporter_inventory import ExporterView
-from gpu_efficiency.sources.labels import GPUKey
-from gpu_efficiency.sources.prometheus.answers import Identity
 from gpu_efficiency.sources.prometheus.windows import Overlay, Rows, WindowValues, merge_window, samples
 from gpu_efficiency.sources.promql import (
     MAX_LISTED_GPUS,
