@@ -61,8 +61,11 @@ from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.selection import build_scope
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
-from gpu_efficiency.sources.agent import CONTRADICTS_AGENT
-from gpu_efficiency.sources.base import (
+from gpu_efficiency.sources.kube.cluster import ClusterSource, ClusterState
+from gpu_efficiency.sources.kube.dra import DraSource, DraState
+from gpu_efficiency.sources.kube.owners import OwnerReader, OwnerState, OwnersUnavailable
+from gpu_efficiency.sources.metrics.agent import CONTRADICTS_AGENT
+from gpu_efficiency.sources.metrics.base import (
     ActivityHints,
     FaultHints,
     FetchRequest,
@@ -70,11 +73,8 @@ from gpu_efficiency.sources.base import (
     SampleSource,
     SourceUnavailable,
 )
-from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
-from gpu_efficiency.sources.dra import DraSource, DraState
-from gpu_efficiency.sources.labels import INVALID_ID, NODE_CONFLICT
-from gpu_efficiency.sources.owners import OwnerReader, OwnerState, OwnersUnavailable
-from gpu_efficiency.sources.targets import address_book
+from gpu_efficiency.sources.metrics.labels import INVALID_ID, NODE_CONFLICT
+from gpu_efficiency.sources.metrics.targets import address_book
 
 #: Why samples are dropped as untrustworthy (gpu_efficiency_dropped_samples_total's reason label).
 DROP_REASONS = (INVALID_ID, NODE_CONFLICT, POD_NODE_MISMATCH, GPUS_EXCEED_CAPACITY, CONTRADICTS_AGENT)

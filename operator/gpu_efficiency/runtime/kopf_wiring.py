@@ -17,7 +17,7 @@ from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.runtime.deps import build_runner
 from gpu_efficiency.runtime.fault_wake import FaultWake
 from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
-from gpu_efficiency.sources.cluster_cache import CachedClusterReader
+from gpu_efficiency.sources.kube.cluster_cache import CachedClusterReader
 
 log = logging.getLogger(__name__)
 

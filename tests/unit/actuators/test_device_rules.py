@@ -18,7 +18,7 @@ from gpu_efficiency.engine.faults.device_objects import (
     rule_name,
 )
 from gpu_efficiency.engine.model import DraDevice, TaintDevices, UntaintDevices
-from gpu_efficiency.sources.dra import DraReader
+from gpu_efficiency.sources.kube.dra import DraReader
 
 GPU3 = DraDevice("gpu.nvidia.com", "n1", "gpu-3", "n1", "GPU-3")
 GPU5 = DraDevice("gpu.nvidia.com", "n1", "gpu-5", "n1", "GPU-5")

@@ -85,7 +85,7 @@ def test_no_gpu_tied_to_a_node_says_so_naming_the_labels_found() -> None:
 
 def test_a_busy_gpu_served_in_ratio_units_is_never_reclaimed() -> None:
     """The source hands the engine GPU_UTIL in percent whatever the exporter: a 0-1 ratio of 0.9 is
-    90 (sources/promql.py ``over``). Read as percent it would have been 0.9 %, below a 1 % idle
+    90 (sources/metrics/prometheus/promql.py ``over``). Read as percent it would have been 0.9 %, below a 1 % idle
     threshold: the GPU_UTIL fallback (no profiling fields) would have judged it idle."""
     spec = b.enforce(idle={"activity_below": 0.01})
     ratio_read_as_ratio = {Signal.GPU_UTIL: b.stats(90.0, 100.0, stddev=5.0)}

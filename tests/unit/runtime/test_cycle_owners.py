@@ -16,9 +16,9 @@ from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.model import AnnotatePod, PodEvent
 from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.runtime.cycle import OWNER_CACHE_SECONDS, CycleRunner
-from gpu_efficiency.sources.base import StaticSource
-from gpu_efficiency.sources.cluster import ClusterState, pod_view
-from gpu_efficiency.sources.owners import OwnerState, OwnersUnavailable
+from gpu_efficiency.sources.kube.cluster import ClusterState, pod_view
+from gpu_efficiency.sources.kube.owners import OwnerState, OwnersUnavailable
+from gpu_efficiency.sources.metrics.base import StaticSource
 
 
 class StubOwners:

@@ -126,7 +126,7 @@ def test_every_metric_the_docs_dashboard_and_alerts_name_is_exported_with_sample
         )
         for doc, found in documented_metrics().items()
     }
-    # The watch cache's metrics come from its informer threads (tests/unit/sources/test_watch_cache.py
+    # The watch cache's metrics come from its informer threads (tests/unit/sources/kube/test_watch_cache.py
     # checks their values); a cycle without a cluster only proves they are registered.
     assert missing == {doc: [] for doc in missing}
     assert sample("gpu_efficiency_leader") == 1.0

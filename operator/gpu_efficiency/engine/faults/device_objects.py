@@ -1,6 +1,6 @@
 """The DeviceTaintRules and ResourceSlices single-GPU quarantine reads and writes, as plain data.
 
-Shared by the source that reads them (``sources/dra``) and the actuator that writes our rules
+Shared by the source that reads them (``sources/kube/dra``) and the actuator that writes our rules
 (``actuators/devices``), which may not import each other. A device counts as a GPU when its slice
 gives it a ``uuid`` attribute (NVIDIA's DRA driver does; a driver-qualified ``<driver>/uuid`` too),
 which is how the metrics name the GPU; only the newest generation of each pool is read (older

@@ -424,7 +424,7 @@ class _NodeCycle:
         (``GpuJudgement.agrees``); where one source does, it must show it again in a sample newer
         than the fault's detection: the next scrape of the target (or reading of the agent), so one
         garbled or forged sample never drains. A tenant who forges a series on every scrape is
-        stopped earlier, by the target check (``sources/targets.py``)."""
+        stopped earlier, by the target check (``sources/metrics/targets.py``)."""
         fault_kind = kind_of(kind)
         judged = self.by_uuid.get(fault_kind, {}) if fault_kind is not None else {}
         detected = parse_rfc3339(entry.detected)
