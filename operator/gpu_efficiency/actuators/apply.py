@@ -25,6 +25,7 @@ from gpu_efficiency.actuators.events import EventRecorder, ObjectRef, node_ref, 
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.pods import annotate_pod, evict_pod
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
@@ -42,7 +43,6 @@ from gpu_efficiency.engine.model import (
     UntaintDevices,
     UntaintNode,
 )
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.api.names import FAULT_TAINT_KEY
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.faults.taints import join_kinds, split_kinds
 from gpu_efficiency.engine.model import Action, AnnotateNode, SetNodeCondition, TaintNode, UntaintNode
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 #: Reads and writes one node write may take when others keep changing the node.
 MAX_ATTEMPTS = 5

@@ -30,13 +30,13 @@ import orjson
 
 from gpu_efficiency import metrics
 from gpu_efficiency.api.policy import NotifySink, SinkType
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.pods.notify import (
     CLOUDEVENTS_CONTENT_TYPE,
     Notification,
     cloudevent,
     slack_message,
 )
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from gpu_efficiency.api.status import (
     QuarantinedNode,
     VerdictCounts,
 )
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.conditions import condition_flipped, find_condition, set_condition
 from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS, coverage, nodeless, signals_condition
 from gpu_efficiency.engine.model import (
@@ -35,7 +36,6 @@ from gpu_efficiency.engine.pods.judge import JudgeContext
 from gpu_efficiency.engine.pods.pressure import waiting_for_gpus
 from gpu_efficiency.engine.pods.reclaimproof import advance
 from gpu_efficiency.engine.pods.waste import elapsed_hours, idle_waste
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 
 def policy_status(

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration, parse_duration
 from gpu_efficiency.api.policy import StragglerRule
+from gpu_efficiency.api.timefmt import format_rfc3339, parse_rfc3339
 from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
 from gpu_efficiency.engine.faults.pcie import downtrained
 from gpu_efficiency.engine.faults.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL
@@ -46,7 +47,6 @@ from gpu_efficiency.engine.model import (
 from gpu_efficiency.engine.pods.activity import DataBounds, GPUActivity, gpu_activity, usable
 from gpu_efficiency.engine.pods.idle import PodKey
 from gpu_efficiency.engine.pods.jobgroups import JobGroup, job_groups
-from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 #: MAD x 1.4826 estimates the standard deviation of normally distributed values.
 MAD_SCALE = 1.4826

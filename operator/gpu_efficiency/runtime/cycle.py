@@ -30,6 +30,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import DeviceTaintEffect, GPUEfficiencyPolicySpec, ReclaimAction
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.conditions import find_condition, set_condition
@@ -59,7 +60,6 @@ from gpu_efficiency.engine.pods.notify import notifications, notifications_condi
 from gpu_efficiency.engine.pods.ownerreads import OwnerRead, owner_read_needed, starts_idle_clock
 from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.selection import build_scope
-from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from gpu_efficiency.sources.kube.cluster import ClusterSource, ClusterState
 from gpu_efficiency.sources.kube.dra import DraSource, DraState

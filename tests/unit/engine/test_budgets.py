@@ -7,10 +7,10 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, PodView
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.budgets import merge_budgets, merge_recent, recent_within_hour
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b
 from .builders import (

@@ -17,6 +17,7 @@ from gpu_efficiency.actuators.nodes import with_kind, without_kind
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.faults.evaluate import evaluate_faults
 from gpu_efficiency.engine.model import (
     Action,
@@ -36,7 +37,6 @@ from gpu_efficiency.engine.model import (
     UntaintNode,
     Window,
 )
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 NOW = 1_700_000_000.0
 FULL = {Window.FAULT: 8, Window.THERMAL_HOLD: 8, Window.THERMAL_RECOVERY: 20}  # defaults: 2m, 2m, 5m

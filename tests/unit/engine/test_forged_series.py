@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import EvictPod, GPUSample, Signal, Snapshot, TaintNode, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import evaluate, explain_pod
 from gpu_efficiency.engine.pods.activity import CONTRADICTING, data_bounds, gpu_activity
-from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 
 from .builders import NOW, compute_bound, enforce, gpu, idle, pod, snapshot, stats

@@ -7,6 +7,7 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -19,7 +20,6 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b
 from .builders import (

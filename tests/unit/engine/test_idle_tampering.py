@@ -13,11 +13,11 @@ from dataclasses import replace
 import pytest
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.explain import explain_lines
 from gpu_efficiency.engine.model import EvictPod, Plan, PodEvent, Snapshot
 from gpu_efficiency.engine.planner import evaluate, plan_cycle
 from gpu_efficiency.engine.pods.idleledger import IdleLedger
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from .builders import NOW, annotations_of, apply_plan, enforce, no_faults  # noqa: F401 (fixture)
 from .test_idle_lifecycle import P, _annotate, idle_snapshot

@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, PodEvent, Snapshot
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.acknowledge import ending_with, keep_command, parse_keep_for
 from gpu_efficiency.engine.pods.idleledger import IdleLedger
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b
 from .builders import NOW, annotations_of, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401

@@ -9,6 +9,7 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import NotifySink
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import (
     EvictPod,
     NamespaceView,
@@ -21,7 +22,6 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.notify import Notification, cloudevent, notifications, slack_message
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b
 from .builders import NOW, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401

@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, PolicyEvent, Verdict
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b
 from .builders import NOW, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401 (fixture)

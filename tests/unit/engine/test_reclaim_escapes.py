@@ -11,6 +11,7 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
+from gpu_efficiency.api.timefmt import format_rfc3339, parse_rfc3339
 from gpu_efficiency.engine.model import (
     Action,
     EvictPod,
@@ -23,7 +24,6 @@ from gpu_efficiency.engine.model import (
     Snapshot,
 )
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 from . import builders as b
 from .builders import NOW, enforce, gpu, no_faults, snapshot  # noqa: F401 (fixture)

@@ -9,10 +9,10 @@ import pytest
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import NodeView, OwnerObject, PendingPod, PodView, ReclaimOwner, Snapshot
 from gpu_efficiency.engine.planner import evaluate
 from gpu_efficiency.engine.pods.reclaimproof import accepted, advance, newly_running
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b
 from .builders import NOW, enforce, gpu, no_faults, snapshot  # noqa: F401 (fixture)

@@ -9,11 +9,11 @@ import re
 import pytest
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import format_relative, format_rfc3339, format_when
 from gpu_efficiency.engine.model import AnnotatePod, Diagnosis, PodEvent
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
 from gpu_efficiency.engine.pods.notify import Notification, slack_message
 from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS
-from gpu_efficiency.engine.timefmt import format_relative, format_rfc3339, format_when
 
 from . import builders as b
 from .builders import NOW, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401 (fixture)

@@ -3,10 +3,10 @@
 import pytest
 
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.waste import elapsed_hours, idle_waste, price_for
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 from . import builders as b
 from .builders import (

@@ -24,6 +24,7 @@ from gpu_efficiency.api.names import (
     GPU_HEALTHY,
     NODE_FAULTS,
 )
+from gpu_efficiency.api.timefmt import format_rfc3339, parse_rfc3339
 from gpu_efficiency.engine.faults.devices import NO_SCOPE, DeviceScope
 from gpu_efficiency.engine.faults.drain import HARD, NO_DRAIN, SOFT, DrainContext, drain_step
 from gpu_efficiency.engine.faults.kinds import (
@@ -64,7 +65,6 @@ from gpu_efficiency.engine.model import (
     PolicyEvent,
     SetNodeCondition,
 )
-from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 #: Longest GPUHealthy message; longer ones end with how many faults were left out.
 MAX_MESSAGE = 1024

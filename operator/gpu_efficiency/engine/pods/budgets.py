@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
+from gpu_efficiency.api.timefmt import parse_rfc3339
 from gpu_efficiency.engine.model import PodView
 from gpu_efficiency.engine.params import CycleParams
 from gpu_efficiency.engine.pods.reclaimproof import kept
-from gpu_efficiency.engine.timefmt import parse_rfc3339
 
 HOUR_S = 3600.0
 

@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
+from gpu_efficiency.api.timefmt import format_rfc3339, format_when, parse_rfc3339
 from gpu_efficiency.engine.model import GPUSample, PodView, Verdict
 from gpu_efficiency.engine.params import CycleParams
 from gpu_efficiency.engine.pods.acknowledge import ending_with, keep_command, parse_keep_for
 from gpu_efficiency.engine.pods.activity import GPUActivity
 from gpu_efficiency.engine.pods.budgets import EvictionCandidate
 from gpu_efficiency.engine.pods.idleledger import IdleClock
-from gpu_efficiency.engine.timefmt import format_rfc3339, format_when, parse_rfc3339
 
 PodKey = tuple[str, str]
 

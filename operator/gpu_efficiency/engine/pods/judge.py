@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpu_efficiency.api.durations import format_duration
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import (
     Diagnosis,
     GPUSample,
@@ -41,7 +42,6 @@ from gpu_efficiency.engine.pods.idle import (
 from gpu_efficiency.engine.pods.judgememo import JudgeInputs, JudgeMemo, Judgement
 from gpu_efficiency.engine.pods.record import PodRecord
 from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS, diagnose, verdict_of
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 _SIGNAL_RANK: Mapping[Signal, int] = {signal: i for i, (signal, _, _) in enumerate(ACTIVITY_CHAIN)}
 #: Plain-string values of the enums, looked up instead of the slower ``.value`` descriptor.

@@ -17,6 +17,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency.api.status import Condition
+from gpu_efficiency.api.timefmt import format_rfc3339, format_when, parse_rfc3339
 from gpu_efficiency.engine.conditions import condition_flipped, set_condition
 from gpu_efficiency.engine.model import (
     Action,
@@ -34,7 +35,6 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.pods.acknowledge import keep_command
 from gpu_efficiency.engine.pods.owners import BARE, resolve_owner, restore_commands
-from gpu_efficiency.engine.timefmt import format_rfc3339, format_when, parse_rfc3339
 
 #: CloudEvents ``type`` prefix (reverse DNS of the API group); the event reason follows.
 CLOUDEVENT_TYPE_PREFIX = "io.gpuefficiency."

@@ -25,11 +25,11 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, OwnerHold, Reclamation
+from gpu_efficiency.api.timefmt import format_rfc3339, parse_rfc3339
 from gpu_efficiency.engine.model import OwnerKey, OwnerObject, PodView
 from gpu_efficiency.engine.params import CycleParams
 from gpu_efficiency.engine.pods.owners import in_reclaimed_state
 from gpu_efficiency.engine.pods.reclaimproof import owner_text
-from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 #: Holds kept in status at most (newest kept): a bound on the status size, not a rule.
 MAX_HOLDS = 50

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from enum import Enum
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import parse_rfc3339
 from gpu_efficiency.engine.model import PodVerdict, PodView, Verdict
 from gpu_efficiency.engine.selection import Scope
-from gpu_efficiency.engine.timefmt import parse_rfc3339
 
 
 class OwnerRead(Enum):

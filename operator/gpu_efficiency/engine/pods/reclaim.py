@@ -27,6 +27,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
 from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.api.status import OwnerHold, Reclamation
+from gpu_efficiency.api.timefmt import format_rfc3339, parse_rfc3339
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -83,7 +84,6 @@ from gpu_efficiency.engine.pods.reclaimproof import (
     waiting_names,
 )
 from gpu_efficiency.engine.selection import LabelMatcher, compile_selector
-from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 
 @dataclass(slots=True)

@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 
 from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.api.status import Reclamation
+from gpu_efficiency.api.timefmt import format_rfc3339, parse_rfc3339
 from gpu_efficiency.engine.model import OwnerKey, OwnerObject, PendingPod, PodView
 from gpu_efficiency.engine.pods.owners import Owner, in_reclaimed_state
-from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
 
 MAX_RECORDS = 10  # reclamations that ended, kept for their figures
 #: Reclamations in force, kept because they are the proof ``restore`` and the engine rely on

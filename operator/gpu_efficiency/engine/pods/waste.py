@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from gpu_efficiency.api.timefmt import parse_rfc3339
 from gpu_efficiency.engine.params import normalise_model
-from gpu_efficiency.engine.timefmt import parse_rfc3339
 
 
 def price_for(model: str, prices: Mapping[str, float], node_product: str = "") -> float:

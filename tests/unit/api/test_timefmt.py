@@ -2,7 +2,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from gpu_efficiency.engine.timefmt import format_rfc3339, parse_rfc3339
+from gpu_efficiency.api.timefmt import format_rfc3339, parse_rfc3339
 
 
 def test_format_is_utc_seconds_with_z() -> None:
