@@ -18,7 +18,8 @@ from gpu_efficiency.api.names import (
     DEVICE_RULE_KIND_LABEL,
     FAULT_TAINT_KEY,
 )
-from gpu_efficiency.engine.faults.device_objects import (
+from gpu_efficiency.engine.model import DeviceRule, TaintDevices, UntaintDevices
+from gpu_efficiency.objects.dra import (
     GROUP,
     OURS,
     RULE_VERSION,
@@ -26,7 +27,6 @@ from gpu_efficiency.engine.faults.device_objects import (
     rule_body,
     rule_name,
 )
-from gpu_efficiency.engine.model import DeviceRule, TaintDevices, UntaintDevices
 
 PLURAL = "devicetaintrules"
 

@@ -23,7 +23,6 @@ from kubernetes import client
 from gpu_efficiency.api.names import GPU_RESOURCE
 from gpu_efficiency.api.policy import PREFIX
 from gpu_efficiency.api.timefmt import parse_rfc3339
-from gpu_efficiency.engine.faults.device_objects import fault_tolerations
 from gpu_efficiency.engine.model import (
     NamespaceView,
     NodeCondition,
@@ -35,6 +34,7 @@ from gpu_efficiency.engine.model import (
     Taint,
     Toleration,
 )
+from gpu_efficiency.objects.dra import fault_tolerations
 from gpu_efficiency.sources.metrics.targets import PodAddress
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"

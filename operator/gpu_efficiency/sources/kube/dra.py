@@ -4,7 +4,7 @@
 reads them from watches (``sources/kube/dra_cache``), so that a steady cycle makes no request at all.
 At most one LIST per cycle (none where no DRA GPU and no rule of ours exists) and two a minute,
 whatever the cluster size (what counts as a GPU and as our rule:
-``engine/faults/device_objects``). When the API server does not serve ``resource.k8s.io/v1beta2``
+``objects/dra``). When the API server does not serve ``resource.k8s.io/v1beta2``
 DeviceTaintRules (Kubernetes 1.36 needs ``--runtime-config=resource.k8s.io/v1beta2=true`` and the
 ``DRADeviceTaintRules`` feature gate) or RBAC forbids the reads, no device is reported: faults keep
 the node taint, which quarantines more, never less. For a policy whose device taints are NoExecute,
@@ -22,7 +22,8 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from gpu_efficiency.engine.faults.device_objects import (
+from gpu_efficiency.engine.model import DeviceRule, DeviceUse, DraDevice
+from gpu_efficiency.objects.dra import (
     CLAIM_VERSION,
     GROUP,
     OURS,
@@ -32,7 +33,6 @@ from gpu_efficiency.engine.faults.device_objects import (
     parse_rules,
     parse_slices,
 )
-from gpu_efficiency.engine.model import DeviceRule, DeviceUse, DraDevice
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency import metrics
-from gpu_efficiency.engine.faults.device_objects import (
+from gpu_efficiency.engine.model import DeviceRule, DraDevice
+from gpu_efficiency.objects.dra import (
     GROUP,
     OURS,
     RULE_VERSION,
@@ -39,7 +40,6 @@ from gpu_efficiency.engine.faults.device_objects import (
     parse_rules,
     parse_slices,
 )
-from gpu_efficiency.engine.model import DeviceRule, DraDevice
 from gpu_efficiency.sources.kube.dra import UNSERVED_RETRY_S, DraReader, DraState, unserved
 from gpu_efficiency.sources.kube.watch import Informer
 

@@ -14,9 +14,9 @@ from kubernetes.client.exceptions import ApiException
 from tests.unit.sources.kube.fake_watch_api import FakeListApi, FakeStream, bookmark, event, wait_until
 
 from gpu_efficiency.actuators.outcomes import Outcome, Result
-from gpu_efficiency.engine.faults.device_objects import rule_body
 from gpu_efficiency.engine.model import DraDevice, TaintDevices
 from gpu_efficiency.metrics import REGISTRY
+from gpu_efficiency.objects.dra import rule_body
 from gpu_efficiency.runtime.deps import feed_writes
 from gpu_efficiency.sources.kube.dra import DraReader, DraState
 from gpu_efficiency.sources.kube.dra_cache import DraCache, WatchedDraReader
