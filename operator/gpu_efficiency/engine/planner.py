@@ -51,7 +51,11 @@ from gpu_efficiency.engine.pods.reclaim import (
 from gpu_efficiency.engine.pods.record import PodRecord
 from gpu_efficiency.engine.policy_status import policy_status, unattributed
 from gpu_efficiency.engine.selection import Scope, build_scope, claimed_by
-from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_judgements, straggler_params
+from gpu_efficiency.engine.stragglers.evaluate import (
+    evaluate_stragglers,
+    straggler_judgements,
+    straggler_params,
+)
 from gpu_efficiency.engine.trust import merged_counts, vet_samples
 
 

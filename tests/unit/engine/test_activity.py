@@ -16,8 +16,7 @@ from gpu_efficiency.engine.pods.activity import (
     gpu_activity,
     insufficiency,
 )
-
-from .builders import NOW, gpu, policy, stats
+from tests.unit.engine.builders import NOW, gpu, policy, stats
 
 PARAMS = cycle_params(policy())  # window 10m, scrape 15s, minCoverage 0.6, maxStaleness 2m
 SM, GR, UTIL = Signal.SM_ACTIVE, Signal.GR_ENGINE_ACTIVE, Signal.GPU_UTIL

@@ -11,9 +11,8 @@ from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, PodView
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.budgets import merge_budgets, merge_recent, recent_within_hour
-
-from . import builders as b
-from .builders import (
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import (
     NOW,
     enforce,
     gpu,

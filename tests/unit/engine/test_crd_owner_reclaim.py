@@ -15,10 +15,9 @@ from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.engine.model import OwnerObject, OwnerRef, ReclaimOwner
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.owners import kubectl_restore
-
-from .builders import enforce, no_faults, pod  # noqa: F401 (fixture)
-from .owner_builders import due_annotations
-from .test_reclaim import cluster, evictions, reclaims
+from tests.unit.engine.builders import enforce, no_faults, pod  # noqa: F401 (fixture)
+from tests.unit.engine.owner_builders import due_annotations
+from tests.unit.engine.test_reclaim import cluster, evictions, reclaims
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 

@@ -21,9 +21,8 @@ from gpu_efficiency.engine.model import (
     TaintNode,
 )
 from gpu_efficiency.engine.planner import plan_cycle
-
-from . import builders as b
-from .builders import NOW, gpu, pod, policy, snapshot, stats
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import NOW, gpu, pod, policy, snapshot, stats
 
 GOOD_PROFILES = [
     b.idle,

@@ -21,6 +21,7 @@ from gpu_efficiency.engine.faults.pcie import judge_pcie
 from gpu_efficiency.engine.model import NodeEvent, Signal, Stats, Window
 from gpu_efficiency.engine.planner import plan_cycle
 from tests.unit.engine import builders as b
+from tests.unit.engine.stragglers.test_outliers import events, slowed, snap, straggler_annotations
 from tests.unit.engine.test_faults_support import (
     NAN,
     NOW,
@@ -31,7 +32,6 @@ from tests.unit.engine.test_faults_support import (
     policy,
     st,
 )
-from tests.unit.engine.test_stragglers import events, slowed, snap, straggler_annotations
 
 RULES = data_rules(policy(), NOW)
 FAULT, HEALTHY, PENDING, UNKNOWN = GpuState.FAULT, GpuState.HEALTHY, GpuState.PENDING, GpuState.UNKNOWN

@@ -20,9 +20,8 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS
-
-from . import builders as b
-from .builders import (
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import (
     NOW,
     annotations_of,
     apply_plan,

@@ -18,9 +18,8 @@ from gpu_efficiency.engine.explain import explain_lines
 from gpu_efficiency.engine.model import EvictPod, Plan, PodEvent, Snapshot
 from gpu_efficiency.engine.planner import evaluate, plan_cycle
 from gpu_efficiency.engine.pods.idleledger import IdleLedger
-
-from .builders import NOW, annotations_of, apply_plan, enforce, no_faults  # noqa: F401 (fixture)
-from .test_idle_lifecycle import P, _annotate, idle_snapshot
+from tests.unit.engine.builders import NOW, annotations_of, apply_plan, enforce, no_faults  # noqa: F401 (fixture)
+from tests.unit.engine.test_idle_lifecycle import P, _annotate, idle_snapshot
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 FAR = "2099-01-01T00:00:00Z"

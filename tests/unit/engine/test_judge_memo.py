@@ -8,9 +8,8 @@ from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, GPUSample, Plan, Snapshot, Verdict, Window
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.judgememo import JudgeMemo
-
-from . import builders as b
-from .builders import NOW, enforce, gpu, no_faults, pod, snapshot  # noqa: F401 (fixture)
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import NOW, enforce, gpu, no_faults, pod, snapshot  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 

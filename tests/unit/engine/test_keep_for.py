@@ -13,9 +13,8 @@ from gpu_efficiency.engine.model import AnnotatePod, EvictPod, PodEvent, Snapsho
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.acknowledge import ending_with, keep_command, parse_keep_for
 from gpu_efficiency.engine.pods.idleledger import IdleLedger
-
-from . import builders as b
-from .builders import NOW, annotations_of, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import NOW, annotations_of, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 

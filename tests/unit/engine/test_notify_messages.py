@@ -22,9 +22,8 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.notify import Notification, cloudevent, notifications, slack_message
-
-from . import builders as b
-from .builders import NOW, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import NOW, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 

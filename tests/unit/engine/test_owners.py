@@ -17,8 +17,7 @@ from gpu_efficiency.engine.pods.owners import (
     restore_commands,
 )
 from gpu_efficiency.engine.pods.reclaimedbyus import reclaimed_by_us
-
-from .owner_builders import chain, obj, our_record, owned, ref
+from tests.unit.engine.owner_builders import chain, obj, our_record, owned, ref
 
 
 def index(*objects):  # type: ignore[no-untyped-def]

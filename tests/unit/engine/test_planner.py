@@ -24,9 +24,8 @@ from gpu_efficiency.engine.model import (
     Verdict,
 )
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
-
-from . import builders as b
-from .builders import (
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import (
     NOW,
     annotations_of,
     apply_plan,

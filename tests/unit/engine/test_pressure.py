@@ -18,8 +18,7 @@ from gpu_efficiency.engine.model import (
     Toleration,
 )
 from gpu_efficiency.engine.pods.pressure import choose_for_pressure, free_gpus, may_run_on
-
-from .builders import pod
+from tests.unit.engine.builders import pod
 
 INSUFFICIENT = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are available"
 

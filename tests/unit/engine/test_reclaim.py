@@ -20,10 +20,17 @@ from gpu_efficiency.engine.model import (
     Snapshot,
 )
 from gpu_efficiency.engine.planner import evaluate, plan_cycle
-
-from . import builders as b
-from .builders import enforce, gpu, no_faults, policy, snapshot  # noqa: F401 (fixture)
-from .owner_builders import chain, due_annotations, obj, our_record, owned, with_owners, with_records
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import enforce, gpu, no_faults, policy, snapshot  # noqa: F401 (fixture)
+from tests.unit.engine.owner_builders import (
+    chain,
+    due_annotations,
+    obj,
+    our_record,
+    owned,
+    with_owners,
+    with_records,
+)
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 

@@ -24,10 +24,9 @@ from gpu_efficiency.engine.model import (
     Snapshot,
 )
 from gpu_efficiency.engine.planner import plan_cycle
-
-from . import builders as b
-from .builders import NOW, enforce, gpu, no_faults, snapshot  # noqa: F401 (fixture)
-from .owner_builders import chain, due_annotations, obj, our_record, owned, with_owners
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import NOW, enforce, gpu, no_faults, snapshot  # noqa: F401 (fixture)
+from tests.unit.engine.owner_builders import chain, due_annotations, obj, our_record, owned, with_owners
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 

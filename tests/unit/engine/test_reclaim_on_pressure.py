@@ -13,10 +13,17 @@ from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import NodeView, OwnerObject, PendingPod, PodView, ReclaimOwner, Snapshot
 from gpu_efficiency.engine.planner import evaluate
 from gpu_efficiency.engine.pods.reclaimproof import accepted, advance, newly_running
-
-from . import builders as b
-from .builders import NOW, enforce, gpu, no_faults, snapshot  # noqa: F401 (fixture)
-from .owner_builders import chain, due_annotations, obj, our_record, owned, with_owners, with_records
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import NOW, enforce, gpu, no_faults, snapshot  # noqa: F401 (fixture)
+from tests.unit.engine.owner_builders import (
+    chain,
+    due_annotations,
+    obj,
+    our_record,
+    owned,
+    with_owners,
+    with_records,
+)
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 INSUFFICIENT = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."

@@ -12,10 +12,9 @@ from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.engine.model import EvictPod, OwnerObject, PodView, ReclaimOwner, Verdict
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.reclaimproof import advance
-
-from . import builders as b
-from .builders import enforce, gpu, no_faults, snapshot  # noqa: F401 (fixture)
-from .owner_builders import chain, due_annotations, owned, with_owners
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import enforce, gpu, no_faults, snapshot  # noqa: F401 (fixture)
+from tests.unit.engine.owner_builders import chain, due_annotations, owned, with_owners
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 

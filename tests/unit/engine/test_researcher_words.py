@@ -14,9 +14,8 @@ from gpu_efficiency.engine.model import AnnotatePod, Diagnosis, PodEvent
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
 from gpu_efficiency.engine.pods.notify import Notification, slack_message
 from gpu_efficiency.engine.pods.underutilization import RECOMMENDATIONS
-
-from . import builders as b
-from .builders import NOW, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401 (fixture)
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import NOW, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 

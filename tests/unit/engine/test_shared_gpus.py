@@ -4,9 +4,8 @@ import pytest
 
 from gpu_efficiency.engine.model import EvictPod, Snapshot, Verdict
 from gpu_efficiency.engine.planner import plan_cycle
-
-from . import builders as b
-from .builders import (
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import (
     apply_plan,
     enforce,
     gpu,

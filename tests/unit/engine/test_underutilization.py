@@ -16,9 +16,8 @@ from gpu_efficiency.engine.pods.underutilization import (
     diagnose,
     time_to_oom,
 )
-
-from . import builders as b
-from .builders import (
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import (
     NOW,
     gpu,
     no_faults,  # noqa: F401 (fixture)

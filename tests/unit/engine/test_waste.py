@@ -7,9 +7,8 @@ from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.waste import elapsed_hours, idle_waste, price_for
-
-from . import builders as b
-from .builders import (
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import (
     NOW,
     gpu,
     no_faults,  # noqa: F401 (fixture)

@@ -18,7 +18,9 @@ class FaultKind(StrEnum):
     ECC = "ecc"
     XID = "xid"
     THERMAL = "thermal"
-    STRAGGLER = "straggler"  # a hardware straggler of its job (engine/stragglers.py): degraded, not broken
+    STRAGGLER = (
+        "straggler"  # a hardware straggler of its job (engine/stragglers/evaluate.py): degraded, not broken
+    )
     PCIE = "pcie"  # a PCIe link trained below the GPU's maximum (engine/faults/pcie.py): degraded
 
     @property

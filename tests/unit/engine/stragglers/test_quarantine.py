@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from tests.unit.engine import builders as b
+from tests.unit.engine.stragglers.test_outliers import job, slowed, trainer
+from tests.unit.engine.test_faults_support import Cluster
+
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.faults.kinds import GpuState
 from gpu_efficiency.engine.model import (
@@ -25,11 +29,11 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.activity import DataBounds
-from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_judgements, straggler_params
-from tests.unit.engine.test_faults_support import Cluster
-from tests.unit.engine.test_stragglers import job, slowed, trainer
-
-from . import builders as b
+from gpu_efficiency.engine.stragglers.evaluate import (
+    evaluate_stragglers,
+    straggler_judgements,
+    straggler_params,
+)
 
 THROTTLED = {"clock": 1200.0, "power": 420.0, "CLOCK_EVENTS": b.stats(0x24, 0x64)}
 SLOW_GPU = "GPU-train-3-0"

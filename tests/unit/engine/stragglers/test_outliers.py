@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from tests.unit.engine import builders as b
 
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import (
@@ -24,9 +25,7 @@ from gpu_efficiency.engine.model import (
     Stats,
 )
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.stragglers import NO_HARDWARE, outliers_below, robust_spread
-
-from . import builders as b
+from gpu_efficiency.engine.stragglers.evaluate import NO_HARDWARE, outliers_below, robust_spread
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 no_faults = b.no_faults

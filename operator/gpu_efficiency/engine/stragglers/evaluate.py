@@ -46,7 +46,7 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.pods.activity import DataBounds, GPUActivity, gpu_activity, usable
 from gpu_efficiency.engine.pods.idle import PodKey
-from gpu_efficiency.engine.pods.jobgroups import JobGroup, job_groups
+from gpu_efficiency.engine.stragglers.jobgroups import JobGroup, job_groups
 
 #: MAD x 1.4826 estimates the standard deviation of normally distributed values.
 MAD_SCALE = 1.4826
