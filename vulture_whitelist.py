@@ -61,7 +61,7 @@ decode_content
 tb
 
 # Read by people: the version of NVIDIA's XID catalogue the table was written from.
-CATALOGUE_VERSION  # engine/faults/xid_catalogue.py
+CATALOGUE_VERSION  # engine/quarantine/xid_catalogue.py
 
 # Served by the harness simulator and the node agent, not read by the operator (api/exporter_fields.py).
 EXTRA_RENAMES

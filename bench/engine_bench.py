@@ -41,7 +41,6 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.api.timefmt import format_rfc3339
-from gpu_efficiency.engine.faults.evaluate import evaluate_faults
 from gpu_efficiency.engine.model import (
     AnnotatePod,
     EvictPod,
@@ -58,6 +57,7 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.judgememo import JudgeMemo
+from gpu_efficiency.engine.quarantine.evaluate import evaluate_faults
 from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL
 from gpu_efficiency_sim.profiles import sample as profile_sample
 

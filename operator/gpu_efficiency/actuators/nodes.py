@@ -4,7 +4,7 @@ Taints are a read-modify-write of the whole list (``spec.taints`` is atomic) sen
 merge patch carrying ``metadata.resourceVersion``: the API server answers 409 Conflict when the
 node changed since the read, and the write is retried on a fresh read a bounded number of times.
 Only taints with our key are edited, and only the kind named by the action (see
-``engine/faults/taints``: kinds sharing an effect share one taint, ``ecc.xid:NoSchedule``). Every
+``engine/quarantine/taints``: kinds sharing an effect share one taint, ``ecc.xid:NoSchedule``). Every
 function reads first and skips the write when nothing would change (``Result.NOOP``), so a steady
 state costs reads only.
 """
@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.api.names import FAULT_TAINT_KEY
 from gpu_efficiency.api.timefmt import format_rfc3339
-from gpu_efficiency.engine.faults.taints import join_kinds, split_kinds
 from gpu_efficiency.engine.model import Action, AnnotateNode, SetNodeCondition, TaintNode, UntaintNode
+from gpu_efficiency.engine.quarantine.taints import join_kinds, split_kinds
 
 #: Reads and writes one node write may take when others keep changing the node.
 MAX_ATTEMPTS = 5

@@ -101,7 +101,7 @@ class GPUSample:
     blind: frozenset[str] = frozenset()
     labels_seen: frozenset[str] = frozenset()  # a node-less GPU's identity labels (what to fix)
     # XID events counted (DCGM_EXP_XID_ERRORS_COUNT): duration (s) -> code -> events within it;
-    # None where the exporter serves only the last-XID gauge (engine/faults/xid.py).
+    # None where the exporter serves only the last-XID gauge (engine/quarantine/xid.py).
     xid_events: Mapping[int, Mapping[int, int]] | None = None
     #: The other source's reading of the same GPU when both Prometheus and its node agent report it
     #: (``sources/metrics/agent.merge_samples``): a drain or NoExecute needs both to show the fault
@@ -366,7 +366,7 @@ class EvictPod:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DrainPod:
     """Evict a pod off a faulty GPU (or node) through the Eviction API before a NoExecute taint:
-    the idle evictor's front door, with its own events (engine/faults/drain.py)."""
+    the idle evictor's front door, with its own events (engine/quarantine/drain.py)."""
 
     namespace: str
     name: str
@@ -573,7 +573,7 @@ class Plan:
 
 @dataclass(frozen=True, slots=True)
 class FaultOutcome:
-    """What fault quarantine decided this cycle (engine/faults/evaluate.py), folded into the Plan by the planner."""
+    """What fault quarantine decided this cycle (engine/quarantine/evaluate.py), folded into the Plan by the planner."""
 
     actions: tuple[Action, ...]
     quarantined: tuple[QuarantinedNodeRecord, ...]

@@ -5,7 +5,7 @@ policy events; evictions last, so every warning and annotation is written before
 destructive happens.
 
 The steps live beside it: judging a pod (pods/judge.py), its writes (pods/actions.py), evictions
-and reclaims (pods/budgets.py, pods/reclaim.py), faults (faults/evaluate.py) and the policy's status
+and reclaims (pods/budgets.py, pods/reclaim.py), faults (quarantine/evaluate.py) and the policy's status
 (policy_status.py); this module orders them and holds no rule of its own.
 """
 
@@ -18,8 +18,6 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.engine.evaluation import Evaluation
 from gpu_efficiency.engine.explain import explain_lines
-from gpu_efficiency.engine.faults.evaluate import evaluate_faults
-from gpu_efficiency.engine.faults.kinds import FaultKind
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -50,6 +48,8 @@ from gpu_efficiency.engine.pods.reclaim import (
 )
 from gpu_efficiency.engine.pods.record import PodRecord
 from gpu_efficiency.engine.policy_status import policy_status, unattributed
+from gpu_efficiency.engine.quarantine.evaluate import evaluate_faults
+from gpu_efficiency.engine.quarantine.kinds import FaultKind
 from gpu_efficiency.engine.selection import Scope, build_scope, claimed_by
 from gpu_efficiency.engine.stragglers.evaluate import (
     evaluate_stragglers,

@@ -34,8 +34,6 @@ from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.conditions import find_condition, set_condition
-from gpu_efficiency.engine.faults.devices import with_dra_capacity
-from gpu_efficiency.engine.faults.xid_repeats import FLOOD_WINDOW_S
 from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
@@ -59,6 +57,8 @@ from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 from gpu_efficiency.engine.pods.notify import notifications, notifications_condition, pending_evictions
 from gpu_efficiency.engine.pods.ownerreads import OwnerRead, owner_read_needed, starts_idle_clock
 from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
+from gpu_efficiency.engine.quarantine.dra import with_dra_capacity
+from gpu_efficiency.engine.quarantine.xid_repeats import FLOOD_WINDOW_S
 from gpu_efficiency.engine.selection import build_scope
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from gpu_efficiency.sources.kube.cluster import ClusterSource, ClusterState

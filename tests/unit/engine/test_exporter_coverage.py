@@ -8,13 +8,13 @@ from dataclasses import replace
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.conditions import find_condition
 from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS, csv_lines
-from gpu_efficiency.engine.faults.data import data_rules
-from gpu_efficiency.engine.faults.ecc import judge_ecc
-from gpu_efficiency.engine.faults.kinds import GpuState
 from gpu_efficiency.engine.model import GPUSample, PolicyEvent, Signal, TaintNode, Verdict
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.quarantine.data import data_rules
+from gpu_efficiency.engine.quarantine.ecc import judge_ecc
+from gpu_efficiency.engine.quarantine.kinds import GpuState
 from tests.unit.engine import builders as b
-from tests.unit.engine.test_faults_support import Cluster, gpu, node, of_type, policy, st
+from tests.unit.engine.quarantine.support import Cluster, gpu, node, of_type, policy, st
 
 DEFAULT_CSV_BLIND = frozenset({"ecc", "pcie", "profiling", "occupancy", "tensor", "dram", "pcie-throughput"})
 

@@ -16,10 +16,10 @@ from gpu_efficiency.engine.planner import evaluate, explain_pod
 from gpu_efficiency.engine.pods.activity import CONTRADICTING, data_bounds, gpu_activity
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from tests.unit.engine.builders import NOW, compute_bound, enforce, gpu, idle, pod, snapshot, stats
-from tests.unit.engine.test_faults_support import XID_79
-from tests.unit.engine.test_faults_support import gpu as fault_gpu
-from tests.unit.engine.test_faults_support import node as fault_node
-from tests.unit.engine.test_faults_support import policy as fault_policy
+from tests.unit.engine.quarantine.support import XID_79
+from tests.unit.engine.quarantine.support import gpu as fault_gpu
+from tests.unit.engine.quarantine.support import node as fault_node
+from tests.unit.engine.quarantine.support import policy as fault_policy
 
 NODE_CONFLICT = "node-conflict"  # a source's reason, passed through the snapshot
 

@@ -28,9 +28,6 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration, parse_duration
 from gpu_efficiency.api.policy import StragglerRule
 from gpu_efficiency.api.timefmt import format_rfc3339, parse_rfc3339
-from gpu_efficiency.engine.faults.kinds import FaultKind, GpuJudgement, GpuState
-from gpu_efficiency.engine.faults.pcie import downtrained
-from gpu_efficiency.engine.faults.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL
 from gpu_efficiency.engine.model import (
     Action,
     GPUSample,
@@ -46,6 +43,9 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.pods.activity import DataBounds, GPUActivity, gpu_activity, usable
 from gpu_efficiency.engine.pods.idle import PodKey
+from gpu_efficiency.engine.quarantine.kinds import FaultKind, GpuJudgement, GpuState
+from gpu_efficiency.engine.quarantine.pcie import downtrained
+from gpu_efficiency.engine.quarantine.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL
 from gpu_efficiency.engine.stragglers.jobgroups import JobGroup, job_groups
 
 #: MAD x 1.4826 estimates the standard deviation of normally distributed values.

@@ -13,11 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from tests.unit.engine import builders as b
+from tests.unit.engine.quarantine.support import Cluster
 from tests.unit.engine.stragglers.test_outliers import job, slowed, trainer
-from tests.unit.engine.test_faults_support import Cluster
 
 from gpu_efficiency.api import names
-from gpu_efficiency.engine.faults.kinds import GpuState
 from gpu_efficiency.engine.model import (
     Plan,
     SetNodeCondition,
@@ -29,6 +28,7 @@ from gpu_efficiency.engine.model import (
 )
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.pods.activity import DataBounds
+from gpu_efficiency.engine.quarantine.kinds import GpuState
 from gpu_efficiency.engine.stragglers.evaluate import (
     evaluate_stragglers,
     straggler_judgements,

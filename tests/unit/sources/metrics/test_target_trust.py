@@ -13,12 +13,12 @@ import re
 from dataclasses import dataclass, field
 
 import httpx
-from tests.unit.engine.test_faults_support import node, snapshot
+from tests.unit.engine.quarantine.support import node, snapshot
 from tests.unit.sources.metrics.fake_http import form, json_answer
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
-from gpu_efficiency.engine.faults.evaluate import evaluate_faults
 from gpu_efficiency.engine.model import DrainPod, NodeView, Signal, TaintDevices, TaintNode, Window
+from gpu_efficiency.engine.quarantine.evaluate import evaluate_faults
 from gpu_efficiency.runtime.cycle import windows_for
 from gpu_efficiency.sources.metrics.base import FaultHints, FetchRequest, FetchResult
 from gpu_efficiency.sources.metrics.labels import NODE_CONFLICT

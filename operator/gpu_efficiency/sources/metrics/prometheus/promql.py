@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_efficiency.api import exporter_fields as ef
-from gpu_efficiency.engine.faults.pcie import BUSY_UTIL_PERCENT
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN
+from gpu_efficiency.engine.quarantine.pcie import BUSY_UTIL_PERCENT
 from gpu_efficiency.sources.metrics.base import FaultHints
 
 #: Labels that identify one GPU (or MIG instance) across every metric.
@@ -152,7 +152,7 @@ QUERY_PLAN: Mapping[Window, Mapping[Signal, tuple[str, ...]]] = {
         Signal.REMAPPED_ROWS_UNCORRECTABLE: _FAULT_COUNTER,
         Signal.ROW_REMAP_FAILURE: ("max", "last", "count", "ts"),
         Signal.RETIRED_PAGES_PENDING: ("max", "last", "count", "ts"),
-        # PCIe link (engine/faults/pcie.py): fetched for the GPUs the fault filter names only.
+        # PCIe link (engine/quarantine/pcie.py): fetched for the GPUs the fault filter names only.
         Signal.PCIE_LINK_WIDTH: _LINK,
         Signal.PCIE_MAX_LINK_WIDTH: _LINK,
         Signal.PCIE_LINK_GEN: _LINK,
@@ -319,7 +319,7 @@ def _below_max(current: Signal, maximum: Signal, window: str, matchers: str) -> 
 
 
 def pcie_filter(window: str, matchers: str) -> list[str]:
-    """GPUs whose link may be down-trained (``engine/faults/pcie.py``): narrower than its maximum over
+    """GPUs whose link may be down-trained (``engine/quarantine/pcie.py``): narrower than its maximum over
     the whole window, or slower while busy in every sample. Two cheap terms: an idle GPU's low
     generation (power saving) does not make it a candidate."""
     util = f"{over(Signal.GPU_UTIL, 'min_over_time', window, matchers)} >= {BUSY_UTIL_PERCENT:g}"

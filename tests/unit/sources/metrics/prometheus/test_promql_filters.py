@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from gpu_efficiency.engine.faults import thermal as faults_thermal
+from gpu_efficiency.engine.quarantine import thermal as faults_thermal
 from gpu_efficiency.sources.metrics.prometheus.promql import THERMAL_BITS, thermal_bits_expr
 
 
