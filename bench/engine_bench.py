@@ -56,8 +56,8 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.pods.judgememo import JudgeMemo
 from gpu_efficiency.engine.quarantine.evaluate import evaluate_faults
+from gpu_efficiency.engine.reclaim.judgememo import JudgeMemo
 from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL
 from gpu_efficiency_sim.profiles import sample as profile_sample
 

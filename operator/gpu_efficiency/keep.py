@@ -14,7 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.api import names
-from gpu_efficiency.engine.pods.acknowledge import parse_keep_for
+from gpu_efficiency.engine.reclaim.acknowledge import parse_keep_for
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

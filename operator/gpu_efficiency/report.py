@@ -39,7 +39,7 @@ from gpu_efficiency.engine.exporter_coverage import blind_summary, coverage, csv
 from gpu_efficiency.engine.model import AnnotatePod, EvictPod, Plan, ReclaimOwner, Snapshot, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
-from gpu_efficiency.engine.pods.waste import price_for
+from gpu_efficiency.engine.reclaim.waste import price_for
 from gpu_efficiency.runtime.cycle import CycleRunner, format_validation_error, no_series_message
 from gpu_efficiency.runtime.deps import build_runner
 

@@ -30,7 +30,7 @@ from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.api.suspend_fields import INVERTED, SUSPEND_PATHS, spec_field, suspend_patch
 from gpu_efficiency.api.timefmt import parse_rfc3339
 from gpu_efficiency.engine.model import OwnerRef
-from gpu_efficiency.engine.pods.reclaimedbyus import reclaimed_by_us
+from gpu_efficiency.engine.reclaim.reclaimedbyus import reclaimed_by_us
 
 #: KIND spellings accepted (kubectl's names and short names) -> (kind, apiVersion).
 KINDS: Mapping[str, tuple[str, str]] = {

@@ -31,7 +31,7 @@ import orjson
 from gpu_efficiency import metrics
 from gpu_efficiency.api.policy import NotifySink, SinkType
 from gpu_efficiency.api.timefmt import format_rfc3339
-from gpu_efficiency.engine.pods.notify import (
+from gpu_efficiency.engine.notify.messages import (
     CLOUDEVENTS_CONTENT_TYPE,
     Notification,
     cloudevent,

@@ -31,7 +31,7 @@ from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.api.suspend_fields import suspend_patch
 from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import OwnerRef, ReclaimOwner
-from gpu_efficiency.engine.pods.owners import restore_commands
+from gpu_efficiency.engine.reclaim.owners import restore_commands
 
 MERGE = "application/merge-patch+json"
 PLURALS: Mapping[str, str] = {

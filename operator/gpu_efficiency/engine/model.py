@@ -233,7 +233,7 @@ class NodeRequirement:
 
 @dataclass(frozen=True, slots=True)
 class PendingPod:
-    """A GPU pod not yet bound to a node, with what the scheduler matches nodes by (engine/pods/pressure.py)."""
+    """A GPU pod not yet bound to a node, with what the scheduler matches nodes by (engine/reclaim/pressure.py)."""
 
     namespace: str
     name: str
@@ -285,7 +285,7 @@ class Snapshot:
     senior_policies: tuple[SeniorPolicy, ...] = ()  # overlapping policies judge each pod/node once
     #: Series or GPUs the source dropped as untrustworthy, by reason (folded into status.droppedSamples).
     dropped_samples: Mapping[str, int] = field(default_factory=dict)
-    # Owner-aware reclamation (engine/pods/owners.py). None: no owner was read this cycle (no pod carries
+    # Owner-aware reclamation (engine/reclaim/owners.py). None: no owner was read this cycle (no pod carries
     # idle-since, so nothing can be due): pods are judged one by one, as before owners existed.
     owners: Mapping[OwnerKey, OwnerObject] | None = None
     #: scaleTargetRef -> name of the HorizontalPodAutoscaler targeting it (recorded on the owner when
@@ -566,7 +566,7 @@ class Plan:
     stragglers: tuple[tuple[str, str, int], ...] = ()
     #: Every job group the straggler pass saw (judged or not, and why).
     straggler_groups: tuple[StragglerGroupView, ...] = ()
-    #: A record per planned reclamation with its actions (engine/pods/reclaimproof.py): folded into the
+    #: A record per planned reclamation with its actions (engine/reclaim/reclaimproof.py): folded into the
     #: status only when one of those actions is accepted.
     reclamations: tuple[tuple[tuple[Action, ...], Reclamation], ...] = ()
 

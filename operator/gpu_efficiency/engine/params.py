@@ -42,7 +42,7 @@ class CycleParams:
     allow_bare_pods: bool
     priority_threshold: int
     prices: Mapping[str, float]  # normalised model -> price per GPU-hour ("default" kept)
-    on_pressure: bool = False  # reclaimWhen OnPressure (engine/pods/pressure.py)
+    on_pressure: bool = False  # reclaimWhen OnPressure (engine/reclaim/pressure.py)
 
 
 def cycle_params(spec: GPUEfficiencyPolicySpec) -> CycleParams:

@@ -30,12 +30,12 @@ from gpu_efficiency.engine.model import (
     Verdict,
 )
 from gpu_efficiency.engine.params import CycleParams
-from gpu_efficiency.engine.pods.budgets import recent_within_hour
-from gpu_efficiency.engine.pods.idle import PodKey
-from gpu_efficiency.engine.pods.judge import JudgeContext
-from gpu_efficiency.engine.pods.pressure import waiting_for_gpus
-from gpu_efficiency.engine.pods.reclaimproof import advance
-from gpu_efficiency.engine.pods.waste import elapsed_hours, idle_waste
+from gpu_efficiency.engine.reclaim.budgets import recent_within_hour
+from gpu_efficiency.engine.reclaim.idle import PodKey
+from gpu_efficiency.engine.reclaim.judge import JudgeContext
+from gpu_efficiency.engine.reclaim.pressure import waiting_for_gpus
+from gpu_efficiency.engine.reclaim.reclaimproof import advance
+from gpu_efficiency.engine.reclaim.waste import elapsed_hours, idle_waste
 
 
 def policy_status(

@@ -50,15 +50,15 @@ from gpu_efficiency.engine.model import (
     UntaintNode,
     Window,
 )
+from gpu_efficiency.engine.notify.messages import notifications, notifications_condition, pending_evictions
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.pods.budgets import merge_budgets
-from gpu_efficiency.engine.pods.idleledger import IdleLedger
-from gpu_efficiency.engine.pods.judgememo import JudgeMemo
-from gpu_efficiency.engine.pods.notify import notifications, notifications_condition, pending_evictions
-from gpu_efficiency.engine.pods.ownerreads import OwnerRead, owner_read_needed, starts_idle_clock
-from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.quarantine.dra import with_dra_capacity
 from gpu_efficiency.engine.quarantine.xid_repeats import FLOOD_WINDOW_S
+from gpu_efficiency.engine.reclaim.budgets import merge_budgets
+from gpu_efficiency.engine.reclaim.idleledger import IdleLedger
+from gpu_efficiency.engine.reclaim.judgememo import JudgeMemo
+from gpu_efficiency.engine.reclaim.ownerreads import OwnerRead, owner_read_needed, starts_idle_clock
+from gpu_efficiency.engine.reclaim.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.selection import build_scope
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from gpu_efficiency.sources.kube.cluster import ClusterSource, ClusterState

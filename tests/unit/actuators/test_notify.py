@@ -20,7 +20,7 @@ from gpu_efficiency import metrics
 from gpu_efficiency.actuators.notify import Notifier, Timing
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import NotifySink
-from gpu_efficiency.engine.pods.notify import Notification
+from gpu_efficiency.engine.notify.messages import Notification
 
 
 @dataclass

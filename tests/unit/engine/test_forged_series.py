@@ -13,7 +13,7 @@ from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import EvictPod, GPUSample, Signal, Snapshot, TaintNode, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import evaluate, explain_pod
-from gpu_efficiency.engine.pods.activity import CONTRADICTING, data_bounds, gpu_activity
+from gpu_efficiency.engine.reclaim.activity import CONTRADICTING, data_bounds, gpu_activity
 from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
 from tests.unit.engine.builders import NOW, compute_bound, enforce, gpu, idle, pod, snapshot, stats
 from tests.unit.engine.quarantine.support import XID_79

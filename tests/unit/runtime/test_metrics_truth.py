@@ -22,8 +22,8 @@ from gpu_efficiency.api.policy import KIND, Mode
 from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS
 from gpu_efficiency.engine.model import Verdict
-from gpu_efficiency.engine.pods.annotations import STATE_WARNED
 from gpu_efficiency.engine.quarantine.kinds import REASON_CLEARED, REASON_DEGRADED_CLEARED, FaultKind
+from gpu_efficiency.engine.reclaim.annotations import STATE_WARNED
 from gpu_efficiency.runtime.fault_wake import AGENT_FAULT_REASONS
 from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
 

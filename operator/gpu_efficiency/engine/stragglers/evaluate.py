@@ -41,11 +41,11 @@ from gpu_efficiency.engine.model import (
     StragglerGroupView,
     Window,
 )
-from gpu_efficiency.engine.pods.activity import DataBounds, GPUActivity, gpu_activity, usable
-from gpu_efficiency.engine.pods.idle import PodKey
 from gpu_efficiency.engine.quarantine.kinds import FaultKind, GpuJudgement, GpuState
 from gpu_efficiency.engine.quarantine.pcie import downtrained
 from gpu_efficiency.engine.quarantine.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL
+from gpu_efficiency.engine.reclaim.activity import DataBounds, GPUActivity, gpu_activity, usable
+from gpu_efficiency.engine.reclaim.idle import PodKey
 from gpu_efficiency.engine.stragglers.jobgroups import JobGroup, job_groups
 
 #: MAD x 1.4826 estimates the standard deviation of normally distributed values.

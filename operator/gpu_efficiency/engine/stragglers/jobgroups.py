@@ -4,7 +4,7 @@ A pod belongs to the first group that names it: a label the policy names (``stra
 then the well-known labels of the job controllers (JobSet before Job: a JobSet's pods also carry
 their child Job's name), then the pod's controller when it is a job kind (a Kubeflow PyTorchJob or
 MPIJob, a RayCluster, a Job). The group's owner, for its events, is the pod's top owner when the
-owners were read (``engine/pods/owners.py``), else the controller when it is the group's own kind.
+owners were read (``engine/reclaim/owners.py``), else the controller when it is the group's own kind.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_efficiency.engine.model import OwnerKey, OwnerObject, OwnerRef, PodView
-from gpu_efficiency.engine.pods.owners import resolve_owner
+from gpu_efficiency.engine.reclaim.owners import resolve_owner
 
 #: (label key, the owner kind it names), tried in this order after the policy's ``groupBy`` labels.
 GROUP_LABELS: tuple[tuple[str, str], ...] = (

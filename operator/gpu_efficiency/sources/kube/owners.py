@@ -2,7 +2,7 @@
 
 CronJobs are read for their concurrencyPolicy only (their Jobs are suspended, never the CronJob:
 the reclaim event says what the next scheduled run will do). An HPA's target is scaled like any
-other owner, and the HPA's name is recorded on it (engine/pods/owners.py says why that is safe).
+other owner, and the HPA's name is recorded on it (engine/reclaim/owners.py says why that is safe).
 
 A cycle reads them only when some pod carries ``idle-since`` (nothing can be reclaimed before):
 one paged LIST per kind, cluster-wide, whatever the number of pods. Kinds from CRDs (JobSet,

@@ -24,7 +24,7 @@ import httpx
 import orjson
 
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
-from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN, CONTRADICTION_UTIL, MAX_SMS_PER_GPU
+from gpu_efficiency.engine.reclaim.activity import ACTIVITY_CHAIN, CONTRADICTION_UTIL, MAX_SMS_PER_GPU
 from gpu_efficiency.sources.metrics.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
 from gpu_efficiency.sources.metrics.deadline import deadline, httpx_socket
 from gpu_efficiency.sources.metrics.labels import NODE_CONFLICT

@@ -27,8 +27,8 @@ from gpu_efficiency.engine.model import (
     UntaintNode,
 )
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.pods.activity import DataBounds
 from gpu_efficiency.engine.quarantine.kinds import GpuState
+from gpu_efficiency.engine.reclaim.activity import DataBounds
 from gpu_efficiency.engine.stragglers.evaluate import (
     evaluate_stragglers,
     straggler_judgements,

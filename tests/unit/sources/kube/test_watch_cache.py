@@ -22,7 +22,7 @@ from urllib3.exceptions import ReadTimeoutError
 
 from gpu_efficiency import metrics
 from gpu_efficiency.engine.model import NamespaceView, NodeView, PendingPod, PodView, Toleration
-from gpu_efficiency.engine.pods.pressure import waiting_for_gpus
+from gpu_efficiency.engine.reclaim.pressure import waiting_for_gpus
 from gpu_efficiency.sources.kube.cluster import ClusterState, pending_view, pod_view
 from gpu_efficiency.sources.kube.cluster_cache import CachedClusterReader
 from gpu_efficiency.sources.kube.watch import RELIST_AFTER_FAILURES, Backoff, Informer, iter_lines

@@ -38,7 +38,7 @@ def _names(signals: Sequence[str], family: ef.Family | None = None) -> tuple[str
     return tuple(dict.fromkeys(out))
 
 
-#: Diagnosis inputs (``engine/pods/underutilization.py``) and the signals that serve each.
+#: Diagnosis inputs (``engine/reclaim/underutilization.py``) and the signals that serve each.
 DIAGNOSIS_INPUTS: Mapping[str, tuple[str, ...]] = {
     "profiling": ("SM_ACTIVE", "GR_ENGINE_ACTIVE"),
     "occupancy": ("SM_OCCUPANCY",),

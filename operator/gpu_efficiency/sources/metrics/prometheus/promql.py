@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from gpu_efficiency.api import exporter_fields as ef
 from gpu_efficiency.engine.model import Signal, Window
-from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN
 from gpu_efficiency.engine.quarantine.pcie import BUSY_UTIL_PERCENT
+from gpu_efficiency.engine.reclaim.activity import ACTIVITY_CHAIN
 from gpu_efficiency.sources.metrics.base import FaultHints
 
 #: Labels that identify one GPU (or MIG instance) across every metric.

@@ -18,8 +18,8 @@ import pytest
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.engine.model import Diagnosis, GPUSample, Window
 from gpu_efficiency.engine.params import cycle_params
-from gpu_efficiency.engine.pods.activity import data_bounds, gpu_activity
-from gpu_efficiency.engine.pods.underutilization import diagnose
+from gpu_efficiency.engine.reclaim.activity import data_bounds, gpu_activity
+from gpu_efficiency.engine.reclaim.underutilization import diagnose
 from gpu_efficiency.sources.metrics.prometheus.promql import QUERY_PLAN
 from gpu_efficiency.sources.metrics.prometheus.windows import fb_total, window_stats
 from gpu_efficiency_sim.gpu_models import find_model

@@ -29,7 +29,7 @@ chain signal the engine picks, the peak it reads is at or above the threshold: B
 when none is usable; never IDLE. The fresh filter makes the carried verdict also *right*: a GPU
 that went idle on any chain signal is refreshed the same cycle. A carried window's freshness is
 the GPU's newest sample time in the identity query (``GPUSample.carried_newest``, judged by
-``engine.pods.activity.carried_bounds``), so a GPU whose exporter stopped still turns stale (Unknown);
+``engine.reclaim.activity.carried_bounds``), so a GPU whose exporter stopped still turns stale (Unknown);
 its Stats are the entry's own, kept from cycle to cycle (``Entry.stats``). The cycle reads a
 carried GPU's window from the very entry the plan judged (taken under the lock as it plans): a
 background refresh replacing it later in the cycle is carried by the next cycles, once a plan has
@@ -45,12 +45,12 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.engine.model import PodRef, Signal, Stats
-from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN
+from gpu_efficiency.engine.reclaim.activity import ACTIVITY_CHAIN
 from gpu_efficiency.sources.metrics.prometheus.aggregate_rows import AVG, COUNT, MAX, TS, WIDTH, rows_stats
 
 #: (UUID, GPU_I_ID): how window values are keyed.
 Key = tuple[str, str]
-#: The chain's signals with their scale to a 0-1 fraction and largest valid value (engine/pods/activity.py).
+#: The chain's signals with their scale to a 0-1 fraction and largest valid value (engine/reclaim/activity.py).
 _CHAIN = tuple((signal, scale, upper) for signal, upper, scale in ACTIVITY_CHAIN)
 #: A cached peak counts as busy only this far (relative) above the threshold, like the fresh filter.
 _MARGIN = 1e-6

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_efficiency.engine.model import PodRef, Signal, Window
-from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN, DataBounds, gpu_activity
+from gpu_efficiency.engine.reclaim.activity import ACTIVITY_CHAIN, DataBounds, gpu_activity
 from gpu_efficiency.sources.metrics.base import FetchRequest
 from gpu_efficiency.sources.metrics.labels import GPUKey
 from gpu_efficiency.sources.metrics.prometheus.answers import Identity

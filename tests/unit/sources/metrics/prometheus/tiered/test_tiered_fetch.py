@@ -20,7 +20,7 @@ import pytest
 from tests.unit.sources.metrics.fake_http import form, json_answer
 
 from gpu_efficiency.engine.model import GPUSample, Signal, Window
-from gpu_efficiency.engine.pods.activity import DataBounds, carried_bounds, gpu_activity
+from gpu_efficiency.engine.reclaim.activity import DataBounds, carried_bounds, gpu_activity
 from gpu_efficiency.sources.metrics.base import ActivityHints, FaultHints, FetchRequest, FetchResult
 from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
 from gpu_efficiency.sources.metrics.prometheus.promql import (
