@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from gpu_efficiency import metrics
 from gpu_efficiency.actuators.apply import Applier
-from gpu_efficiency.actuators.notify import Notifier
+from gpu_efficiency.actuators.notify.delivery import Notifier
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.status import StatusWriter, read_status
 from gpu_efficiency.api import names

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.events import EventRecorder
-from gpu_efficiency.actuators.notify import Notifier
+from gpu_efficiency.actuators.notify.delivery import Notifier
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.status import StatusWriter
 from gpu_efficiency.api.durations import parse_duration

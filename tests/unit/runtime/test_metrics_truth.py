@@ -15,7 +15,7 @@ from tests.unit.runtime.test_scheduler import body
 from tests.unit.user_docs import USER_DOCS, user_docs_text
 
 from gpu_efficiency import metrics
-from gpu_efficiency.actuators.notify import Notifier
+from gpu_efficiency.actuators.notify.delivery import Notifier
 from gpu_efficiency.api import names
 from gpu_efficiency.api.exporter_fields import NODE_LABELS
 from gpu_efficiency.api.policy import KIND, Mode

@@ -1,6 +1,6 @@
 """Notifications for the people whose GPUs are judged: what happened, why in plain words, when, and
 the one line that keeps the GPU. Pure: it turns the actions a cycle carried out into messages
-(CloudEvents 1.0 structured-mode JSON, Slack incoming-webhook JSON); actuators/notify.py posts them.
+(CloudEvents 1.0 structured-mode JSON, Slack incoming-webhook JSON); actuators/notify/delivery.py posts them.
 
 The people who own notebooks and training jobs do not watch Kubernetes events, so the same warning
 goes to the webhooks their admins configured (``spec.notify``), filtered by reason and namespace.

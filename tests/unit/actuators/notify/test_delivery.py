@@ -17,7 +17,7 @@ from tests.unit.engine import builders as b
 from tests.unit.runtime.cycle_harness import ENFORCE_SPEC, runner, warned_idle_pod
 
 from gpu_efficiency import metrics
-from gpu_efficiency.actuators.notify import Notifier, Timing
+from gpu_efficiency.actuators.notify.delivery import Notifier, Timing
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import NotifySink
 from gpu_efficiency.engine.notify.messages import Notification
