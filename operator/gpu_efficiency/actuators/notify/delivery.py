@@ -29,14 +29,10 @@ import httpx
 import orjson
 
 from gpu_efficiency import metrics
+from gpu_efficiency.actuators.notify.wire import CLOUDEVENTS_CONTENT_TYPE, cloudevent, slack_message
 from gpu_efficiency.api.policy import NotifySink, SinkType
 from gpu_efficiency.api.timefmt import format_rfc3339
-from gpu_efficiency.engine.notify.messages import (
-    CLOUDEVENTS_CONTENT_TYPE,
-    Notification,
-    cloudevent,
-    slack_message,
-)
+from gpu_efficiency.engine.notify.messages import Notification
 
 log = logging.getLogger(__name__)
 

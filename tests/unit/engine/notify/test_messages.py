@@ -9,6 +9,7 @@ import pytest
 from tests.unit.engine import builders as b
 from tests.unit.engine.builders import NOW, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401
 
+from gpu_efficiency.actuators.notify.wire import cloudevent, slack_message
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import NotifySink
 from gpu_efficiency.api.timefmt import format_rfc3339
@@ -22,7 +23,7 @@ from gpu_efficiency.engine.model import (
     PodEvent,
     Snapshot,
 )
-from gpu_efficiency.engine.notify.messages import Notification, cloudevent, notifications, slack_message
+from gpu_efficiency.engine.notify.messages import Notification, notifications
 from gpu_efficiency.engine.planner import plan_cycle
 
 pytestmark = pytest.mark.usefixtures("no_faults")

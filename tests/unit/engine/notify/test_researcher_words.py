@@ -10,10 +10,11 @@ import pytest
 from tests.unit.engine import builders as b
 from tests.unit.engine.builders import NOW, apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401 (fixture)
 
+from gpu_efficiency.actuators.notify.wire import slack_message
 from gpu_efficiency.api import names
 from gpu_efficiency.api.timefmt import format_relative, format_rfc3339, format_when
 from gpu_efficiency.engine.model import AnnotatePod, Diagnosis, PodEvent
-from gpu_efficiency.engine.notify.messages import Notification, slack_message
+from gpu_efficiency.engine.notify.messages import Notification
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
 from gpu_efficiency.engine.reclaim.underutilization import RECOMMENDATIONS
 
