@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency import metrics
-from gpu_efficiency.actuators import devices, nodes, owners
+from gpu_efficiency.actuators import dra, nodes, owners
 from gpu_efficiency.actuators.events import EventRecorder, ObjectRef, node_ref, pod_ref, policy_ref
 from gpu_efficiency.actuators.outcomes import Outcome, Result
 from gpu_efficiency.actuators.pods import annotate_pod, evict_pod
@@ -223,10 +223,10 @@ class Applier:
         return nodes.remove_taint(self.core, action)
 
     def _taint_devices(self, action: TaintDevices, policy: ObjectRef) -> Outcome:
-        return devices.taint_devices(self.custom, action)
+        return dra.taint_devices(self.custom, action)
 
     def _untaint_devices(self, action: UntaintDevices, policy: ObjectRef) -> Outcome:
-        return devices.untaint_devices(self.custom, action)
+        return dra.untaint_devices(self.custom, action)
 
     def _condition(self, action: SetNodeCondition, policy: ObjectRef) -> Outcome:
         return nodes.set_gpu_healthy_condition(self.core, action, time.time())

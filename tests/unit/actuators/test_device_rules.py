@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from gpu_efficiency.actuators.devices import taint_devices, untaint_devices
+from gpu_efficiency.actuators.dra import taint_devices, untaint_devices
 from gpu_efficiency.actuators.outcomes import Result
 from gpu_efficiency.api.names import FAULT_TAINT_KEY
 from gpu_efficiency.engine.model import DraDevice, TaintDevices, UntaintDevices
