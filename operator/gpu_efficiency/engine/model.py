@@ -104,7 +104,7 @@ class GPUSample:
     # None where the exporter serves only the last-XID gauge (engine/quarantine/xid.py).
     xid_events: Mapping[int, Mapping[int, int]] | None = None
     #: The other source's reading of the same GPU when both Prometheus and its node agent report it
-    #: (``sources/metrics/agent.merge_samples``): a drain or NoExecute needs both to show the fault
+    #: (``engine/trust.merge_samples``): a drain or NoExecute needs both to show the fault
     #: (safety guarantee 9). None: one source only.
     witness: GPUSample | None = None
 

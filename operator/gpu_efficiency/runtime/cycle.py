@@ -60,11 +60,10 @@ from gpu_efficiency.engine.reclaim.judgememo import JudgeMemo
 from gpu_efficiency.engine.reclaim.ownerreads import OwnerRead, owner_read_needed, starts_idle_clock
 from gpu_efficiency.engine.reclaim.reclaimproof import accepted, newly_running
 from gpu_efficiency.engine.selection import build_scope
-from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
+from gpu_efficiency.engine.trust import DropReason
 from gpu_efficiency.sources.kube.cluster import ClusterSource, ClusterState
 from gpu_efficiency.sources.kube.dra import DraSource, DraState
 from gpu_efficiency.sources.kube.owners import OwnerReader, OwnerState, OwnersUnavailable
-from gpu_efficiency.sources.metrics.agent import CONTRADICTS_AGENT
 from gpu_efficiency.sources.metrics.base import (
     ActivityHints,
     FaultHints,
@@ -73,11 +72,16 @@ from gpu_efficiency.sources.metrics.base import (
     SampleSource,
     SourceUnavailable,
 )
-from gpu_efficiency.sources.metrics.labels import INVALID_ID, NODE_CONFLICT
 from gpu_efficiency.sources.metrics.targets import address_book
 
 #: Why samples are dropped as untrustworthy (gpu_efficiency_dropped_samples_total's reason label).
-DROP_REASONS = (INVALID_ID, NODE_CONFLICT, POD_NODE_MISMATCH, GPUS_EXCEED_CAPACITY, CONTRADICTS_AGENT)
+DROP_REASONS: tuple[str, ...] = (
+    DropReason.INVALID_ID,
+    DropReason.NODE_CONFLICT,
+    DropReason.POD_NODE_MISMATCH,
+    DropReason.GPUS_EXCEED_CAPACITY,
+    DropReason.CONTRADICTS_AGENT,
+)
 #: The owner actions counted in gpu_efficiency_reclaims_total (Evict is counted as evictions).
 RECLAIM_ACTIONS = (
     ReclaimAction.SCALE_TO_ZERO,

@@ -17,17 +17,15 @@ import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import orjson
 
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
-from gpu_efficiency.engine.reclaim.activity import ACTIVITY_CHAIN, CONTRADICTION_UTIL, MAX_SMS_PER_GPU
-from gpu_efficiency.sources.metrics.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
+from gpu_efficiency.sources.metrics.base import FetchRequest, FetchResult, SourceUnavailable
 from gpu_efficiency.sources.metrics.deadline import deadline, httpx_socket
-from gpu_efficiency.sources.metrics.labels import NODE_CONFLICT
 
 log = logging.getLogger(__name__)
 
@@ -306,122 +304,3 @@ class AgentSource:
         if not snap.get("ready", False):
             return samples, f"not ready ({snap.get('reason', '')}); its samples may be stale"
         return samples, ""
-
-
-# ---- merging with Prometheus -------------------------------------------------------------------------
-
-_ACTIVITY_RANK = (Signal.GPU_UTIL, Signal.GR_ENGINE_ACTIVE, Signal.SM_ACTIVE)  # worst to best
-
-
-def _quality(sample: GPUSample, now: float, max_staleness: float) -> tuple[bool, int, float, float]:
-    """(fresh, best activity signal, its coverage, newest timestamp): larger is better."""
-    activity = sample.stats.get(Window.ACTIVITY, {})
-    newest = max(
-        (s.last_timestamp for s in activity.values() if math.isfinite(s.last_timestamp)), default=-math.inf
-    )
-    rank, coverage = 0, 0.0
-    for i, signal in enumerate(_ACTIVITY_RANK, start=1):
-        stats = activity.get(signal)
-        if stats is not None and stats.count > 0:
-            expected = sample.expected_samples.get(Window.ACTIVITY) or stats.count
-            rank, coverage = i, min(1.0, stats.count / expected)
-    return newest >= now - max_staleness, rank, round(coverage, 2), newest
-
-
-def merge_samples(
-    prometheus: Iterable[GPUSample],
-    agent: Iterable[GPUSample],
-    *,
-    now: float,
-    max_staleness: float,
-    drops: DropTally | None = None,
-) -> list[GPUSample]:
-    """One sample per GPU (UUID): the fresh one first, then the better activity signal (SM active over
-    GR engine over GPU util), then coverage, then the newest; a tie goes to the agent. Samples are kept
-    whole (never mixed signal by signal: their sample densities differ); ``source`` tells which won.
-    Where Prometheus places a GPU on another node than its agent (NODE_CONFLICT), or reads it less
-    active than the agent's fresh busy reading allows (CONTRADICTS_AGENT), the agent's sample is
-    taken and the Prometheus one counted in ``drops``. Where the agent's fault window holds a fault
-    reading Prometheus has not scraped yet (``_fault_news``), the agent's sample is taken too: the
-    fault is judged now, not after the next scrape. Where both are kept, the other one rides along
-    as the sample's ``witness``: a drain or NoExecute needs both to show the fault (safety guarantee 9)."""
-    chosen: dict[str, GPUSample] = {g.uuid: g for g in prometheus}
-    for g in agent:
-        other = chosen.get(g.uuid)
-        if other is not None and other.node != g.node:
-            # The agent reads the GPU through NVML on its own node; a Prometheus series placing
-            # the same GPU on another node is wrong (or forged) and never wins (safety rule 9).
-            chosen[g.uuid] = g
-            if drops is not None:
-                drops.add(NODE_CONFLICT)
-        elif other is not None and _contradicts_agent(other, g, now - max_staleness):
-            # Prometheus' activity is below what the agent's fresh reading of the same GPU says its
-            # kernels physically imply: believe the agent, which reads NVML on the node itself.
-            chosen[g.uuid] = g
-            if drops is not None:
-                drops.add(CONTRADICTS_AGENT)
-        elif other is None:
-            chosen[g.uuid] = g
-        elif _fault_news(g, other, now - max_staleness) or _quality(g, now, max_staleness) >= _quality(
-            other, now, max_staleness
-        ):
-            chosen[g.uuid] = replace(g, witness=other)
-        else:
-            chosen[g.uuid] = replace(other, witness=g)
-    return sorted(chosen.values(), key=lambda g: (g.node, g.index, g.uuid))
-
-
-#: Fault signals the agent reads from NVML events and counters as they happen.
-_FAULT_SIGNALS = (
-    Signal.XID,
-    Signal.ECC_DBE_VOLATILE,
-    Signal.REMAPPED_ROWS_UNCORRECTABLE,
-    Signal.ROW_REMAP_FAILURE,
-)
-
-
-def _fault_news(agent: GPUSample, prometheus: GPUSample, oldest: float) -> bool:
-    """Does the agent's fresh fault window show a change (a new XID, an ECC counter step) whose value
-    Prometheus' samples, all older than the agent's newest, do not hold yet? A Prometheus sample as
-    new as the agent's with another value contradicts it: then neither is preferred for it."""
-    for signal in _FAULT_SIGNALS:
-        mine = agent.get(Window.FAULT, signal)
-        if mine is None or mine.changes <= 0 or not mine.last_timestamp >= oldest:
-            continue
-        theirs = prometheus.get(Window.FAULT, signal)
-        if theirs is None or (theirs.last != mine.last and theirs.last_timestamp < mine.last_timestamp):
-            return True
-    return False
-
-
-#: ``DropTally`` reason of a Prometheus sample whose activity its GPU's agent contradicts.
-CONTRADICTS_AGENT = "contradicts-agent"
-
-
-def _kernel_share(sample: GPUSample, oldest: float) -> float:
-    """The largest fresh share of the window a kernel ran on this GPU by its own readings (GPU_UTIL,
-    and SM / GR engine activity, which cannot exceed it); 0 when none is known."""
-    activity = sample.stats.get(Window.ACTIVITY, {})
-    share = 0.0
-    for signal, _, scale in ACTIVITY_CHAIN:
-        stats = activity.get(signal)
-        if stats is not None and stats.count > 0 and stats.last_timestamp >= oldest:
-            value = stats.avg * scale
-            if math.isfinite(value) and value > share:
-                share = min(value, 1.0)
-    return share
-
-
-def _contradicts_agent(prometheus: GPUSample, agent: GPUSample, oldest: float) -> bool:
-    """Does the agent's fresh reading say kernels ran (CONTRADICTION_UTIL of the window or more)
-    while Prometheus' best activity signal stays below what that implies (``contradiction``'s
-    physical bound: at least one SM of at most MAX_SMS_PER_GPU busy while a kernel runs)?"""
-    share = _kernel_share(agent, oldest)
-    if share < CONTRADICTION_UTIL:
-        return False
-    activity = prometheus.stats.get(Window.ACTIVITY, {})
-    for signal, _, scale in ACTIVITY_CHAIN:  # the signal the engine would judge Prometheus' sample by
-        stats = activity.get(signal)
-        if stats is not None and stats.count > 0:
-            return not stats.avg * scale >= share / MAX_SMS_PER_GPU  # NaN contradicts too
-    return False

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpu_efficiency.sources.metrics.agent import merge_samples
+from gpu_efficiency.engine.trust import merge_samples
 from gpu_efficiency.sources.metrics.base import (
     DropTally,
     FetchRequest,

@@ -63,11 +63,6 @@ class GPUKey:
 #: listed in (issue 19, finding 6).
 _UUID_SHAPE = re.compile(r"(?:GPU|MIG)-[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}", re.ASCII)
 _INSTANCE_SHAPE = re.compile(r"[0-9]{0,9}", re.ASCII)
-#: ``SourceDrops`` reason of a series whose GPU identifier has none of the shapes above.
-INVALID_ID = "invalid-gpu-id"
-#: ``DropTally`` reason of a GPU whose series name more than one node (a GPU is on one node: at
-#: least one series lies; where no agent says which, none is believed).
-NODE_CONFLICT = "node-conflict"
 
 
 def valid_uuid(text: str) -> bool:

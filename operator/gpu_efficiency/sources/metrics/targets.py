@@ -8,10 +8,10 @@ node's own addresses (and its name, which ``instance`` is often relabelled to) o
 
 - a GPU's identity (UUID -> node, and the pods on it) is believed only from a target on that node:
   a dcgm-exporter (or node-agent) DaemonSet pod, or a hostNetwork one at its node's address;
-- a GPU that no target on its node reports is dropped whole (``IDENTITY_OFF_NODE``): an invented
+- a GPU that no target on its node reports is dropped whole (``DropReason.IDENTITY_OFF_NODE``): an invented
   UUID is then never a GPU of the node it names, and never fills its capacity;
 - a fault window counts only from the targets that report the GPU's identity on its node; any
-  other target's fault series for that GPU are dropped (``FAULT_OFF_TARGET``).
+  other target's fault series for that GPU are dropped (``DropReason.FAULT_OFF_TARGET``).
 
 What this cannot tell apart: a target whose ``instance`` its owner rewrote (ServiceMonitor
 ``relabelings``, or ``honorLabels: true`` with an ``instance`` label in the exposition) to an
@@ -27,11 +27,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpu_efficiency.engine.model import NodeView
-
-#: ``DropTally`` reason of a GPU no scrape target on its own node reports (identity from elsewhere).
-IDENTITY_OFF_NODE = "identity-off-node"
-#: ``DropTally`` reason of a fault window's series from a target that does not report the GPU on its node.
-FAULT_OFF_TARGET = "fault-off-target"
 
 
 @dataclass(frozen=True, slots=True)

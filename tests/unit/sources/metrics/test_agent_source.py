@@ -16,12 +16,12 @@ from gpu_efficiency.agent.pods import Attributor, parse_static
 from gpu_efficiency.agent.runtime import Agent, AgentConfig
 from gpu_efficiency.agent.server import AgentServer
 from gpu_efficiency.engine.model import GPUSample, PodRef, Signal, Stats, Window
+from gpu_efficiency.engine.trust import merge_samples
 from gpu_efficiency.sources.metrics.agent import (
     AGENT_POD_SELECTOR,
     AgentEndpoint,
     AgentSource,
     endpoints_from_pods,
-    merge_samples,
     pod_endpoints,
     samples_from_snapshot,
 )

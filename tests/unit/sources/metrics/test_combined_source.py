@@ -5,10 +5,9 @@ from dataclasses import replace
 import pytest
 
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
-from gpu_efficiency.sources.metrics.agent import CONTRADICTS_AGENT
+from gpu_efficiency.engine.trust import DropReason
 from gpu_efficiency.sources.metrics.base import FetchRequest, SourceUnavailable, StaticSource
 from gpu_efficiency.sources.metrics.combined import CombinedSource
-from gpu_efficiency.sources.metrics.labels import NODE_CONFLICT
 
 NOW = 1_700_000_000.0
 REQUEST = FetchRequest(now=NOW, windows={Window.ACTIVITY: 60.0}, scrape_interval=1.0)
@@ -67,7 +66,7 @@ def test_a_prometheus_series_placing_an_agents_gpu_on_another_node_never_wins() 
     agents = StaticSource([sample("GPU-1", Signal.GPU_UTIL, "agent")])
     result = CombinedSource(StaticSource([forged]), agents, max_staleness=120).fetch(REQUEST)
     assert [(g.uuid, g.node, g.source) for g in result.gpus] == [("GPU-1", "n", "agent")]
-    assert result.dropped == {NODE_CONFLICT: 1}
+    assert result.dropped == {DropReason.NODE_CONFLICT: 1}
 
 
 def _with(uuid: str, source: str, **signals: float) -> GPUSample:
@@ -85,7 +84,7 @@ def test_a_forged_idle_prometheus_reading_loses_to_the_agents_busy_one() -> None
     agents = StaticSource([_with("GPU-1", "agent", GPU_UTIL=99.0)])
     result = CombinedSource(StaticSource([forged]), agents, max_staleness=120).fetch(REQUEST)
     assert [g.source for g in result.gpus] == ["agent"]
-    assert result.dropped == {CONTRADICTS_AGENT: 1}
+    assert result.dropped == {DropReason.CONTRADICTS_AGENT: 1}
 
 
 def test_agreeing_sources_keep_the_better_signal() -> None:

@@ -19,14 +19,12 @@ from tests.unit.sources.metrics.fake_http import form, json_answer
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.engine.model import DrainPod, NodeView, Signal, TaintDevices, TaintNode, Window
 from gpu_efficiency.engine.quarantine.evaluate import evaluate_faults
+from gpu_efficiency.engine.trust import DropReason
 from gpu_efficiency.runtime.cycle import windows_for
 from gpu_efficiency.sources.metrics.base import FaultHints, FetchRequest, FetchResult
-from gpu_efficiency.sources.metrics.labels import NODE_CONFLICT
 from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
 from gpu_efficiency.sources.metrics.prometheus.promql import AGG_LABEL, CANDIDATE_LABEL
 from gpu_efficiency.sources.metrics.targets import (
-    FAULT_OFF_TARGET,
-    IDENTITY_OFF_NODE,
     PodAddress,
     address_book,
     target_host,
@@ -157,8 +155,8 @@ def test_a_forged_xid_on_a_real_gpu_from_a_foreign_target_is_dropped_and_counted
     assert xid is not None
     assert xid.last == 0  # the exporter on n1's reading, not the tenant's
     assert quarantines(result) == []  # no taint, no drain
-    assert result.dropped.get(FAULT_OFF_TARGET) == 1
-    assert result.dropped.get(IDENTITY_OFF_NODE) == 1  # the tenant's identity series for it
+    assert result.dropped.get(DropReason.FAULT_OFF_TARGET) == 1
+    assert result.dropped.get(DropReason.IDENTITY_OFF_NODE) == 1  # the tenant's identity series for it
 
 
 def test_the_same_xid_from_the_gpus_own_exporter_quarantines() -> None:
@@ -175,7 +173,7 @@ def test_an_invented_gpu_on_a_node_whose_gpus_are_not_exported_is_dropped() -> N
     result = fetch(prometheus)
     assert "GPU-invented" not in {g.uuid for g in result.gpus}
     assert quarantines(result) == []
-    assert result.dropped.get(IDENTITY_OFF_NODE) == 1
+    assert result.dropped.get(DropReason.IDENTITY_OFF_NODE) == 1
 
 
 def test_a_target_on_the_node_reports_its_gpus_under_any_address_the_node_has() -> None:
@@ -205,7 +203,7 @@ def test_a_tenant_on_another_node_claiming_a_real_gpu_blinds_it_but_never_moves_
     # Two targets, each on the node it names: which one lies cannot be told from Prometheus
     # alone (the node agent can: merge_samples). Neither is believed: Unknown, never a fault.
     assert "GPU-n1-1" not in {g.uuid for g in result.gpus}
-    assert result.dropped.get(NODE_CONFLICT) == 1
+    assert result.dropped.get(DropReason.NODE_CONFLICT) == 1
     assert quarantines(result) == []
 
 

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from tests.unit.sources.metrics.fake_http import QuietHandler, serving
 
 from gpu_efficiency.engine.model import Window
+from gpu_efficiency.engine.trust import DropReason
 from gpu_efficiency.sources.metrics.base import ActivityHints, FaultHints, FetchRequest, SourceUnavailable
-from gpu_efficiency.sources.metrics.labels import INVALID_ID, NODE_CONFLICT, valid_uuid
+from gpu_efficiency.sources.metrics.labels import valid_uuid
 from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
 from gpu_efficiency.sources.metrics.prometheus.promql import CANDIDATE_LABEL, re_escape
 from gpu_efficiency.sources.metrics.prometheus.windows import fold_window
@@ -71,7 +72,7 @@ def test_malformed_gpu_ids_are_dropped_counted_and_never_queried(forged: Threadi
     result = _fetch(forged, identity)
     assert [g.uuid for g in result.gpus] == ["GPU-1"]
     # every bad UUID once in identity and once among the fault candidates ("XYZ-1", "GPU-" too)
-    assert result.dropped == {INVALID_ID: 2 * len(BAD_UUIDS)}
+    assert result.dropped == {DropReason.INVALID_ID: 2 * len(BAD_UUIDS)}
     restricted = [q for q in forged.queries if 'UUID=~"' in q]  # type: ignore[attr-defined]
     assert restricted, "the fault window is fetched for the valid candidate"
     for query in restricted:
@@ -86,14 +87,14 @@ def test_a_gpu_claimed_by_two_nodes_is_dropped(forged: ThreadingHTTPServer) -> N
     other = {**GOOD, "UUID": "GPU-2", "gpu": "1", "pod": "q"}
     result = _fetch(forged, [GOOD, forged_node, other])
     assert [g.uuid for g in result.gpus] == ["GPU-2"]
-    assert result.dropped[NODE_CONFLICT] == 1
+    assert result.dropped[DropReason.NODE_CONFLICT] == 1
 
 
 def test_a_series_without_a_node_does_not_conflict(forged: ThreadingHTTPServer) -> None:
     bare = {k: v for k, v in GOOD.items() if k != "Hostname"}
     result = _fetch(forged, [bare, GOOD])
     assert [(g.uuid, g.node) for g in result.gpus] == [("GPU-1", "n1")]
-    assert NODE_CONFLICT not in result.dropped
+    assert DropReason.NODE_CONFLICT not in result.dropped
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpu_efficiency.engine.model import PodRef, Window
+from gpu_efficiency.engine.trust import DropReason
 from gpu_efficiency.sources.metrics.base import DropTally
 from gpu_efficiency.sources.metrics.labels import (
-    INVALID_ID,
     GPUKey,
     node_of,
     pod_of,
@@ -37,7 +37,7 @@ def candidates(
         if window is None or not uuid:
             continue
         if not valid_key(uuid, labels.get("GPU_I_ID", "")):
-            drops.add(INVALID_ID)
+            drops.add(DropReason.INVALID_ID)
             continue
         out.setdefault(window, set()).add((uuid, labels.get("GPU_I_ID", "")))
     return out
@@ -51,7 +51,7 @@ def idle_keys(series: Iterable[tuple[Mapping[str, str], float]], drops: DropTall
         if valid_key(*key):
             out.add(key)
         else:
-            drops.add(INVALID_ID)
+            drops.add(DropReason.INVALID_ID)
     return out
 
 
@@ -73,7 +73,7 @@ class Identity:
     labels: frozenset[str] = frozenset()  # while no series names the node: the labels they carry
     #: Per scrape target (its ``instance``): what it reports (``sources/metrics/targets.py`` decides which to believe).
     claims: dict[str, Claim] = field(default_factory=dict)
-    #: Targets named two nodes for this GPU: dropped (NODE_CONFLICT) unless the targets decide it.
+    #: Targets named two nodes for this GPU: dropped (DropReason.NODE_CONFLICT) unless the targets decide it.
     conflict: bool = False
 
 
@@ -90,7 +90,7 @@ def identities(
         if key is None:
             continue
         if not valid_key(key.uuid, key.instance_id):
-            drops.add(INVALID_ID)
+            drops.add(DropReason.INVALID_ID)
             continue
         node = node_of(labels)
         ident = out.get(key)

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from gpu_efficiency.api import exporter_fields as ef
 from gpu_efficiency.api.exporter_fields import Generation
+from gpu_efficiency.engine.trust import DropReason
 from gpu_efficiency.sources.metrics.base import DropTally
-from gpu_efficiency.sources.metrics.labels import INVALID_ID, valid_key
+from gpu_efficiency.sources.metrics.labels import valid_key
 from gpu_efficiency.sources.metrics.prometheus.promql import Query, union
 
 _KEYS = "UUID, GPU_I_ID"
@@ -142,7 +143,7 @@ def inventory(
         key = (labels.get("UUID", ""), labels.get("GPU_I_ID", ""))
         if not valid_key(*key):
             if drops is not None:
-                drops.add(INVALID_ID)
+                drops.add(DropReason.INVALID_ID)
             continue
         if value != value or value < 0 or value >= 1 << len(FEATURES):  # NaN or not a mask
             continue

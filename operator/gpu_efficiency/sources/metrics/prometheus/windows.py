@@ -13,8 +13,9 @@ from typing import Any, Protocol
 
 from gpu_efficiency.api.exporter_fields import FIELDS_BY_SIGNAL, Generation
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
+from gpu_efficiency.engine.trust import DropReason
 from gpu_efficiency.sources.metrics.base import DropTally, FetchRequest, SourceUnavailable
-from gpu_efficiency.sources.metrics.labels import NODE_CONFLICT, GPUKey
+from gpu_efficiency.sources.metrics.labels import GPUKey
 from gpu_efficiency.sources.metrics.prometheus.aggregate_rows import FIELDS, WIDTH, rows_stats
 from gpu_efficiency.sources.metrics.prometheus.answers import Identity
 from gpu_efficiency.sources.metrics.prometheus.exporter_inventory import ExporterView
@@ -22,8 +23,6 @@ from gpu_efficiency.sources.metrics.prometheus.promql import AGG_LABEL, AGGREGAT
 from gpu_efficiency.sources.metrics.prometheus.tiered.activity_cache import Key, ReusedRows, WholeStats
 from gpu_efficiency.sources.metrics.prometheus.vector import check_cap
 from gpu_efficiency.sources.metrics.targets import (
-    FAULT_OFF_TARGET,
-    IDENTITY_OFF_NODE,
     locator,
     merged_rows,
     on_node_targets,
@@ -171,7 +170,7 @@ class TrustedRows:
         else:
             chosen = [rows for target, rows in by_target.items() if target in self.trusted]
             if self.drops is not None:
-                self.drops.add(FAULT_OFF_TARGET, len(by_target) - len(chosen))
+                self.drops.add(DropReason.FAULT_OFF_TARGET, len(by_target) - len(chosen))
         if not chosen:
             return default
         if len(chosen) == 1:
@@ -218,7 +217,7 @@ def samples(
     ``request.targets`` (the cluster's address book) a GPU is joined only when a scrape target on
     its node reports it, and its fault windows (``TrustedRows``) only from such targets
     (``sources/metrics/targets.py``); what is left out is counted in ``drops``. Without, a GPU two nodes
-    claim is dropped (NODE_CONFLICT)."""
+    claim is dropped (DropReason.NODE_CONFLICT)."""
     expected = {
         w: s / request.scrape_interval for w, s in request.windows.items() if request.scrape_interval > 0
     }
@@ -235,7 +234,7 @@ def samples(
         if locate is not None and len(ident.claims) == 1:  # one target: the usual case, made quick
             ((target, claim),) = ident.claims.items()
             if not claim.node or locate(target) != claim.node:
-                drops.add(IDENTITY_OFF_NODE)
+                drops.add(DropReason.IDENTITY_OFF_NODE)
                 _discard(key, windows, built, whole)
                 continue
             node, pods = claim.node, claim.pods
@@ -243,15 +242,15 @@ def samples(
         elif locate is not None:  # safety guarantee 9: the identity only from a target on the GPU's node
             on_node = on_node_targets({t: c.node for t, c in ident.claims.items()}, locate)
             nodes = set(on_node.values())
-            drops.add(IDENTITY_OFF_NODE, len(ident.claims) - len(on_node))  # per target and GPU
+            drops.add(DropReason.IDENTITY_OFF_NODE, len(ident.claims) - len(on_node))  # per target and GPU
             if len(nodes) != 1:
-                drops.add(NODE_CONFLICT, int(len(nodes) > 1))
+                drops.add(DropReason.NODE_CONFLICT, int(len(nodes) > 1))
                 _discard(key, windows, built, whole)
                 continue
             node, trusted = nodes.pop(), frozenset(on_node)
             pods = {p for t in on_node for p in ident.claims[t].pods}
         elif ident.conflict:
-            drops.add(NODE_CONFLICT)
+            drops.add(DropReason.NODE_CONFLICT)
             _discard(key, windows, built, whole)
             continue
         stats: dict[Window, dict[Signal, Stats]] = {}

@@ -19,8 +19,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from gpu_efficiency.api.exporter_fields import XID_COUNT, XID_LABEL
+from gpu_efficiency.engine.trust import DropReason
 from gpu_efficiency.sources.metrics.base import DropTally
-from gpu_efficiency.sources.metrics.labels import INVALID_ID, valid_key
+from gpu_efficiency.sources.metrics.labels import valid_key
 from gpu_efficiency.sources.metrics.prometheus.promql import Query, union
 
 STEP = "15s"
@@ -54,7 +55,7 @@ def events(series: Iterable[tuple[Mapping[str, str], float]], drops: DropTally |
         key = (labels.get("UUID", ""), labels.get("GPU_I_ID", ""))
         if not valid_key(*key):
             if drops is not None:
-                drops.add(INVALID_ID)
+                drops.add(DropReason.INVALID_ID)
             continue
         code, within = labels.get(XID_LABEL, ""), labels.get(WITHIN_LABEL, "")
         if not (code.isdigit() and within.isdigit()) or not math.isfinite(value) or value < 0:
