@@ -36,7 +36,7 @@ from gpu_efficiency.sources.kube.cluster import (
     pod_address,
     pod_view,
 )
-from gpu_efficiency.sources.kube.watch import Informer
+from gpu_efficiency.sources.kube.watch import Informer, InformerSet
 from gpu_efficiency.sources.metrics.targets import PodAddress
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def _name(view: NodeView | NamespaceView) -> str:
     return view.name
 
 
-class ClusterCache:
+class ClusterCache(InformerSet):
     """Informers for GPU pods (on nodes, and pending), nodes and namespaces, started and stopped together."""
 
     def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
@@ -100,17 +100,6 @@ class ClusterCache:
     @property
     def informers(self) -> tuple[Informer[Any], ...]:
         return (self.pods, self.pending, self.nodes, self.namespaces, self.addresses)
-
-    def start(self) -> None:
-        for informer in self.informers:
-            informer.start()
-
-    def stop(self) -> None:
-        for informer in self.informers:
-            informer.stop()
-
-    def wait_synced(self, timeout: float) -> bool:
-        return all(informer.wait_synced(timeout) for informer in self.informers)
 
 
 class CachedClusterReader:

@@ -41,7 +41,7 @@ from gpu_efficiency.objects.dra import (
     parse_slices,
 )
 from gpu_efficiency.sources.kube.dra import UNSERVED_RETRY_S, DraReader, DraState, unserved
-from gpu_efficiency.sources.kube.watch import Informer
+from gpu_efficiency.sources.kube.watch import Informer, InformerSet
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def _not_served_retry(exc: Exception) -> float | None:
     return UNSERVED_RETRY_S if unserved(status) is not None else None
 
 
-class DraCache:
+class DraCache(InformerSet):
     """The two informers: every ResourceSlice (cluster-wide), and our DeviceTaintRules (by label).
 
     ``list_slices`` and ``list_rules``: the generated LIST methods with their arguments bound
@@ -129,14 +129,6 @@ class DraCache:
     @property
     def informers(self) -> tuple[Informer[Any], ...]:
         return (self.slices, self.rules)
-
-    def start(self) -> None:
-        for informer in self.informers:
-            informer.start()
-
-    def stop(self) -> None:
-        for informer in self.informers:
-            informer.stop()
 
 
 class WatchedDraReader:

@@ -479,3 +479,23 @@ class Informer(Generic[V]):
         metrics.CACHE_EVENTS.labels(self.resource, str(kind)).inc()
         if kind != "BOOKMARK":
             metrics.CACHE_OBJECTS.labels(self.resource).set(len(self._items))
+
+
+class InformerSet:
+    """The informers of one watch cache, started, stopped and awaited together (the cluster's and
+    the DRA objects' caches); a subclass names them in ``informers``."""
+
+    @property
+    def informers(self) -> tuple[Informer[Any], ...]:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return all(informer.wait_synced(timeout) for informer in self.informers)
