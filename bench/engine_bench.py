@@ -40,7 +40,7 @@ import orjson
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
-from gpu_efficiency.engine.faults.evaluate import evaluate_faults
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import (
     AnnotatePod,
     EvictPod,
@@ -56,16 +56,16 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.pods.judgememo import JudgeMemo
-from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.engine.quarantine.evaluate import evaluate_faults
+from gpu_efficiency.engine.reclaim.judgememo import JudgeMemo
 from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL
 from gpu_efficiency_sim.profiles import sample as profile_sample
 
 try:  # the real source's decoder, once it exists
-    from gpu_efficiency.sources.prometheus import decode_vector as _decode_vector
+    from gpu_efficiency.sources.metrics.prometheus import decode_vector as _decode_vector
 
     DECODER: Callable[[bytes], Any] = _decode_vector
-    DECODER_NAME = "gpu_efficiency.sources.prometheus.decode_vector"
+    DECODER_NAME = "gpu_efficiency.sources.metrics.prometheus.decode_vector"
 except ImportError:
     DECODER = orjson.loads
     DECODER_NAME = "orjson.loads"
@@ -100,9 +100,9 @@ FALLBACK_PLAN: dict[Window, dict[Signal, tuple[str, ...]]] = {
     Window.THERMAL_RECOVERY: {S.GPU_TEMP: _THERM, S.MEMORY_TEMP: _THERM, S.CLOCK_EVENTS: _THERM},
 }  # fmt: skip
 try:
-    from gpu_efficiency.sources.promql import QUERY_PLAN
+    from gpu_efficiency.sources.metrics.prometheus.promql import QUERY_PLAN
 
-    PLAN_NAME = "gpu_efficiency.sources.promql.QUERY_PLAN"
+    PLAN_NAME = "gpu_efficiency.sources.metrics.prometheus.promql.QUERY_PLAN"
 except ImportError:
     QUERY_PLAN = FALLBACK_PLAN
     PLAN_NAME = "bench fallback plan"

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from gpu_efficiency.sources.prometheus import PrometheusClient, PrometheusConfig
-from gpu_efficiency.sources.prometheus.vector import iter_vector
+from gpu_efficiency.sources.metrics.prometheus import PrometheusClient, PrometheusConfig
+from gpu_efficiency.sources.metrics.prometheus.vector import iter_vector
 
 
 def answer(series: int) -> bytes:

@@ -49,7 +49,7 @@ from gpu_efficiency.engine.model import (
     Window,
 )
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.stragglers import StragglerOutcome
+from gpu_efficiency.engine.stragglers.evaluate import StragglerOutcome
 from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL
 
 S = Signal

@@ -88,11 +88,11 @@ def install(trace_path: str) -> None:
     from gpu_efficiency.actuators.apply import Applier
     from gpu_efficiency.actuators.status import StatusWriter
     from gpu_efficiency.runtime import cycle
-    from gpu_efficiency.sources import prometheus
-    from gpu_efficiency.sources.cluster import ClusterReader
-    from gpu_efficiency.sources.cluster_cache import CachedClusterReader
-    from gpu_efficiency.sources.prometheus import source as prom_source
-    from gpu_efficiency.sources.prometheus import transport as prom_transport
+    from gpu_efficiency.sources.kube.cluster import ClusterReader
+    from gpu_efficiency.sources.kube.cluster_cache import CachedClusterReader
+    from gpu_efficiency.sources.metrics import prometheus
+    from gpu_efficiency.sources.metrics.prometheus import source as prom_source
+    from gpu_efficiency.sources.metrics.prometheus import transport as prom_transport
 
     out = open(trace_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
     threading.Thread(target=_watch_peak, args=(out,), name="peak-rss", daemon=True).start()
@@ -184,7 +184,7 @@ def install(trace_path: str) -> None:
                 },
             )
 
-    # Where the split Prometheus source (sources/prometheus/) looks these names up.
+    # Where the split Prometheus source (sources/metrics/prometheus/) looks these names up.
     prom_transport.PrometheusClient._request = request_  # type: ignore[method-assign]
     prom_source.iter_vector = iter_vector
     prom_transport.decode_vector = decode

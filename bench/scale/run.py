@@ -67,7 +67,7 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
-from gpu_efficiency.sources.prometheus import PrometheusClient, PrometheusConfig
+from gpu_efficiency.sources.metrics.prometheus import PrometheusClient, PrometheusConfig
 from gpu_efficiency_sim.gpu_models import CLUSTER_MODELS
 from gpu_efficiency_sim.manifests import cluster_nodes
 

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
 from probe import prometheus_cpu  # this script's directory is on sys.path
 
 from gpu_efficiency.engine.model import Window
-from gpu_efficiency.engine.pods.activity import DataBounds, gpu_activity
-from gpu_efficiency.sources.base import ActivityHints, FaultHints, FetchRequest
-from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
+from gpu_efficiency.engine.reclaim.activity import DataBounds, gpu_activity
+from gpu_efficiency.sources.metrics.base import ActivityHints, FaultHints, FetchRequest
+from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
 
 WINDOWS = {
     Window.ACTIVITY: 120.0,

@@ -21,7 +21,7 @@ from kubernetes import config as _config
 from kubernetes.watch import watch as _watch
 
 from gpu_efficiency.api.names import GPU_PRODUCT_LABEL, GPU_RESOURCE
-from gpu_efficiency.sources.watch import abort_stream
+from gpu_efficiency.sources.kube.watch import abort_stream
 from gpu_efficiency_sim.allocation import PodInfo, claim_devices, pod_from_json
 from gpu_efficiency_sim.gpu_models import DEFAULT_MODEL, find_model
 from gpu_efficiency_sim.simulator import SLICES_LABEL, SimNode

@@ -29,8 +29,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
-from gpu_efficiency.sources.base import SourceUnavailable
-from gpu_efficiency.sources.prometheus import PrometheusClient, PrometheusConfig
+from gpu_efficiency.sources.metrics.base import SourceUnavailable
+from gpu_efficiency.sources.metrics.prometheus import PrometheusClient, PrometheusConfig
 from gpu_efficiency_sim import manifests
 from gpu_efficiency_sim.expectations import Names, Outcome, Tracker
 from gpu_efficiency_sim.kube import ClaimPoller, PodWatcher, api_client

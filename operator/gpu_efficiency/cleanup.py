@@ -29,9 +29,9 @@ from kubernetes.client.exceptions import ApiException
 from gpu_efficiency.actuators.owners import MERGE, PLURALS
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import PREFIX, ReclaimAction
-from gpu_efficiency.engine.faults.device_objects import GROUP as DRA_GROUP
-from gpu_efficiency.engine.faults.device_objects import OURS as OUR_RULES
-from gpu_efficiency.engine.faults.device_objects import RULE_VERSION
+from gpu_efficiency.objects.dra import GROUP as DRA_GROUP
+from gpu_efficiency.objects.dra import OURS as OUR_RULES
+from gpu_efficiency.objects.dra import RULE_VERSION
 
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

@@ -77,7 +77,7 @@ class OperatorConfig:
         "tiered activity refresh: each cycle fetch the activity window fresh only for new, "
         "re-attributed, idle or possibly idle GPUs and reuse the others' (busy, and still busy by a "
         "cheap filter); after each cycle, refresh this many least recently refreshed ones in the "
-        "background for later cycles; 0: every GPU every cycle (sources/activity_cache.py)",
+        "background for later cycles; 0: every GPU every cycle (sources/metrics/prometheus/tiered/activity_cache.py)",
         scope="run",
         minimum=0,
     )
@@ -191,7 +191,7 @@ class OperatorConfig:
 
     @property
     def credential_prefixes(self) -> tuple[str, ...]:
-        """Prometheus URL prefixes the token and basic auth may be sent to (sources/credentials.py)."""
+        """Prometheus URL prefixes the token and basic auth may be sent to (sources/metrics/prometheus/credentials.py)."""
         return self.prometheus_credentials_for or (self.prometheus_url,)
 
     @property

@@ -262,7 +262,7 @@ def reset_series(gauge: Gauge, policy: str, values: dict[tuple[str, ...], float]
         gauge.labels(policy, *labels).set(value)
 
 
-# The watch-based cache of pods, nodes and namespaces (sources/watch.py), labelled by resource.
+# The watch-based cache of pods, nodes and namespaces (sources/kube/watch.py), labelled by resource.
 def reset_groups(gauge: Gauge, policy: str, values: dict[tuple[str, str], int]) -> None:
     """Set ``gauge{policy, namespace, group}`` to exactly ``values``: a group no longer judged goes."""
     for labels in _policy_label_sets(gauge, policy):

@@ -28,9 +28,9 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, ReclaimAction
 from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.api.suspend_fields import INVERTED, SUSPEND_PATHS, spec_field, suspend_patch
+from gpu_efficiency.api.timefmt import parse_rfc3339
 from gpu_efficiency.engine import reclaimed_by_us
 from gpu_efficiency.engine.model import OwnerRef
-from gpu_efficiency.engine.timefmt import parse_rfc3339
 
 #: KIND spellings accepted (kubectl's names and short names) -> (kind, apiVersion).
 KINDS: Mapping[str, tuple[str, str]] = {

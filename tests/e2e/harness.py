@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
-from gpu_efficiency.sources.prometheus import PrometheusClient, PrometheusConfig
+from gpu_efficiency.sources.metrics.prometheus import PrometheusClient, PrometheusConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = ROOT / "hack" / "localcluster" / "cluster.sh"

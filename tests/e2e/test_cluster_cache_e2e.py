@@ -19,12 +19,12 @@ from kubernetes.client.exceptions import ApiException
 from gpu_efficiency import metrics
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
-from gpu_efficiency.engine.faults.device_objects import RULE_VERSION, SLICE_VERSION, rule_body
 from gpu_efficiency.engine.model import DraDevice
-from gpu_efficiency.sources.cluster import ClusterReader, ClusterState
-from gpu_efficiency.sources.cluster_cache import CachedClusterReader, ClusterCache
-from gpu_efficiency.sources.dra import DraReader
-from gpu_efficiency.sources.dra_cache import DraCache, WatchedDraReader
+from gpu_efficiency.objects.dra import RULE_VERSION, SLICE_VERSION, rule_body
+from gpu_efficiency.sources.kube.cluster import ClusterReader, ClusterState
+from gpu_efficiency.sources.kube.cluster_cache import CachedClusterReader, ClusterCache
+from gpu_efficiency.sources.kube.dra import DraReader
+from gpu_efficiency.sources.kube.dra_cache import DraCache, WatchedDraReader
 from tests.e2e.harness import OperatorIdentity, OperatorProcess, wait_for
 
 #: How soon a change must show in the cache. A healthy watch delivers in milliseconds; this leaves

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from gpu_efficiency.engine.model import Signal
-from gpu_efficiency.sources import exporter_inventory as inv
-from gpu_efficiency.sources import xid_counts
-from gpu_efficiency.sources.promql import _term, idle_candidates_query
+from gpu_efficiency.sources.metrics.prometheus import exporter_inventory as inv
+from gpu_efficiency.sources.metrics.prometheus import xid_counts
+from gpu_efficiency.sources.metrics.prometheus.promql import _term, idle_candidates_query
 from tests.e2e.test_promql_e2e import promtool_eval
 
 pytestmark = pytest.mark.e2e

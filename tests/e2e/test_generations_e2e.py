@@ -30,7 +30,7 @@ import yaml
 
 from gpu_efficiency.api.exporter_fields import Generation
 from gpu_efficiency.api.policy.faults import CircuitBreaker
-from gpu_efficiency.engine.faults.breaker import GpuCost, decide_taints, gpu_budget, taint_budget
+from gpu_efficiency.engine.quarantine.breaker import GpuCost, decide_taints, gpu_budget, taint_budget
 from gpu_efficiency_sim.runner import RunOptions, run_scenario
 from gpu_efficiency_sim.scenario import load_scenario
 from tests.e2e.harness import Cluster, OperatorIdentity

@@ -27,10 +27,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_efficiency.actuators.notify import Timing
+from gpu_efficiency.actuators.notify.delivery import Timing
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
-from gpu_efficiency.engine.timefmt import parse_rfc3339
+from gpu_efficiency.api.timefmt import parse_rfc3339
 from tests.e2e.harness import Cluster, wait_for
 from tests.e2e.sim_fixtures import GPUNodes, RunningSimulator, gpu_nodes, simulator  # noqa: F401
 from tests.e2e.test_operator import (

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_efficiency.engine.faults import thermal as faults_thermal
-from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
-from gpu_efficiency.sources.promql import identity_query, thermal_bits_expr, union
+from gpu_efficiency.engine.quarantine import thermal as faults_thermal
+from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
+from gpu_efficiency.sources.metrics.prometheus.promql import identity_query, thermal_bits_expr, union
 from tests.e2e.harness import built_tool, prom_query
 
 pytestmark = pytest.mark.e2e

@@ -23,7 +23,7 @@ from kubernetes import client
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
-from gpu_efficiency.engine.timefmt import parse_rfc3339
+from gpu_efficiency.api.timefmt import parse_rfc3339
 from gpu_efficiency_sim.simulator import PROFILE_ANNOTATION, WORKLOAD_LABEL
 from tests.e2e.harness import Cluster, OperatorIdentity, wait_for
 from tests.e2e.scenario_driver import BackgroundScenario

@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client
 
 from gpu_efficiency.api import names
-from gpu_efficiency.engine.timefmt import parse_rfc3339
+from gpu_efficiency.api.timefmt import parse_rfc3339
 from tests.e2e.browser import Tab, headless_chromium
 from tests.e2e.harness import Cluster, OperatorIdentity, OperatorProcess, wait_for
 from tests.e2e.scenario_driver import BackgroundScenario

@@ -31,7 +31,7 @@ OTHER_SPELLINGS = re.compile(r"(?i)\b(?:safety )?guarantees? \d+|\bDESIGN\.md\b|
 VENDORED = ("tests/e2e/crds/",)
 #: The files a citation can be in: code, docs, the chart, scripts, configuration.
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".tpl", ".txt", ".sh", ".toml", ".cfg", ".json", ""}
-#: A path in the package as the map writes it: `engine/planner.py`, `engine/pods/`.
+#: A path in the package as the map writes it: `engine/planner.py`, `engine/reclaim/`.
 MODULE_PATH = re.compile(r"`([a-z_][a-z0-9_/]*(?:\.py|/))`")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
 from gpu_efficiency.report import build_report, render_table
 from tests.unit.engine import builders as b
-from tests.unit.engine.test_stragglers import job, run, slowed, snap, spec, trainer
+from tests.unit.engine.stragglers.test_outliers import job, run, slowed, snap, spec, trainer
 
 THROTTLED: dict[str, Any] = {"clock": 1200.0, "CLOCK_EVENTS": b.stats(0x24, 0x64)}
 

@@ -61,7 +61,7 @@ app.kubernetes.io/component: operator
 {{- end }}
 
 {{/* Labels of the agent objects. The operator finds its agents by app.kubernetes.io/component=node-agent
-     in its own namespace (gpu_efficiency.sources.agent.AGENT_POD_SELECTOR): keep them in step. */}}
+     in its own namespace (gpu_efficiency.sources.metrics.agent.AGENT_POD_SELECTOR): keep them in step. */}}
 {{- define "gpueff.agentLabels" -}}
 {{ include "gpueff.labels" . }}
 app.kubernetes.io/component: node-agent

@@ -20,10 +20,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency import metrics
-from gpu_efficiency.actuators import devices, nodes, owners
+from gpu_efficiency.actuators import dra, nodes, owners
 from gpu_efficiency.actuators.events import EventRecorder, ObjectRef, node_ref, pod_ref, policy_ref
 from gpu_efficiency.actuators.pods import annotate_pod, evict_pod
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import (
     Action,
     AnnotateNode,
@@ -42,7 +43,6 @@ from gpu_efficiency.engine.model import (
     UntaintNode,
 )
 from gpu_efficiency.engine.outcomes import Outcome, Result
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -223,10 +223,10 @@ class Applier:
         return nodes.remove_taint(self.core, action)
 
     def _taint_devices(self, action: TaintDevices, policy: ObjectRef) -> Outcome:
-        return devices.taint_devices(self.custom, action)
+        return dra.taint_devices(self.custom, action)
 
     def _untaint_devices(self, action: UntaintDevices, policy: ObjectRef) -> Outcome:
-        return devices.untaint_devices(self.custom, action)
+        return dra.untaint_devices(self.custom, action)
 
     def _condition(self, action: SetNodeCondition, policy: ObjectRef) -> Outcome:
         return nodes.set_gpu_healthy_condition(self.core, action, time.time())

@@ -4,9 +4,9 @@ Taints are a read-modify-write of the whole list (``spec.taints`` is atomic) sen
 merge patch carrying ``metadata.resourceVersion``: the API server answers 409 Conflict when the
 node changed since the read, and the write is retried on a fresh read a bounded number of times.
 Only taints with our key are edited, and only the kind named by the action (see
-``engine/faults/taints``: kinds sharing an effect share one taint, ``ecc.xid:NoSchedule``). Every
+``engine/quarantine/taints``: kinds sharing an effect share one taint, ``ecc.xid:NoSchedule``). Every
 function reads first and skips the write when nothing would change (``Result.NOOP``), so a steady
-state costs reads only.
+state costs reads only. Dry run is the Applier's alone (``actuators/apply.py``): it never calls these.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.api.names import FAULT_TAINT_KEY
-from gpu_efficiency.engine.faults.taints import join_kinds, split_kinds
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import Action, AnnotateNode, SetNodeCondition, TaintNode, UntaintNode
 from gpu_efficiency.engine.outcomes import Outcome, Result
-from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.engine.quarantine.taints import join_kinds, split_kinds
 
 #: Reads and writes one node write may take when others keep changing the node.
 MAX_ATTEMPTS = 5
@@ -126,7 +126,6 @@ def _read_modify_write(
     build: Callable[[Any], dict[str, Any] | None],
     write: Callable[[str, Any], Any],
     *,
-    dry_run: bool,
     what: str,
     max_attempts: int,
 ) -> Outcome:
@@ -139,8 +138,6 @@ def _read_modify_write(
         patch = build(node)
         if patch is None:
             return Outcome(action, Result.NOOP, f"{what}: already so")
-        if dry_run:
-            return Outcome(action, Result.SKIPPED, f"dry run: would {what}")
         patch.setdefault("metadata", {})["resourceVersion"] = node.metadata.resource_version
         try:
             written = write(node_name, patch)
@@ -152,9 +149,7 @@ def _read_modify_write(
     return Outcome(action, Result.FAILED, f"{what}: conflict after {max_attempts} attempts")
 
 
-def apply_taint(
-    core: NodeApi, action: TaintNode, *, dry_run: bool = False, max_attempts: int = MAX_ATTEMPTS
-) -> Outcome:
+def apply_taint(core: NodeApi, action: TaintNode, *, max_attempts: int = MAX_ATTEMPTS) -> Outcome:
     """Make our taint carry ``action.kind`` with ``action.effect``; others' taints are kept as read."""
 
     def build(node: Any) -> dict[str, Any] | None:
@@ -168,15 +163,12 @@ def apply_taint(
         action.node,
         build,
         core.patch_node,
-        dry_run=dry_run,
         what=what,
         max_attempts=max_attempts,
     )
 
 
-def remove_taint(
-    core: NodeApi, action: UntaintNode, *, dry_run: bool = False, max_attempts: int = MAX_ATTEMPTS
-) -> Outcome:
+def remove_taint(core: NodeApi, action: UntaintNode, *, max_attempts: int = MAX_ATTEMPTS) -> Outcome:
     """Remove ``action.kind`` from our taint (the taint goes when no kind is left); nothing else."""
 
     def build(node: Any) -> dict[str, Any] | None:
@@ -190,7 +182,6 @@ def remove_taint(
         action.node,
         build,
         core.patch_node,
-        dry_run=dry_run,
         what=what,
         max_attempts=max_attempts,
     )
@@ -206,7 +197,6 @@ def set_gpu_healthy_condition(
     action: SetNodeCondition,
     now: float | datetime,
     *,
-    dry_run: bool = False,
     max_attempts: int = MAX_ATTEMPTS,
 ) -> Outcome:
     """Set the action's condition (GPUHealthy or GPUDegraded) by a strategic merge on
@@ -248,7 +238,6 @@ def set_gpu_healthy_condition(
         action.node,
         build,
         core.patch_node_status,
-        dry_run=dry_run,
         what=what,
         max_attempts=max_attempts,
     )
@@ -259,7 +248,7 @@ def annotation_changes(current: Mapping[str, str], wanted: Mapping[str, str | No
     return {k: v for k, v in wanted.items() if (current.get(k) if k in current else None) != v}
 
 
-def annotate_node(core: NodeApi, action: AnnotateNode, *, dry_run: bool = False) -> Outcome:
+def annotate_node(core: NodeApi, action: AnnotateNode) -> Outcome:
     """Merge the annotations (None removes a key) when any differs; only the keys named are touched."""
     try:
         node = core.read_node(action.node)
@@ -269,8 +258,6 @@ def annotate_node(core: NodeApi, action: AnnotateNode, *, dry_run: bool = False)
     if not changes:
         return Outcome(action, Result.NOOP, "annotations already so")
     what = f"annotate {', '.join(sorted(changes))}"
-    if dry_run:
-        return Outcome(action, Result.SKIPPED, f"dry run: would {what}")
     try:
         written = core.patch_node(action.node, {"metadata": {"annotations": changes}})
     except ApiException as exc:

@@ -29,10 +29,10 @@ from gpu_efficiency.actuators.uncertain import describe, outcome_unknown
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.api.suspend_fields import suspend_patch
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine import restore_commands
 from gpu_efficiency.engine.model import OwnerRef, ReclaimOwner
 from gpu_efficiency.engine.outcomes import Outcome, Result
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 MERGE = "application/merge-patch+json"
 PLURALS: Mapping[str, str] = {

@@ -22,6 +22,7 @@ from typing import Any
 from gpu_efficiency.agent.faults import FaultEvent
 from gpu_efficiency.agent.runtime import Agent
 from gpu_efficiency.agent.state import GpuView
+from gpu_efficiency.api.timefmt import format_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def condition_patch(desired: Condition, current: Mapping[str, str] | None, now: 
 
 def _rfc3339(value: object) -> str | None:
     if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return format_rfc3339(value.astimezone(UTC))
     return None if value is None else str(value)
 
 
@@ -145,7 +146,7 @@ class NodeConditionWriter:
                 "lastTransitionTime": _rfc3339(current.last_transition_time) or "",
             }
         )
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = format_rfc3339(datetime.now(UTC))
         patch = condition_patch(desired, current_map, now)
         if patch is None:
             return False

@@ -98,7 +98,7 @@ class FieldSpec:
 
 _P, _R = Unit.PERCENT, Unit.RATIO
 
-#: Every signal the operator queries (``sources/promql.py`` QUERY_PLAN), legacy and current.
+#: Every signal the operator queries (``sources/metrics/prometheus/promql.py`` QUERY_PLAN), legacy and current.
 FIELDS: Final[tuple[FieldSpec, ...]] = (
     FieldSpec("SM_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE", _R, "DCGM_FI_PROF_SM_UTIL_RATIO", (_R,), "activity"),
     FieldSpec(

@@ -19,30 +19,31 @@ contract "Callers use the engine's face" holds every other engine module private
 """
 
 from gpu_efficiency.engine.exporter_coverage import blind_summary, coverage, csv_lines, nodeless
-from gpu_efficiency.engine.faults.devices import with_dra_capacity
-from gpu_efficiency.engine.faults.pcie import BUSY_UTIL_PERCENT
+from gpu_efficiency.engine.notify.messages import TITLES as NOTIFICATION_TITLES
+from gpu_efficiency.engine.notify.messages import Notification
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import Memory, explain_pod, plan, plan_cycle
-from gpu_efficiency.engine.pods.acknowledge import ending_with, parse_keep_for
-from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN, CONTRADICTION_UTIL, MAX_SMS_PER_GPU
-from gpu_efficiency.engine.pods.budgets import merge_budgets
-from gpu_efficiency.engine.pods.notify import Notification, slack_escape
-from gpu_efficiency.engine.pods.ownerreads import OwnerRead
-from gpu_efficiency.engine.pods.owners import restore_commands
-from gpu_efficiency.engine.pods.reclaimedbyus import reclaimed_by_us
-from gpu_efficiency.engine.pods.waste import price_for
+from gpu_efficiency.engine.quarantine.dra import with_dra_capacity
+from gpu_efficiency.engine.quarantine.pcie import BUSY_UTIL_PERCENT
 from gpu_efficiency.engine.reads import ReadPlan, reads
+from gpu_efficiency.engine.reclaim.acknowledge import ending_with, parse_keep_for
+from gpu_efficiency.engine.reclaim.activity import ACTIVITY_CHAIN, CONTRADICTION_UTIL, MAX_SMS_PER_GPU
+from gpu_efficiency.engine.reclaim.budgets import merge_budgets
+from gpu_efficiency.engine.reclaim.ownerreads import OwnerRead
+from gpu_efficiency.engine.reclaim.owners import restore_commands
+from gpu_efficiency.engine.reclaim.reclaimedbyus import reclaimed_by_us
+from gpu_efficiency.engine.reclaim.waste import price_for
 from gpu_efficiency.engine.selection import compile_selector
 from gpu_efficiency.engine.settle import Gauges, Settlement, settle, settle_invalid
-from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
+from gpu_efficiency.engine.trust import DropReason, merge_samples
 
 __all__ = [
     "ACTIVITY_CHAIN",
     "BUSY_UTIL_PERCENT",
     "CONTRADICTION_UTIL",
-    "GPUS_EXCEED_CAPACITY",
     "MAX_SMS_PER_GPU",
-    "POD_NODE_MISMATCH",
+    "NOTIFICATION_TITLES",
+    "DropReason",
     "Gauges",
     "Memory",
     "Notification",
@@ -57,6 +58,7 @@ __all__ = [
     "ending_with",
     "explain_pod",
     "merge_budgets",
+    "merge_samples",
     "nodeless",
     "parse_keep_for",
     "plan",
@@ -67,6 +69,5 @@ __all__ = [
     "restore_commands",
     "settle",
     "settle_invalid",
-    "slack_escape",
     "with_dra_capacity",
 ]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpu_efficiency.api.status import Condition
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import PolicyEvent
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 
 def find_condition(conditions: Sequence[Condition], type: str) -> Condition | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gpu_efficiency.engine.model import Plan
 from gpu_efficiency.engine.params import CycleParams
-from gpu_efficiency.engine.pods.record import PodRecord
+from gpu_efficiency.engine.reclaim.record import PodRecord
 
 
 @dataclass(slots=True)

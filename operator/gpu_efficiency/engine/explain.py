@@ -6,11 +6,11 @@ import math
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.evaluation import Evaluation
 from gpu_efficiency.engine.model import EvictPod, GPUSample, ReclaimOwner, Snapshot, Window
 from gpu_efficiency.engine.params import CycleParams
-from gpu_efficiency.engine.pods.activity import ACTIVITY_CHAIN, data_bounds, insufficiency
-from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.engine.reclaim.activity import ACTIVITY_CHAIN, data_bounds, insufficiency
 
 
 def _num(value: float) -> str:

@@ -101,10 +101,10 @@ class GPUSample:
     blind: frozenset[str] = frozenset()
     labels_seen: frozenset[str] = frozenset()  # a node-less GPU's identity labels (what to fix)
     # XID events counted (DCGM_EXP_XID_ERRORS_COUNT): duration (s) -> code -> events within it;
-    # None where the exporter serves only the last-XID gauge (engine/faults/xid.py).
+    # None where the exporter serves only the last-XID gauge (engine/quarantine/xid.py).
     xid_events: Mapping[int, Mapping[int, int]] | None = None
     #: The other source's reading of the same GPU when both Prometheus and its node agent report it
-    #: (``sources/agent.merge_samples``): a drain or NoExecute needs both to show the fault
+    #: (``engine/trust.merge_samples``): a drain or NoExecute needs both to show the fault
     #: (safety rule 9). None: one source only.
     witness: GPUSample | None = None
 
@@ -233,7 +233,7 @@ class NodeRequirement:
 
 @dataclass(frozen=True, slots=True)
 class PendingPod:
-    """A GPU pod not yet bound to a node, with what the scheduler matches nodes by (engine/pods/pressure.py)."""
+    """A GPU pod not yet bound to a node, with what the scheduler matches nodes by (engine/reclaim/pressure.py)."""
 
     namespace: str
     name: str
@@ -285,7 +285,7 @@ class Snapshot:
     senior_policies: tuple[SeniorPolicy, ...] = ()  # overlapping policies judge each pod/node once
     #: Series or GPUs the source dropped as untrustworthy, by reason (folded into status.droppedSamples).
     dropped_samples: Mapping[str, int] = field(default_factory=dict)
-    # Owner-aware reclamation (engine/pods/owners.py). None: no owner was read this cycle (no pod carries
+    # Owner-aware reclamation (engine/reclaim/owners.py). None: no owner was read this cycle (no pod carries
     # idle-since, so nothing can be due): pods are judged one by one, as before owners existed.
     owners: Mapping[OwnerKey, OwnerObject] | None = None
     #: scaleTargetRef -> name of the HorizontalPodAutoscaler targeting it (recorded on the owner when
@@ -366,7 +366,7 @@ class EvictPod:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DrainPod:
     """Evict a pod off a faulty GPU (or node) through the Eviction API before a NoExecute taint:
-    the idle evictor's front door, with its own events (engine/faults/drain.py)."""
+    the idle evictor's front door, with its own events (engine/quarantine/drain.py)."""
 
     namespace: str
     name: str
@@ -566,14 +566,14 @@ class Plan:
     stragglers: tuple[tuple[str, str, int], ...] = ()
     #: Every job group the straggler pass saw (judged or not, and why).
     straggler_groups: tuple[StragglerGroupView, ...] = ()
-    #: A record per planned reclamation with its actions (engine/pods/reclaimproof.py): folded into the
+    #: A record per planned reclamation with its actions (engine/reclaim/reclaimproof.py): folded into the
     #: status only when one of those actions is accepted.
     reclamations: tuple[tuple[tuple[Action, ...], Reclamation], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class FaultOutcome:
-    """What fault quarantine decided this cycle (engine/faults/evaluate.py), folded into the Plan by the planner."""
+    """What fault quarantine decided this cycle (engine/quarantine/evaluate.py), folded into the Plan by the planner."""
 
     actions: tuple[Action, ...]
     quarantined: tuple[QuarantinedNodeRecord, ...]

@@ -43,11 +43,11 @@ class CycleParams:
     allow_bare_pods: bool
     priority_threshold: int
     prices: Mapping[str, float]  # normalised model -> price per GPU-hour ("default" kept)
-    on_pressure: bool = False  # reclaimWhen OnPressure (engine/pods/pressure.py)
+    on_pressure: bool = False  # reclaimWhen OnPressure (engine/reclaim/pressure.py)
     scrape_interval_s: float = 0.0
-    #: The fault rules' windows: the lookback, the thermal hold and recovery (faults/data.py).
+    #: The fault rules' windows: the lookback, the thermal hold and recovery (quarantine/data.py).
     fault_windows_s: Mapping[Window, float] | None = None
-    drain_timeout_s: float = 0.0  # faults.drainTimeout (faults/drain.py)
+    drain_timeout_s: float = 0.0  # faults.drainTimeout (quarantine/drain.py)
 
 
 def cycle_params(spec: GPUEfficiencyPolicySpec) -> CycleParams:

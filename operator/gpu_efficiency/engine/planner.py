@@ -4,8 +4,8 @@ Order of the plan's actions: per pod its annotation patch then its events; then 
 policy events; evictions last, so every warning and annotation is written before anything
 destructive happens.
 
-The steps live beside it: judging a pod (pods/judge.py), its writes (pods/actions.py), evictions
-and reclaims (pods/budgets.py, pods/reclaim.py), faults (faults/evaluate.py) and the policy's status
+The steps live beside it: judging a pod (reclaim/judge.py), its writes (reclaim/actions.py), evictions
+and reclaims (reclaim/budgets.py, reclaim/reclaim.py), faults (quarantine/evaluate.py) and the policy's status
 (policy_status.py); this module orders them and holds no rule of its own.
 """
 
@@ -18,8 +18,6 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.status import Reclamation
 from gpu_efficiency.engine.evaluation import Evaluation
 from gpu_efficiency.engine.explain import explain_lines
-from gpu_efficiency.engine.faults.evaluate import evaluate_faults
-from gpu_efficiency.engine.faults.kinds import FaultKind
 from gpu_efficiency.engine.model import (
     Action,
     AnnotatePod,
@@ -33,26 +31,32 @@ from gpu_efficiency.engine.model import (
     Verdict,
 )
 from gpu_efficiency.engine.params import CycleParams, cycle_params
-from gpu_efficiency.engine.pods.actions import act
-from gpu_efficiency.engine.pods.annotations import cleanup_patch
-from gpu_efficiency.engine.pods.budgets import EvictionCandidate, recent_within_hour, select_evictions
-from gpu_efficiency.engine.pods.idle import PodKey
-from gpu_efficiency.engine.pods.idleledger import IdleClock, IdleLedger
-from gpu_efficiency.engine.pods.judge import JudgeContext, index_pods, judge, unknown_verdict
-from gpu_efficiency.engine.pods.judgememo import JudgeMemo
-from gpu_efficiency.engine.pods.ownerholds import with_holds
-from gpu_efficiency.engine.pods.ownerreads import starts_idle_clock
-from gpu_efficiency.engine.pods.reclaim import (
+from gpu_efficiency.engine.policy_status import policy_status, unattributed
+from gpu_efficiency.engine.quarantine.evaluate import evaluate_faults
+from gpu_efficiency.engine.quarantine.kinds import FaultKind
+from gpu_efficiency.engine.reclaim.actions import act
+from gpu_efficiency.engine.reclaim.annotations import cleanup_patch
+from gpu_efficiency.engine.reclaim.budgets import EvictionCandidate, recent_within_hour, select_evictions
+from gpu_efficiency.engine.reclaim.idle import PodKey
+from gpu_efficiency.engine.reclaim.idleledger import IdleClock, IdleLedger
+from gpu_efficiency.engine.reclaim.judge import JudgeContext, index_pods, judge, unknown_verdict
+from gpu_efficiency.engine.reclaim.judgememo import JudgeMemo
+from gpu_efficiency.engine.reclaim.ownerholds import with_holds
+from gpu_efficiency.engine.reclaim.ownerreads import starts_idle_clock
+from gpu_efficiency.engine.reclaim.reclaim import (
     OwnerPlan,
     Pressure,
     group_owners,
     pods_under_pressure,
     select_reclaims,
 )
-from gpu_efficiency.engine.pods.record import PodRecord
-from gpu_efficiency.engine.policy_status import policy_status, unattributed
+from gpu_efficiency.engine.reclaim.record import PodRecord
 from gpu_efficiency.engine.selection import Scope, build_scope, claimed_by
-from gpu_efficiency.engine.stragglers import evaluate_stragglers, straggler_judgements, straggler_params
+from gpu_efficiency.engine.stragglers.evaluate import (
+    evaluate_stragglers,
+    straggler_judgements,
+    straggler_params,
+)
 from gpu_efficiency.engine.trust import merged_counts, vet_samples
 
 

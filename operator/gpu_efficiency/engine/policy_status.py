@@ -17,6 +17,7 @@ from gpu_efficiency.api.status import (
     QuarantinedNode,
     VerdictCounts,
 )
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.conditions import condition_flipped, find_condition, flip_condition, set_condition
 from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS, coverage, nodeless, signals_condition
 from gpu_efficiency.engine.model import (
@@ -29,13 +30,12 @@ from gpu_efficiency.engine.model import (
     Verdict,
 )
 from gpu_efficiency.engine.params import CycleParams
-from gpu_efficiency.engine.pods.budgets import recent_within_hour
-from gpu_efficiency.engine.pods.idle import PodKey
-from gpu_efficiency.engine.pods.judge import JudgeContext
-from gpu_efficiency.engine.pods.pressure import waiting_for_gpus
-from gpu_efficiency.engine.pods.reclaimproof import advance
-from gpu_efficiency.engine.pods.waste import elapsed_hours, idle_waste
-from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.engine.reclaim.budgets import recent_within_hour
+from gpu_efficiency.engine.reclaim.idle import PodKey
+from gpu_efficiency.engine.reclaim.judge import JudgeContext
+from gpu_efficiency.engine.reclaim.pressure import waiting_for_gpus
+from gpu_efficiency.engine.reclaim.reclaimproof import advance
+from gpu_efficiency.engine.reclaim.waste import elapsed_hours, idle_waste
 
 
 def policy_status(

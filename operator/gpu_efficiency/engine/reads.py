@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import DeviceTaintEffect, GPUEfficiencyPolicySpec
-from gpu_efficiency.engine.faults.xid_repeats import FLOOD_WINDOW_S
 from gpu_efficiency.engine.model import NamespaceView, NodeView, PodView, Window
-from gpu_efficiency.engine.pods.ownerreads import OwnerRead, owner_read_needed
+from gpu_efficiency.engine.quarantine.xid_repeats import FLOOD_WINDOW_S
+from gpu_efficiency.engine.reclaim.ownerreads import OwnerRead, owner_read_needed
 from gpu_efficiency.engine.selection import build_scope
 
 

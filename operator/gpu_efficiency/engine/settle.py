@@ -16,19 +16,19 @@ from dataclasses import dataclass, field, replace
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus, Reclamation
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.conditions import find_condition, set_condition
-from gpu_efficiency.engine.faults.kinds import FaultKind
 from gpu_efficiency.engine.model import Action, DrainPod, EvictPod, Plan, PolicyEvent, ReclaimOwner, Snapshot
-from gpu_efficiency.engine.outcomes import Outcome, Result
-from gpu_efficiency.engine.pods.notify import (
+from gpu_efficiency.engine.notify.messages import (
     Notification,
     notifications,
     notifications_condition,
     pending_evictions,
 )
-from gpu_efficiency.engine.pods.notify_routes import route_problems, slack_routes
-from gpu_efficiency.engine.pods.reclaimproof import accepted, newly_running
-from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.engine.notify.routes import route_problems, slack_routes
+from gpu_efficiency.engine.outcomes import Outcome, Result
+from gpu_efficiency.engine.quarantine.kinds import FaultKind
+from gpu_efficiency.engine.reclaim.reclaimproof import accepted, newly_running
 
 #: The most of a status-read problem a condition message and its event carry.
 MESSAGE_MAX = 1024

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from gpu_efficiency import engine, metrics
 from gpu_efficiency.actuators.apply import Applier
-from gpu_efficiency.actuators.notify import Notifier
+from gpu_efficiency.actuators.notify.delivery import Notifier
 from gpu_efficiency.actuators.status import StatusWriter
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
@@ -34,9 +34,9 @@ from gpu_efficiency.runtime.observe import Observer, SourceFor
 from gpu_efficiency.runtime.publish import publish
 from gpu_efficiency.runtime.status_book import StatusBook
 from gpu_efficiency.selfservice.rules import keep_choices
-from gpu_efficiency.sources.cluster import ClusterSource
-from gpu_efficiency.sources.dra import DraSource
-from gpu_efficiency.sources.owners import OwnerReader, OwnerState
+from gpu_efficiency.sources.kube.cluster import ClusterSource
+from gpu_efficiency.sources.kube.dra import DraSource
+from gpu_efficiency.sources.kube.owners import OwnerReader, OwnerState
 
 log = logging.getLogger(__name__)
 

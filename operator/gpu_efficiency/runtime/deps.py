@@ -14,7 +14,7 @@ from kubernetes import client
 
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.events import EventRecorder
-from gpu_efficiency.actuators.notify import Notifier
+from gpu_efficiency.actuators.notify.delivery import Notifier
 from gpu_efficiency.actuators.status import StatusWriter
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.apiclient import load_api_client
@@ -37,16 +37,16 @@ from gpu_efficiency.runtime.cycle import CycleRunner
 from gpu_efficiency.runtime.leader import AlwaysLeader, LeaderElector
 from gpu_efficiency.selfservice.links import Linker, with_links
 from gpu_efficiency.selfservice.service import read_key
-from gpu_efficiency.sources.agent import AgentSource, pod_endpoints, static_endpoints
-from gpu_efficiency.sources.base import FetchRequest, FetchResult, SampleSource, SourceUnavailable
-from gpu_efficiency.sources.cluster import ClusterReader, ClusterSource
-from gpu_efficiency.sources.cluster_cache import CachedClusterReader, ClusterCache
-from gpu_efficiency.sources.combined import CombinedSource
-from gpu_efficiency.sources.credentials import credentials_allowed
-from gpu_efficiency.sources.dra import DraReader, DraSource
-from gpu_efficiency.sources.dra_cache import DraCache, WatchedDraReader
-from gpu_efficiency.sources.owners import OwnerReader, api_fetch
-from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
+from gpu_efficiency.sources.kube.cluster import ClusterReader, ClusterSource
+from gpu_efficiency.sources.kube.cluster_cache import CachedClusterReader, ClusterCache
+from gpu_efficiency.sources.kube.dra import DraReader, DraSource
+from gpu_efficiency.sources.kube.dra_cache import DraCache, WatchedDraReader
+from gpu_efficiency.sources.kube.owners import OwnerReader, api_fetch
+from gpu_efficiency.sources.metrics.agent import AgentSource, pod_endpoints, static_endpoints
+from gpu_efficiency.sources.metrics.base import FetchRequest, FetchResult, SampleSource, SourceUnavailable
+from gpu_efficiency.sources.metrics.combined import CombinedSource
+from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
+from gpu_efficiency.sources.metrics.prometheus.credentials import credentials_allowed
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from gpu_efficiency.runtime.fault_wake import FaultWake
 from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
 from gpu_efficiency.selfservice.service import start_selfservice
 from gpu_efficiency.slackapp.service import start_slack_actions
-from gpu_efficiency.sources.cluster_cache import CachedClusterReader
+from gpu_efficiency.sources.kube.cluster_cache import CachedClusterReader
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,10 @@ from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.model import SeniorPolicy, Snapshot
-from gpu_efficiency.sources.base import (
+from gpu_efficiency.sources.kube.cluster import ClusterSource, ClusterState
+from gpu_efficiency.sources.kube.dra import DraSource, DraState
+from gpu_efficiency.sources.kube.owners import OwnerReader, OwnerState, OwnersUnavailable
+from gpu_efficiency.sources.metrics.base import (
     ActivityHints,
     FaultHints,
     FetchRequest,
@@ -23,10 +26,7 @@ from gpu_efficiency.sources.base import (
     SampleSource,
     SourceUnavailable,
 )
-from gpu_efficiency.sources.cluster import ClusterSource, ClusterState
-from gpu_efficiency.sources.dra import DraSource, DraState
-from gpu_efficiency.sources.owners import OwnerReader, OwnerState, OwnersUnavailable
-from gpu_efficiency.sources.targets import address_book
+from gpu_efficiency.sources.metrics.targets import address_book
 
 #: How old the last owner read may be when no pod is warned or due this cycle (it then only shapes
 #: annotation texts; every warning and every action reads the owners afresh).

@@ -9,16 +9,14 @@ from __future__ import annotations
 from gpu_efficiency import engine, metrics
 from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.engine.outcomes import Result
-from gpu_efficiency.sources.agent import CONTRADICTS_AGENT
-from gpu_efficiency.sources.labels import INVALID_ID, NODE_CONFLICT
 
 #: Why samples are dropped as untrustworthy (gpu_efficiency_dropped_samples_total's reason label).
-DROP_REASONS = (
-    INVALID_ID,
-    NODE_CONFLICT,
-    engine.POD_NODE_MISMATCH,
-    engine.GPUS_EXCEED_CAPACITY,
-    CONTRADICTS_AGENT,
+DROP_REASONS: tuple[str, ...] = (
+    engine.DropReason.INVALID_ID,
+    engine.DropReason.NODE_CONFLICT,
+    engine.DropReason.POD_NODE_MISMATCH,
+    engine.DropReason.GPUS_EXCEED_CAPACITY,
+    engine.DropReason.CONTRADICTS_AGENT,
 )
 #: The owner actions counted in gpu_efficiency_reclaims_total (Evict is counted as evictions).
 RECLAIM_ACTIONS = (

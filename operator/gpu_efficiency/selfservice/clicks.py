@@ -35,7 +35,7 @@ from gpu_efficiency.actuators.events import EventRecorder, pod_ref
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolicySpec
-from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.selfservice.rules import keep_refusal
 from gpu_efficiency.selfservice.tokens import Claims
 

@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 
 from gpu_efficiency.selfservice.chart import Series
-from gpu_efficiency.sources.base import SampleSource, SourceUnavailable
-from gpu_efficiency.sources.prometheus import PrometheusSource
+from gpu_efficiency.sources.metrics.base import SampleSource, SourceUnavailable
+from gpu_efficiency.sources.metrics.prometheus import PrometheusSource
 
 #: Points per line: enough for a 640-pixel chart, few enough for a quick answer.
 POINTS = 120

@@ -1,6 +1,6 @@
 """Put the signed self-service link into a cycle's warnings (pure): the pod annotation
 ``gpuefficiency.io/self-service``, the GPUIdleEvictionScheduled event, and through the annotation
-the CloudEvent and the Slack message (engine/pods/notify.py reads it).
+the CloudEvent and the Slack message (engine/notify/messages.py reads it).
 
 Applied to the engine's plan after it is made, so the engine itself never holds the key. The token
 expires at the pod's ``evict-after``; a pod whose deadline moved gets a new link, one whose warning
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import parse_rfc3339
 from gpu_efficiency.engine import ending_with
 from gpu_efficiency.engine.model import Action, AnnotatePod, EvictPod, Plan, PodEvent, PodView, Snapshot
-from gpu_efficiency.engine.timefmt import parse_rfc3339
 from gpu_efficiency.selfservice.tokens import Claims, link, sign
 
 KEEP_TAIL = ". To keep it: "

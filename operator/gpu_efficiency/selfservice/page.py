@@ -14,7 +14,7 @@ from html import escape
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.durations import format_duration
-from gpu_efficiency.engine.timefmt import format_relative, format_rfc3339, parse_rfc3339
+from gpu_efficiency.api.timefmt import format_relative, format_rfc3339, parse_rfc3339
 from gpu_efficiency.selfservice.chart import Series, countdown_bar, nice_top, panel
 from gpu_efficiency.selfservice.tokens import PAGE_PATH, Claims
 
@@ -23,7 +23,7 @@ RELEASE_PATH = PAGE_PATH + "/release"
 #: The GET page reloads itself this often, so the countdown and the chart stay current without script.
 REFRESH_S = 60
 
-#: What a reclaim does to each owner kind, in the words of its user (engine/pods/owners.py acts).
+#: What a reclaim does to each owner kind, in the words of its user (engine/reclaim/owners.py acts).
 WHAT_HAPPENS: Mapping[str, str] = {
     "ReplicaSet": "its Deployment is scaled to zero replicas (the pod is deleted; the Deployment stays)",
     "Deployment": "the Deployment is scaled to zero replicas (the pod is deleted; the Deployment stays)",

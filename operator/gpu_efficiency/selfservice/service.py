@@ -32,7 +32,7 @@ from gpu_efficiency.selfservice.page import KEEP_PATH, RELEASE_PATH, PageFacts, 
 from gpu_efficiency.selfservice.rules import keep_choices
 from gpu_efficiency.selfservice.server import Reply, SelfServiceServer
 from gpu_efficiency.selfservice.tokens import PAGE_PATH, Claims, TokenError, check_key, link, verify
-from gpu_efficiency.sources.base import SampleSource
+from gpu_efficiency.sources.metrics.base import SampleSource
 
 log = logging.getLogger(__name__)
 

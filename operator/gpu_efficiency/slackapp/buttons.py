@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from gpu_efficiency.engine import slack_escape
+from gpu_efficiency.actuators.notify.wire import slack_escape
 
 ACTIONS_BLOCK_ID = "gpuefficiency-actions"
 KEEP_PREFIX = "gpuefficiency.keep."

@@ -7,18 +7,18 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from gpu_efficiency.actuators.devices import taint_devices, untaint_devices
+from gpu_efficiency.actuators.dra import taint_devices, untaint_devices
 from gpu_efficiency.api.names import FAULT_TAINT_KEY
-from gpu_efficiency.engine.faults.device_objects import (
+from gpu_efficiency.engine.model import DraDevice, TaintDevices, UntaintDevices
+from gpu_efficiency.engine.outcomes import Result
+from gpu_efficiency.objects.dra import (
     parse_claims,
     parse_rules,
     parse_slices,
     rule_body,
     rule_name,
 )
-from gpu_efficiency.engine.model import DraDevice, TaintDevices, UntaintDevices
-from gpu_efficiency.engine.outcomes import Result
-from gpu_efficiency.sources.dra import DraReader
+from gpu_efficiency.sources.kube.dra import DraReader
 
 GPU3 = DraDevice("gpu.nvidia.com", "n1", "gpu-3", "n1", "GPU-3")
 GPU5 = DraDevice("gpu.nvidia.com", "n1", "gpu-5", "n1", "GPU-5")

@@ -13,7 +13,7 @@ from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import DrainPod
 from gpu_efficiency.engine.outcomes import Result
-from gpu_efficiency.sources.cluster import pod_view
+from gpu_efficiency.sources.kube.cluster import pod_view
 
 
 class _Events:

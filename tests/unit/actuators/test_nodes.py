@@ -271,12 +271,9 @@ def test_endless_conflicts_fail_after_bounded_attempts() -> None:
     assert core.taints() == []
 
 
-def test_missing_node_dry_run_and_errors() -> None:
+def test_missing_node_and_errors() -> None:
     core = FakeCore(make_node())
     assert apply_taint(core, TaintNode(node="gone", kind="ecc", effect="NoSchedule")).result is Result.SKIPPED
-    dry = apply_taint(core, TaintNode(node="n1", kind="ecc", effect="NoSchedule"), dry_run=True)
-    assert dry.result is Result.SKIPPED
-    assert "dry run" in dry.message
     assert core.writes == []
     core.fail_next = 500
     failed = apply_taint(core, TaintNode(node="n1", kind="ecc", effect="NoSchedule"))

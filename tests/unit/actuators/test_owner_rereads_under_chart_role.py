@@ -13,10 +13,10 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from tests.unit.chart.test_operator_templates import _cluster_role_rules
 
-from gpu_efficiency.actuators.outcomes import Result
 from gpu_efficiency.actuators.owners import PLURALS, reclaim_owner
 from gpu_efficiency.api import names
 from gpu_efficiency.api.suspend_fields import is_suspended
+from gpu_efficiency.engine.outcomes import Result
 
 from .fake_custom import FakeCustom, Key
 from .test_owners import NOW, action

@@ -15,9 +15,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpu_efficiency.actuators.outcomes import Result
 from gpu_efficiency.actuators.owners import reclaim_owner
 from gpu_efficiency.api import names
+from gpu_efficiency.engine.outcomes import Result
 
 from .fake_custom import FakeCustom
 from .test_owners import DEPLOY, NOW, action

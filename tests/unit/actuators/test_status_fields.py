@@ -12,8 +12,8 @@ from tests.unit.runtime.cycle_harness import ENFORCE_SPEC, runner
 
 from gpu_efficiency.actuators.status import StatusWriter, parse_status, read_status
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import PolicyEvent
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 RECENT = [format_rfc3339(b.NOW - 600), format_rfc3339(b.NOW - 300)]
 GOOD = {"owner": "ml/Deployment/nb", "uid": "u-nb", "action": "ScaleToZero", "time": RECENT[0], "replicas": 2}

@@ -5,9 +5,9 @@ missing verb would only show up as an integration silently skipped, or a reclaim
 from __future__ import annotations
 
 from gpu_efficiency.actuators.owners import PLURALS
-from gpu_efficiency.engine.pods.owners import OWNER_GROUPS
-from gpu_efficiency.sources.crd_owners import CRD_OWNER_KINDS
-from gpu_efficiency.sources.owners import OWNER_KINDS
+from gpu_efficiency.engine.reclaim.owners import OWNER_GROUPS
+from gpu_efficiency.sources.kube.crd_owners import CRD_OWNER_KINDS
+from gpu_efficiency.sources.kube.owners import OWNER_KINDS
 
 from .test_operator_templates import _cluster_role_rules
 

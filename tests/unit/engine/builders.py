@@ -14,6 +14,7 @@ import pytest
 
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine import planner
 from gpu_efficiency.engine.model import (
     AnnotatePod,
@@ -30,7 +31,6 @@ from gpu_efficiency.engine.model import (
     Stats,
     Window,
 )
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 NO_FAULTS = FaultOutcome(actions=(), quarantined=(), breaker_open=False)

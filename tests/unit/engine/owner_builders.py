@@ -8,10 +8,9 @@ from typing import Any
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import Reclamation
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import OwnerKey, OwnerObject, OwnerRef, PodView, Snapshot
-from gpu_efficiency.engine.timefmt import format_rfc3339
-
-from .builders import NOW, pod
+from tests.unit.engine.builders import NOW, pod
 
 API = {
     "ReplicaSet": "apps/v1",

@@ -1,6 +1,6 @@
 from gpu_efficiency.api.status import Condition
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.conditions import condition_flipped, find_condition, set_condition
-from gpu_efficiency.engine.timefmt import format_rfc3339
 
 T0 = 1_700_000_000.0
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import (
     EvictPod,
     GPUSample,
@@ -20,7 +21,6 @@ from gpu_efficiency.engine.model import (
     TaintNode,
 )
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.timefmt import format_rfc3339
 from tests.unit.positive_control import reached
 
 from . import builders as b

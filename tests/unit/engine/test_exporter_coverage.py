@@ -8,14 +8,14 @@ from dataclasses import replace
 from gpu_efficiency.api import names
 from gpu_efficiency.engine.conditions import find_condition
 from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS, csv_lines
-from gpu_efficiency.engine.faults.data import data_rules
-from gpu_efficiency.engine.faults.ecc import judge_ecc
-from gpu_efficiency.engine.faults.kinds import GpuState
 from gpu_efficiency.engine.model import GPUSample, PolicyEvent, Signal, TaintNode, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import plan_cycle
+from gpu_efficiency.engine.quarantine.data import data_rules
+from gpu_efficiency.engine.quarantine.ecc import judge_ecc
+from gpu_efficiency.engine.quarantine.kinds import GpuState
 from tests.unit.engine import builders as b
-from tests.unit.engine.test_faults_support import Cluster, gpu, node, of_type, policy, st
+from tests.unit.engine.quarantine.support import Cluster, gpu, node, of_type, policy, st
 
 DEFAULT_CSV_BLIND = frozenset({"ecc", "pcie", "profiling", "occupancy", "tensor", "dram", "pcie-throughput"})
 
@@ -86,7 +86,7 @@ def test_no_gpu_tied_to_a_node_says_so_naming_the_labels_found() -> None:
 
 def test_a_busy_gpu_served_in_ratio_units_is_never_reclaimed() -> None:
     """The source hands the engine GPU_UTIL in percent whatever the exporter: a 0-1 ratio of 0.9 is
-    90 (sources/promql.py ``over``). Read as percent it would have been 0.9 %, below a 1 % idle
+    90 (sources/metrics/prometheus/promql.py ``over``). Read as percent it would have been 0.9 %, below a 1 % idle
     threshold: the GPU_UTIL fallback (no profiling fields) would have judged it idle."""
     spec = b.enforce(idle={"activity_below": 0.01})
     ratio_read_as_ratio = {Signal.GPU_UTIL: b.stats(90.0, 100.0, stddev=5.0)}

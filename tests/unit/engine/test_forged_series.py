@@ -9,20 +9,17 @@ from __future__ import annotations
 import pytest
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import EvictPod, GPUSample, Signal, Snapshot, TaintNode, Verdict
 from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import evaluate, explain_pod
-from gpu_efficiency.engine.pods.activity import CONTRADICTING, data_bounds, gpu_activity
-from gpu_efficiency.engine.timefmt import format_rfc3339
-from gpu_efficiency.engine.trust import GPUS_EXCEED_CAPACITY, POD_NODE_MISMATCH
-
-from .builders import NOW, compute_bound, enforce, gpu, idle, pod, snapshot, stats
-from .test_faults_support import XID_79
-from .test_faults_support import gpu as fault_gpu
-from .test_faults_support import node as fault_node
-from .test_faults_support import policy as fault_policy
-
-NODE_CONFLICT = "node-conflict"  # a source's reason, passed through the snapshot
+from gpu_efficiency.engine.reclaim.activity import CONTRADICTING, data_bounds, gpu_activity
+from gpu_efficiency.engine.trust import DropReason
+from tests.unit.engine.builders import NOW, compute_bound, enforce, gpu, idle, pod, snapshot, stats
+from tests.unit.engine.quarantine.support import XID_79
+from tests.unit.engine.quarantine.support import gpu as fault_gpu
+from tests.unit.engine.quarantine.support import node as fault_node
+from tests.unit.engine.quarantine.support import policy as fault_policy
 
 PAST = format_rfc3339(NOW - 3600)
 #: A pod whose idle clock and warning have run out: Idle now means an eviction this cycle.
@@ -79,7 +76,7 @@ def test_a_pod_label_on_a_gpu_of_another_node_does_not_count() -> None:
     (verdict,) = plan.verdicts
     assert verdict.verdict is Verdict.UNKNOWN
     assert not [a for a in plan.actions if isinstance(a, EvictPod)]
-    assert plan.status.dropped_samples == {POD_NODE_MISMATCH: 1}
+    assert plan.status.dropped_samples == {DropReason.POD_NODE_MISMATCH: 1}
 
 
 def test_the_pods_own_node_still_counts() -> None:
@@ -91,7 +88,7 @@ def test_the_pods_own_node_still_counts() -> None:
 
 def _fault_snapshot(*gpus: GPUSample, capacity: int = 2) -> Snapshot:
     nodes = [fault_node("n1", gpus=capacity)]
-    return snapshot(gpus, [], fault_policy("Enforce"), nodes=nodes, dropped={NODE_CONFLICT: 1})
+    return snapshot(gpus, [], fault_policy("Enforce"), nodes=nodes, dropped={DropReason.NODE_CONFLICT: 1})
 
 
 def test_a_forged_xid_on_a_gpu_the_node_cannot_have_taints_nothing() -> None:
@@ -99,7 +96,7 @@ def test_a_forged_xid_on_a_gpu_the_node_cannot_have_taints_nothing() -> None:
     snap = _fault_snapshot(fault_gpu("n1", 0), fault_gpu("n1", 1), fault_gpu("n1", 7, fault=XID_79))
     plan = evaluate(snap).plan
     assert not [a for a in plan.actions if isinstance(a, TaintNode)]
-    assert plan.status.dropped_samples == {GPUS_EXCEED_CAPACITY: 3, NODE_CONFLICT: 1}
+    assert plan.status.dropped_samples == {DropReason.GPUS_EXCEED_CAPACITY: 3, DropReason.NODE_CONFLICT: 1}
     metrics = next(c for c in plan.status.conditions if c.type == names.COND_METRICS)
     assert "dropped as untrustworthy: gpus-exceed-capacity 3, node-conflict 1" in metrics.message
 

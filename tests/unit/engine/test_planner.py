@@ -8,6 +8,7 @@ import pytest
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine import planner
 from gpu_efficiency.engine.model import (
     AnnotatePod,
@@ -23,10 +24,8 @@ from gpu_efficiency.engine.model import (
     Verdict,
 )
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
-from gpu_efficiency.engine.timefmt import format_rfc3339
-
-from . import builders as b
-from .builders import (
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import (
     NOW,
     annotations_of,
     apply_plan,

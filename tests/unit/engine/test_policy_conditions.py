@@ -11,9 +11,8 @@ from gpu_efficiency.api.status import Condition, GPUEfficiencyPolicyStatus
 from gpu_efficiency.engine.conditions import find_condition
 from gpu_efficiency.engine.model import PolicyEvent, SeniorPolicy, Snapshot
 from gpu_efficiency.engine.planner import plan_cycle
-
-from . import builders as b
-from .builders import apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401 (fixture)
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import apply_plan, enforce, gpu, no_faults, pod, snapshot  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 

@@ -5,12 +5,11 @@ from dataclasses import replace
 import pytest
 
 from gpu_efficiency.api.policy import LabelSelector, Selection
-from gpu_efficiency.engine.faults.evaluate import in_scope_nodes
 from gpu_efficiency.engine.model import AnnotatePod, SeniorPolicy
 from gpu_efficiency.engine.planner import explain_pod, plan_cycle
-
-from . import builders as b
-from .builders import enforce, gpu, no_faults, node, pod, snapshot  # noqa: F401 (fixture)
+from gpu_efficiency.engine.quarantine.evaluate import in_scope_nodes
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import enforce, gpu, no_faults, node, pod, snapshot  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 

@@ -7,9 +7,8 @@ from gpu_efficiency.api.policy import LabelSelector
 from gpu_efficiency.engine.model import AnnotatePod, NamespaceView, Snapshot
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.engine.selection import compile_selector
-
-from . import builders as b
-from .builders import (
+from tests.unit.engine import builders as b
+from tests.unit.engine.builders import (
     gpu,
     no_faults,  # noqa: F401 (fixture)
     node,

@@ -12,13 +12,13 @@ from tests.unit.engine import builders as b
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.model import Action, EvictPod, GPUSample, NodeView, PodView
 from gpu_efficiency.engine.outcomes import Outcome, Result
-from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.runtime.cycle import CycleRunner
-from gpu_efficiency.sources.base import StaticSource
-from gpu_efficiency.sources.cluster import ClusterState
+from gpu_efficiency.sources.kube.cluster import ClusterState
+from gpu_efficiency.sources.metrics.base import StaticSource
 
 
 @dataclass

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes import config as kube_config
-from tests.unit.sources.slow_http import slow_server
+from tests.unit.sources.metrics.slow_http import slow_server
 
 from gpu_efficiency.apiclient import TimeoutApiClient, load_api_client
 from gpu_efficiency.config import add_setting_arguments, config_from_args

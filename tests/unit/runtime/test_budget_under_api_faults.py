@@ -25,12 +25,12 @@ from tests.unit.runtime.cycle_harness import OneSource
 from gpu_efficiency.actuators.apply import Applier
 from gpu_efficiency.actuators.status import StatusWriter
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.model import PodView
-from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.runtime.cycle import CycleRunner
-from gpu_efficiency.sources.base import FetchRequest, FetchResult
-from gpu_efficiency.sources.cluster import ClusterState
+from gpu_efficiency.sources.kube.cluster import ClusterState
+from gpu_efficiency.sources.metrics.base import FetchRequest, FetchResult
 
 pytestmark = pytest.mark.usefixtures("no_faults")
 

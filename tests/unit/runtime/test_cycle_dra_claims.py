@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tests.unit.runtime import cycle_harness as h
 
-from gpu_efficiency.sources.dra import DraState
+from gpu_efficiency.sources.kube.dra import DraState
 
 
 class CountingDra:

@@ -12,14 +12,14 @@ from tests.unit.runtime import cycle_harness as h
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.model import AnnotatePod, PodEvent
-from gpu_efficiency.engine.timefmt import format_rfc3339
 from gpu_efficiency.runtime.cycle import CycleRunner
 from gpu_efficiency.runtime.observe import OWNER_CACHE_SECONDS
-from gpu_efficiency.sources.base import StaticSource
-from gpu_efficiency.sources.cluster import ClusterState, pod_view
-from gpu_efficiency.sources.owners import OwnerState, OwnersUnavailable
+from gpu_efficiency.sources.kube.cluster import ClusterState, pod_view
+from gpu_efficiency.sources.kube.owners import OwnerState, OwnersUnavailable
+from gpu_efficiency.sources.metrics.base import StaticSource
 
 
 class StubOwners:

@@ -10,8 +10,8 @@ from tests.unit.engine import builders as b
 
 from gpu_efficiency import metrics
 from gpu_efficiency.api import names
-from gpu_efficiency.engine.faults.kinds import FaultKind
 from gpu_efficiency.engine.model import PolicyEvent
+from gpu_efficiency.engine.quarantine.kinds import FaultKind
 
 from .cycle_harness import ENFORCE_SPEC, run_cycle, runner
 

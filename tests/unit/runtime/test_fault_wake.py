@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.unit.engine.test_faults_support import XID_79, Cluster, gpu, node, of_type
+from tests.unit.engine.quarantine.support import XID_79, Cluster, gpu, node, of_type
 from tests.unit.runtime.test_scheduler import Clock, FakeRunner, body
 
 from gpu_efficiency.agent import nodecondition

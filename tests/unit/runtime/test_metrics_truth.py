@@ -15,15 +15,15 @@ from tests.unit.runtime.test_scheduler import body
 from tests.unit.user_docs import USER_DOCS, user_docs_text
 
 from gpu_efficiency import metrics
-from gpu_efficiency.actuators.notify import Notifier
+from gpu_efficiency.actuators.notify.delivery import Notifier
 from gpu_efficiency.api import names
 from gpu_efficiency.api.exporter_fields import NODE_LABELS
 from gpu_efficiency.api.policy import KIND, Mode
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS
-from gpu_efficiency.engine.faults.kinds import REASON_CLEARED, REASON_DEGRADED_CLEARED, FaultKind
 from gpu_efficiency.engine.model import Verdict
-from gpu_efficiency.engine.pods.annotations import STATE_WARNED
-from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.engine.quarantine.kinds import REASON_CLEARED, REASON_DEGRADED_CLEARED, FaultKind
+from gpu_efficiency.engine.reclaim.annotations import STATE_WARNED
 from gpu_efficiency.runtime.fault_wake import AGENT_FAULT_REASONS
 from gpu_efficiency.runtime.scheduler import PolicyRegistry, Scheduler
 
@@ -126,7 +126,7 @@ def test_every_metric_the_docs_dashboard_and_alerts_name_is_exported_with_sample
         )
         for doc, found in documented_metrics().items()
     }
-    # The watch cache's metrics come from its informer threads (tests/unit/sources/test_watch_cache.py
+    # The watch cache's metrics come from its informer threads (tests/unit/sources/kube/test_watch_cache.py
     # checks their values); a cycle without a cluster only proves they are registered.
     assert missing == {doc: [] for doc in missing}
     assert sample("gpu_efficiency_leader") == 1.0

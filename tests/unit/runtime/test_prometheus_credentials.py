@@ -16,9 +16,9 @@ from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.config import add_setting_arguments, config_from_args
 from gpu_efficiency.engine.model import Window
 from gpu_efficiency.runtime.deps import SourceCache, WithoutCredentials
-from gpu_efficiency.sources.base import FetchRequest, SourceUnavailable, StaticSource
-from gpu_efficiency.sources.credentials import credentials_allowed
-from gpu_efficiency.sources.prometheus import PrometheusSource
+from gpu_efficiency.sources.metrics.base import FetchRequest, SourceUnavailable, StaticSource
+from gpu_efficiency.sources.metrics.prometheus import PrometheusSource
+from gpu_efficiency.sources.metrics.prometheus.credentials import credentials_allowed
 
 OWN = "http://prometheus.monitoring.svc:9090"
 

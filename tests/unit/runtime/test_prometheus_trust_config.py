@@ -16,7 +16,7 @@ from gpu_efficiency.config import (
     config_from_args,
 )
 from gpu_efficiency.runtime.deps import SourceCache
-from gpu_efficiency.sources.prometheus import PrometheusConfig, PrometheusSource
+from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
 
 
 def _config(argv: list[str]) -> PrometheusConfig:

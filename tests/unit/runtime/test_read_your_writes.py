@@ -17,8 +17,8 @@ from gpu_efficiency.config import OperatorConfig, add_setting_arguments, config_
 from gpu_efficiency.engine.model import AnnotateNode, AnnotatePod, EvictPod, PodEvent, TaintNode
 from gpu_efficiency.engine.outcomes import Outcome, Result
 from gpu_efficiency.runtime.deps import build_reader, feed_write
-from gpu_efficiency.sources.cluster import ClusterReader, node_view
-from gpu_efficiency.sources.cluster_cache import CachedClusterReader
+from gpu_efficiency.sources.kube.cluster import ClusterReader, node_view
+from gpu_efficiency.sources.kube.cluster_cache import CachedClusterReader
 
 
 class RecordingReader(ClusterReader):

@@ -10,7 +10,7 @@ from kubernetes import client
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.config import add_setting_arguments, config_from_args
 from gpu_efficiency.runtime.deps import SourceCache
-from gpu_efficiency.sources.prometheus import PrometheusSource
+from gpu_efficiency.sources.metrics.prometheus import PrometheusSource
 
 
 def _budget(argv: list[str]) -> int:

@@ -11,8 +11,8 @@ from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.runtime.cycle import CycleRunner
-from gpu_efficiency.sources.base import FetchRequest, FetchResult
-from gpu_efficiency.sources.cluster import ClusterState
+from gpu_efficiency.sources.kube.cluster import ClusterState
+from gpu_efficiency.sources.metrics.base import FetchRequest, FetchResult
 
 EMPTY = ClusterState(pods=(), nodes=(), namespaces=(), requests=0)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from gpu_efficiency.api import names
+from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.engine.model import AnnotatePod, PodEvent
 from gpu_efficiency.engine.planner import plan_cycle
-from gpu_efficiency.engine.pods.idleledger import IdleLedger
-from gpu_efficiency.engine.timefmt import format_rfc3339
+from gpu_efficiency.engine.reclaim.idleledger import IdleLedger
 from gpu_efficiency.selfservice.links import Linker, with_link, with_links
 from gpu_efficiency.selfservice.tokens import verify
 from tests.unit.engine import builders as b
@@ -79,7 +79,8 @@ def test_the_link_fits_the_event_limit_and_keeps_the_command() -> None:
 
 
 def test_the_cloudevent_and_the_slack_message_carry_the_same_link() -> None:
-    from gpu_efficiency.engine.pods.notify import cloudevent, notifications, slack_message
+    from gpu_efficiency.actuators.notify.wire import cloudevent, slack_message
+    from gpu_efficiency.engine.notify.messages import notifications
 
     snap = idle_for_an_hour()
     plan = with_links(plan_cycle(snap, ledger=IdleLedger()), snap, LINKER)
@@ -91,7 +92,8 @@ def test_the_cloudevent_and_the_slack_message_carry_the_same_link() -> None:
 
 
 def test_without_links_the_messages_carry_none() -> None:
-    from gpu_efficiency.engine.pods.notify import cloudevent, notifications, slack_message
+    from gpu_efficiency.actuators.notify.wire import cloudevent, slack_message
+    from gpu_efficiency.engine.notify.messages import notifications
 
     snap = idle_for_an_hour()
     plan = plan_cycle(snap, ledger=IdleLedger())

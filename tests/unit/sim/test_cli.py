@@ -13,7 +13,7 @@ from gpu_efficiency_sim.cli import build_parser, main
 from gpu_efficiency_sim.profiles import PROFILES
 from gpu_efficiency_sim.runner import RunOptions, ScenarioRun, _find_crds
 from gpu_efficiency_sim.scenario import load_scenario
-from tests.unit.sources.fake_http import QuietHandler, serving
+from tests.unit.sources.metrics.fake_http import QuietHandler, serving
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "e2e" / "scenarios"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_efficiency.engine.faults.device_objects import parse_slices
-from gpu_efficiency.sources.cluster import pod_view
+from gpu_efficiency.objects.dra import parse_slices
+from gpu_efficiency.sources.kube.cluster import pod_view
 from gpu_efficiency_sim import manifests
 from gpu_efficiency_sim.allocation import GPUAllocator, PodInfo, claim_devices, pod_from_json
 from gpu_efficiency_sim.scenario import parse_scenario

@@ -1,4 +1,4 @@
-"""The buttons reach the Slack warning the notifier posts (actuators/notify.py): only with the Slack
+"""The buttons reach the Slack warning the notifier posts (actuators/notify/delivery.py): only with the Slack
 app configured, only on a warning that carries a self-service link, with that link's token, and
 with the Keep for choices the policy allows; CloudEvents bodies never change."""
 
@@ -10,12 +10,12 @@ from typing import Any
 
 import orjson
 
-from gpu_efficiency.actuators.notify import Notifier, Timing, encode
+from gpu_efficiency.actuators.notify.delivery import Notifier, Timing, encode
 from gpu_efficiency.api.policy import NotifySink
 from gpu_efficiency.selfservice.rules import keep_choices
 from gpu_efficiency.selfservice.tokens import Claims, link, sign
-from tests.unit.actuators.test_notify import WARNING
-from tests.unit.actuators.test_notify_routes import paths, wait  # noqa: F401
+from tests.unit.actuators.notify.test_delivery import WARNING
+from tests.unit.actuators.notify.test_routes import paths, wait  # noqa: F401
 
 TOKEN = sign(b"k" * 32, Claims("team-a", "nb-0", "uid-1", "p", 1_900_000_000))
 LINKED = replace(WARNING, link=link("https://gpu.example.com", TOKEN))

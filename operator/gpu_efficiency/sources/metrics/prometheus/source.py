@@ -1,0 +1,202 @@
+"""The Prometheus source: per-GPU window aggregates from dcgm-exporter (or node-agent) series.
+
+A constant number of PromQL queries per cycle (``sources/metrics/prometheus/promql.py``), run concurrently through one
+``PrometheusClient`` (``transport.py``); window answers are folded as they stream in
+(``windows.py``). With a refresh budget the activity window is fetched tiered (``tiered/fetch.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from typing import Any
+
+import httpx
+
+from gpu_efficiency.cyclic_gc import gc_paused
+from gpu_efficiency.engine.model import Window
+from gpu_efficiency.sources.metrics.base import DropTally, FetchRequest, FetchResult
+from gpu_efficiency.sources.metrics.labels import GPUKey
+from gpu_efficiency.sources.metrics.prometheus import answers, exporter_inventory, xid_counts
+from gpu_efficiency.sources.metrics.prometheus.answers import Identity
+from gpu_efficiency.sources.metrics.prometheus.exporter_inventory import ExporterView
+from gpu_efficiency.sources.metrics.prometheus.promql import (
+    FILTERED_WINDOWS,
+    MAX_WINDOW_PARTS,
+    Query,
+    candidates_query,
+    cycle_queries,
+    restricted_queries,
+)
+from gpu_efficiency.sources.metrics.prometheus.tiered.fetch import TieredFetch
+from gpu_efficiency.sources.metrics.prometheus.transport import PrometheusClient, PrometheusConfig
+from gpu_efficiency.sources.metrics.prometheus.vector import iter_vector
+from gpu_efficiency.sources.metrics.prometheus.windows import (
+    Rows,
+    TrustedRows,
+    WindowValues,
+    fold_target_window,
+    fold_window,
+    merge_window,
+    samples,
+)
+
+
+class PrometheusSource:
+    """A SampleSource issuing a constant number of PromQL queries per cycle."""
+
+    def __init__(
+        self,
+        config: PrometheusConfig,
+        refresh_budget: int = 0,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        """``refresh_budget`` > 0 turns on the tiered refresh of the activity window (see
+        ``sources/metrics/prometheus/tiered/activity_cache.py``): new, changed and possibly idle GPUs plus that many least
+        recently refreshed ones fetched fresh per cycle, the rest carried from earlier cycles.
+        0: every GPU every cycle. ``transport``: the client's (``PrometheusClient``)."""
+        self.refresh_budget = refresh_budget
+        self.client = PrometheusClient(config, transport=transport)
+        self.tiered = TieredFetch(self)
+
+    @property
+    def config(self) -> PrometheusConfig:
+        """The client's settings: one copy, read at each query (the session is made once)."""
+        return self.client.config
+
+    @config.setter
+    def config(self, config: PrometheusConfig) -> None:
+        self.client.config = config
+
+    def query(self, text: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
+        """Run one instant query (``PrometheusClient.query``)."""
+        return self.client.query(text, at)
+
+    def window_values(self, query: Query, at: float | None = None) -> WindowValues | TrustedRows:
+        """Run a window query, folding its series as they stream in (see ``iter_vector``);
+        SourceUnavailable as soon as more than ``max_series`` series have come. A fault window's
+        series stay apart per scrape target (``TrustedRows``: ``samples`` picks the trusted ones)."""
+        cap, keys = self.config.max_series, query.keys
+        if query.window in FILTERED_WINDOWS:
+            values = self.client.exchange(
+                query.text, at, lambda chunks: fold_target_window(iter_vector(chunks), cap)
+            )
+            return TrustedRows(values if keys is None else {k: v for k, v in values.items() if k in keys})
+        rows = self.client.exchange(query.text, at, lambda chunks: fold_window(iter_vector(chunks), cap))
+        return rows if keys is None else {k: v for k, v in rows.items() if k in keys}
+
+    def run(self, query: Query, at: float, drops: DropTally | None = None) -> Any:
+        """What the fetch needs from one query: identities, candidates or a window's values.
+        Series naming a malformed GPU identifier are dropped (and counted in ``drops``): listed in a
+        later query's regex, one of them used to make Prometheus reject the whole fetch."""
+        if query.window is not None:
+            return self.window_values(query, at)
+        series = self.query(query.text, at)
+        drops = drops if drops is not None else DropTally()
+        if query.idle:
+            return answers.idle_keys(series, drops)
+        if query.inventory:
+            return exporter_inventory.inventory(series, drops)
+        if query.xid_counts:
+            return xid_counts.events(series, drops)
+        return answers.candidates(series, drops) if query.candidates else answers.identities(series, drops)
+
+    def first_round(self, request: FetchRequest) -> list[Query]:
+        """Identity, the inventory, the unfiltered windows and (with hints) the fault candidates query."""
+        matchers, hints = self.config.matchers, request.hints
+        inventory = exporter_inventory.query(matchers)
+        if hints is None:
+            return [*cycle_queries(request.windows, matchers), inventory]
+        # filtered windows come second, for the GPUs the candidates query names
+        queries = [
+            q for q in cycle_queries(request.windows, matchers, hints) if q.window not in FILTERED_WINDOWS
+        ]
+        candidates = candidates_query(request.windows, hints, matchers)
+        if candidates is not None:
+            queries.append(candidates)
+        queries.append(inventory)
+        counted = xid_counts.query(hints.xid_windows, matchers)
+        if counted is not None:
+            queries.append(counted)
+        return queries
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        tiered = self.refresh_budget > 0 and request.windows.get(Window.ACTIVITY, 0.0) > 0
+        if tiered and request.activity is not None:
+            return self.tiered.fetch(request, request.activity.idle_below)
+        started = time.monotonic()
+        identity: dict[GPUKey, Identity] = {}
+        windows: dict[Window, Rows] = {}
+        views: dict[tuple[str, str], ExporterView] = {}
+        xids: xid_counts.XidEvents = {}
+        drops = DropTally()
+
+        def take(query: Query, result: Any) -> list[Query]:
+            nonlocal identity, views, xids
+            if query.window is not None:
+                windows[query.window] = merge_window(windows.get(query.window), result)
+            elif query.inventory:
+                views = result
+            elif query.xid_counts:
+                xids = result
+            elif not query.candidates:
+                identity = result
+            return self.fault_windows(query, result, request)
+
+        with gc_paused():
+            queries = self.first_round(request)
+            sent = self.run_rounds(
+                queries,
+                request.now,
+                take,
+                workers=len(queries) + len(FILTERED_WINDOWS) * MAX_WINDOW_PARTS,
+                drops=drops,
+            )
+            gpus = samples(identity, windows, request, views=views, xids=xids, drops=drops)
+        return FetchResult(
+            gpus=gpus, queries=sent, seconds=time.monotonic() - started, dropped=drops.counts()
+        )
+
+    def run_rounds(
+        self,
+        queries: list[Query],
+        at: float,
+        take: Callable[[Query, Any], list[Query]],
+        *,
+        workers: int,
+        meanwhile: Callable[[], None] | None = None,
+        drops: DropTally | None = None,
+    ) -> int:
+        """Run ``queries`` concurrently; ``take`` gets each answer as it arrives and returns the
+        queries it makes necessary (a later round), which run on the same pool; ``meanwhile`` is
+        called whenever queries are still in flight after that. Returns how many were sent."""
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            pending = {pool.submit(self.run, q, at, drops): q for q in queries}
+            sent = len(pending)
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    for more in take(pending.pop(future), future.result()):
+                        pending[pool.submit(self.run, more, at, drops)] = more
+                        sent += 1
+                if pending and meanwhile is not None:
+                    meanwhile()
+        return sent
+
+    def fault_windows(self, query: Query, result: Any, request: FetchRequest) -> list[Query]:
+        """After the fault candidates query: each filtered window over only the GPUs it named."""
+        hints = request.hints
+        if not query.candidates or hints is None:
+            return []
+        return [
+            query
+            for w, keys in result.items()
+            for query in restricted_queries(w, request.windows[w], hints, keys, self.config.matchers)
+        ]
+
+    def wait_refreshes(self, timeout: float | None = None) -> bool:
+        """Wait for the tiered fetch's background refreshes started so far (tests and benchmarks);
+        False if one is still running after ``timeout`` seconds."""
+        return self.tiered.wait_refreshes(timeout)

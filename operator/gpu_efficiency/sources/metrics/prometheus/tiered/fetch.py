@@ -1,0 +1,334 @@
+"""The tiered fetch of the activity window (``--prometheus-refresh-budget``; the rules are in
+``sources/metrics/prometheus/tiered/activity_cache.py``): identity, idle and fault candidates first, then only the refresh
+set's activity windows, in chunks of listed UUIDs; the rest carried from the cache, and the budget's
+least recently refreshed GPUs fetched in the background after the cycle.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import threading
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpu_efficiency.cyclic_gc import gc_paused
+from gpu_efficiency.engine.model import Signal, Stats, Window
+from gpu_efficiency.sources.metrics.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
+from gpu_efficiency.sources.metrics.labels import GPUKey
+from gpu_efficiency.sources.metrics.prometheus.answers import Identity
+from gpu_efficiency.sources.metrics.prometheus.exporter_inventory import ExporterView
+from gpu_efficiency.sources.metrics.prometheus.promql import (
+    MAX_LISTED_GPUS,
+    MAX_WINDOW_PARTS,
+    QUERY_PLAN,
+    Query,
+    identity_query,
+    idle_candidates_query,
+    listed_window_query,
+    window_query,
+)
+from gpu_efficiency.sources.metrics.prometheus.tiered.activity_cache import (
+    CHAIN_SIGNALS,
+    ActivityCache,
+    Entry,
+    Key,
+    RefreshPlan,
+    Seen,
+    early_chain,
+    everything,
+    oldest_cached,
+    plan_refresh,
+)
+from gpu_efficiency.sources.metrics.prometheus.windows import (
+    Overlay,
+    Rows,
+    WindowValues,
+    merge_window,
+    samples,
+)
+from gpu_efficiency.sources.metrics.prometheus.xid_counts import XidEvents
+
+if TYPE_CHECKING:
+    from gpu_efficiency.sources.metrics.prometheus.source import PrometheusSource
+
+log = logging.getLogger(__name__)
+
+
+class TieredFetch:
+    """A source's activity caches (one per window length and matchers) and its tiered fetch."""
+
+    def __init__(self, source: PrometheusSource) -> None:
+        self.source = source
+        self.caches: dict[tuple[float, str], ActivityCache] = {}
+        self._cache_lock = threading.Lock()
+
+    def fetch(self, request: FetchRequest, idle_below: float) -> FetchResult:
+        """``PrometheusSource.fetch`` with the activity window refreshed only where it matters (activity_cache.py):
+        identity (with newest-sample times), idle candidates and fault candidates first; then the
+        activity window of the refresh set, in chunks of listed UUIDs run concurrently (the chains
+        the idle filter and the cache name as soon as the filter answers, beside identity). The refresh
+        budget's whole windows for later cycles (rule 4) are the result's ``then``."""
+        started = time.monotonic()
+        source = self.source
+        matchers = source.config.matchers
+        seconds = request.windows[Window.ACTIVITY]
+        queries = [
+            identity_query(matchers, timestamps=True),
+            idle_candidates_query(seconds, idle_below, matchers),
+        ]
+        queries += [
+            q
+            for q in source.first_round(request)
+            if q.candidates or q.inventory or q.xid_counts or q.window not in (None, Window.ACTIVITY)
+        ]
+        cache = self._cache(seconds)
+        state = TieredRound()
+        drops = DropTally()
+        settle_s = seconds + 2 * request.scrape_interval
+
+        def take(query: Query, result: Any) -> list[Query]:
+            state.take(query, result)
+            more = source.fault_windows(query, result, request)
+            if query.idle and state.identity is None:  # the chains the cache already names: now
+                with self._cache_lock:
+                    uuids = early_chain(cache.entries, result, idle_below)
+                    cached = len({uuid for uuid, _ in cache.entries})
+                chunks = listed_chunks(sorted(uuids), seconds, matchers, chain_only=True)
+                if worth_listing(len(chunks), len(uuids), cached):
+                    state.early, more = uuids, more + chunks
+            if state.plan is None and state.identity is not None and state.idle is not None:
+                with self._cache_lock:
+                    plan = plan_refresh(
+                        cache.entries, state.seen, state.idle, idle_below, now=request.now, settle_s=settle_s
+                    )
+                    # the entries the plan judged: a background refresh may replace them from now on
+                    carried = {key: cache.entries[key] for key in plan.carried}
+                state.plan, activity = activity_queries(plan, state.seen, seconds, matchers, state.early)
+                state.carried = {key: carried[key] for key in state.plan.carried}
+                more += activity
+            return more
+
+        with gc_paused():
+            sent = source.run_rounds(
+                queries,
+                request.now,
+                take,
+                workers=MAX_ACTIVITY_CHUNKS + 8 + 2 * MAX_WINDOW_PARTS,
+                meanwhile=state.build_carried,
+                drops=drops,
+            )
+            if state.identity is None or state.plan is None:
+                raise SourceUnavailable("Prometheus answered no identity or idle-candidates query")
+            plan = state.plan
+            state.build_carried()
+            with self._cache_lock:
+                scrape = request.scrape_interval
+                full_count = seconds / scrape - 1 if scrape > 0 else math.inf
+                cache.update(state.seen, plan, state.fresh, request.now, full_count)
+                reused = cache.reused_rows(plan, state.seen, carried=False)
+                whole = cache.whole_stats(plan)
+            windows: dict[Window, Rows] = {**state.windows, Window.ACTIVITY: Overlay(reused, state.fresh)}
+            gpus = samples(
+                state.identity,
+                windows,
+                request,
+                built={Window.ACTIVITY: state.built},
+                whole={Window.ACTIVITY: whole},
+                views=state.views,
+                xids=state.xids,
+                drops=drops,
+            )
+        log.debug(
+            "activity window: %d in full%s, %d chain only (new %d, idle %d, not busy %d, settling %d),"
+            " %d carried, %d queries",
+            len(plan.full),
+            " (unrestricted)" if plan.unrestricted else "",
+            len(plan.chain),
+            plan.new,
+            plan.idle,
+            plan.not_busy,
+            plan.settling,
+            len(plan.carried),
+            sent,
+        )
+        return FetchResult(
+            gpus=gpus,
+            queries=sent,
+            seconds=time.monotonic() - started,
+            refreshed=len(plan.refresh),
+            carried=len(plan.carried),
+            then=functools.partial(self.refresh_oldest, cache, request.now, settle_s, seconds),
+            dropped=drops.counts(),
+        )
+
+    def refresh_oldest(self, cache: ActivityCache, at: float, settle_s: float, seconds: float) -> int:
+        """Rule 4 (activity_cache.py; the tiered fetch's ``FetchResult.then``): start fetching, in the
+        background, the whole windows at ``at`` of the refresh budget's least recently refreshed
+        GPUs. One refresh per cache at a time: one still running when the next cycle ends
+        (Prometheus slower than the interval) makes that cycle start none. Returns how many GPUs it
+        started refreshing."""
+        with self._cache_lock:
+            running = cache.refresh
+            if running is not None and running.is_alive():
+                return 0
+            taken = oldest_cached(cache.entries, self.source.refresh_budget, at, settle_s)
+            if not taken:
+                return 0
+            chunks = listed_chunks(sorted({uuid for uuid, _ in taken}), seconds, self.source.config.matchers)
+            cache.refresh = threading.Thread(
+                target=self._store_refresh,
+                args=(cache, taken, chunks, at),
+                name="prometheus-refresh",
+                daemon=True,
+            )
+            cache.refresh.start()
+        return len(taken)
+
+    def _store_refresh(
+        self, cache: ActivityCache, taken: dict[Key, Entry], chunks: list[Query], at: float
+    ) -> None:
+        fresh: WindowValues = {}
+        try:
+            with gc_paused():
+                for query in chunks:
+                    for key, rows in self.source.run(query, at).items():
+                        fresh.setdefault(key, {}).update(rows)
+        except Exception as exc:  # a failed refresh changes nothing: the entries are just older
+            log.warning("refreshing %d cached activity windows failed: %s", len(taken), exc)
+            return
+        with self._cache_lock:
+            stored = cache.refreshed(taken, fresh, at)
+        log.debug("refreshed %d of %d cached activity windows (%d queries)", stored, len(taken), len(chunks))
+
+    def wait_refreshes(self, timeout: float | None = None) -> bool:
+        """Wait for the background refreshes started so far (tests and benchmarks);
+        False if one is still running after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cache_lock:
+            running = [c.refresh for c in self.caches.values() if c.refresh is not None]
+        for thread in running:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in running)
+
+    def _cache(self, seconds: float) -> ActivityCache:
+        """The activity cache of this window length (policies may differ); a few kept at most."""
+        key = (seconds, self.source.config.matchers)
+        with self._cache_lock:
+            cache = self.caches.get(key)
+            if cache is None:
+                while len(self.caches) >= MAX_CACHED_WINDOWS:
+                    del self.caches[next(iter(self.caches))]
+                cache = self.caches[key] = ActivityCache()
+            return cache
+
+
+@dataclass
+class TieredRound:
+    """What a tiered fetch has received so far; the refresh plan is made once identity and the idle
+    candidates are both in."""
+
+    identity: dict[GPUKey, Identity] | None = None
+    idle: set[Key] | None = None
+    seen: dict[Key, Seen] = field(default_factory=dict)
+    plan: RefreshPlan | None = None
+    windows: dict[Window, Rows] = field(default_factory=dict)
+    fresh: WindowValues = field(default_factory=dict)
+    early: frozenset[str] = frozenset()  # UUIDs whose chain was asked for before identity answered
+    carried: dict[Key, Entry] = field(default_factory=dict)  # the plan's carried GPUs, as it judged them
+    built: dict[Key, dict[Signal, Stats]] = field(default_factory=dict)  # their Stats (build_carried)
+    views: dict[Key, ExporterView] = field(default_factory=dict)  # the inventory's answer
+    xids: XidEvents = field(
+        default_factory=dict
+    )  # XID events counted (sources/metrics/prometheus/xid_counts.py)
+
+    def build_carried(self) -> None:
+        """The carried GPUs' activity Stats, from the entries the plan judged: each entry's own
+        (``Entry.stats``, built once per entry and then kept), taken while the chains and the fault
+        candidates are still in flight. ``samples`` marks them carried, with identity's newest time."""
+        if not self.carried:
+            return
+        for key, entry in self.carried.items():
+            self.built[key] = entry.stats()
+        self.carried = {}
+
+    def take(self, query: Query, result: Any) -> None:
+        if query.window is Window.ACTIVITY:
+            for key, rows in result.items():  # chunks list disjoint UUIDs; merged all the same
+                self.fresh.setdefault(key, {}).update(rows)
+        elif query.window is not None:
+            self.windows[query.window] = merge_window(self.windows.get(query.window), result)
+        elif query.idle:
+            self.idle = result
+        elif query.inventory:
+            self.views = result
+        elif query.xid_counts:
+            self.xids = result
+        elif not query.candidates:
+            self.identity = result
+            self.seen = {
+                (k.uuid, k.instance_id): Seen(i.node, frozenset(i.pods), i.newest) for k, i in result.items()
+            }
+
+
+#: Beyond this many listed chunks (or half the GPUs) the activity window is fetched over every GPU:
+#: listing costs Prometheus about twice as much per GPU as the unrestricted query (measured at 8,000).
+MAX_ACTIVITY_CHUNKS = 8
+#: Activity caches kept per source (one per distinct window length among the policies).
+MAX_CACHED_WINDOWS = 4
+
+
+#: Terms of the whole activity window and of its activity chain only (67 and 13 with today's plan).
+_FULL_TERMS = sum(len(aggs) for aggs in QUERY_PLAN[Window.ACTIVITY].values())
+_CHAIN_TERMS = sum(len(aggs) for sig, aggs in QUERY_PLAN[Window.ACTIVITY].items() if sig in CHAIN_SIGNALS)
+
+
+def chunk_gpus(chain_only: bool) -> int:
+    """GPUs listed per activity query: MAX_LISTED_GPUS whole windows, or as many chain-only
+    windows as give the same number of series (~2,500: 13 terms of 67). A chunk's cost to
+    Prometheus and to decode follows its series, so a thousand idle GPUs' chains are one query."""
+    if not chain_only:
+        return MAX_LISTED_GPUS
+    return max(1, MAX_LISTED_GPUS * _FULL_TERMS // _CHAIN_TERMS)
+
+
+def worth_listing(chunks: int, listed: int, total: int) -> bool:
+    """Is fetching ``listed`` of ``total`` GPUs' activity in ``chunks`` listed queries cheaper than
+    the unrestricted query? Not beyond MAX_ACTIVITY_CHUNKS queries or half the GPUs."""
+    return chunks <= MAX_ACTIVITY_CHUNKS and 2 * listed <= total
+
+
+def activity_queries(
+    plan: RefreshPlan,
+    seen: Mapping[Key, Seen],
+    seconds: float,
+    matchers: str,
+    chains_sent: Collection[str] = frozenset(),
+) -> tuple[RefreshPlan, list[Query]]:
+    """The activity queries of a refresh plan: full windows and chain-only windows of its UUIDs
+    (those of ``chains_sent`` already asked for: ``early_chain``), ``chunk_gpus`` listed per
+    query; the full window over every GPU (and the plan widened to all) when the refresh set is
+    most GPUs or would take too many queries."""
+    full = sorted({uuid for uuid, _ in plan.full})
+    chain = sorted({uuid for uuid, _ in plan.chain})
+    chunks = math.ceil(len(full) / chunk_gpus(False)) + math.ceil(len(chain) / chunk_gpus(True))
+    if not worth_listing(chunks, len(full) + len(chain), len({uuid for uuid, _ in seen})):
+        return everything(seen, plan), [window_query(Window.ACTIVITY, seconds, matchers)]
+    return plan, [
+        *listed_chunks(full, seconds, matchers),
+        *listed_chunks([u for u in chain if u not in chains_sent], seconds, matchers, chain_only=True),
+    ]
+
+
+def listed_chunks(
+    uuids: Sequence[str], seconds: float, matchers: str, chain_only: bool = False
+) -> list[Query]:
+    """The activity window of these UUIDs (their chain only), ``chunk_gpus`` listed per query."""
+    size = chunk_gpus(chain_only)
+    return [
+        listed_window_query(Window.ACTIVITY, seconds, uuids[i : i + size], matchers, chain_only)
+        for i in range(0, len(uuids), size)
+    ]

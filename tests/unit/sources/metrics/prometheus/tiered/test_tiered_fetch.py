@@ -1,0 +1,503 @@
+"""Tiered activity refresh through the HTTP client: which queries go out, what comes back, cycle to cycle.
+
+The fake Prometheus below (an ``httpx.MockTransport`` handler, called on the querying thread as a
+threaded server would be) holds a small GPU model and answers the identity (with newest-sample
+times), idle-candidates, fault-candidates and activity queries from it, honouring ``UUID=~`` lists
+and chain-only queries, so the source's cache can be driven through cycles.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import httpx
+import pytest
+from tests.unit.sources.metrics.fake_http import form, json_answer
+
+from gpu_efficiency.engine.model import GPUSample, Signal, Window
+from gpu_efficiency.engine.reclaim.activity import DataBounds, carried_bounds, gpu_activity
+from gpu_efficiency.sources.metrics.base import ActivityHints, FaultHints, FetchRequest, FetchResult
+from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
+from gpu_efficiency.sources.metrics.prometheus.promql import (
+    AGG_LABEL,
+    CANDIDATE_LABEL,
+    QUERY_PLAN,
+    Query,
+    idle_limit,
+)
+from gpu_efficiency.sources.metrics.prometheus.tiered import fetch as prom
+
+NOW = 1_700_000_000.0
+URL = "http://prometheus.test"
+WINDOWS = {Window.ACTIVITY: 120.0, Window.FAULT: 120.0, Window.THERMAL_HOLD: 120.0}
+HINTS = FaultHints(gpu_temperature_above=90)
+
+
+@dataclass
+class GPU:
+    node: str = "n1"
+    pod: str = ""
+    newest: float | None = NOW - 3  # None: no time in the identity answer (NaN)
+    sm: float = 0.5  # SM_ACTIVE max/avg; FB_USED follows it
+    ts: float = NOW - 3
+    fb: float = 1000.0
+
+
+@dataclass
+class Model:
+    gpus: dict[str, GPU] = field(default_factory=dict)
+    queries: list[str] = field(default_factory=list)
+    cycle: list[str] = field(default_factory=list)  # queries the source sent within its cycles
+    background: list[str] = field(default_factory=list)  # and after them, refreshing (rule 4)
+    started: int = 0  # GPUs the last cycle's deferred work (``FetchResult.then``) started refreshing
+    release: threading.Event | None = None  # set: listed whole-window queries wait for it (5 s at most)
+    fail_listed: bool = False  # listed whole-window queries get a PromQL error
+    hold_identity: bool = False  # answer identity only once a chain-only query came (or after 5 s)
+    chain_asked: threading.Event = field(default_factory=threading.Event)
+    chain_before_identity: bool = False
+    hold_chain: threading.Event | None = None  # set: chain-only queries wait for it (5 s at most)
+    chain_released: list[bool] = field(default_factory=list)  # per held chain query: released in time
+    times: list[str] = field(default_factory=list)  # each query's evaluation time, as sent
+
+    def answer(self, query: str) -> list[tuple[dict[str, str], Any]]:
+        if query.startswith("group by (UUID, GPU_I_ID, gpu") or query.startswith(
+            "max by (UUID, GPU_I_ID, gpu"
+        ):
+            timed = query.startswith("max")
+            return [
+                (
+                    {"UUID": u, "gpu": "0", "Hostname": g.node, "pod": g.pod, "namespace": "ns"},
+                    ("NaN" if g.newest is None else g.newest) if timed else 1,
+                )
+                for u, g in self.gpus.items()
+            ]
+        if CANDIDATE_LABEL in query or "gpueff_has" in query:  # fault candidates, inventory
+            return []
+        if AGG_LABEL not in query and "DCGM_FI_PROF_SM_(ACTIVE|UTIL_RATIO)" in query:  # idle candidates
+            limit = float(re.findall(r"< ([0-9.e-]+)", query)[0])  # the first term: SM_ACTIVE
+            assert limit == idle_limit(0.01, 1.0)
+            return [({"UUID": u}, g.sm) for u, g in self.gpus.items() if g.sm < limit]
+        if AGG_LABEL in query:
+            listed = re.search(r'UUID=~"([^"]*)"', query)
+            uuids = listed.group(1).split("|") if listed else list(self.gpus)
+            out: list[tuple[dict[str, str], Any]] = []
+            for uuid in uuids:
+                gpu = self.gpus.get(uuid)
+                if gpu is None:
+                    continue
+                values = {Signal.SM_ACTIVE: gpu.sm, Signal.FB_USED: gpu.fb}
+                for signal, value in values.items():
+                    for agg in QUERY_PLAN[Window.ACTIVITY][signal]:
+                        tag = f"{signal.name}:{agg}"
+                        if f'"{tag}"' in query:
+                            v = {"count": 8, "ts": gpu.ts}.get(agg, value)
+                            out.append(({"UUID": uuid, AGG_LABEL: tag}, v))
+            return out
+        return []
+
+
+def _handle(model: Model, request: httpx.Request) -> httpx.Response:
+    fields = form(request)
+    query = fields["query"][0]
+    model.queries.append(query)
+    model.times.append(fields.get("time", [""])[0])
+    listed_whole = "FB_USED:max" in query and "UUID=~" in query
+    if query.startswith("max by (UUID, GPU_I_ID, gpu") and model.hold_identity:
+        model.chain_before_identity = model.chain_asked.wait(5)
+    elif AGG_LABEL in query and "FB_USED" not in query:
+        model.chain_asked.set()
+        if model.hold_chain is not None:
+            model.chain_released.append(model.hold_chain.wait(5))
+    if model.release is not None and listed_whole:
+        model.release.wait(5)
+    if model.fail_listed and listed_whole:
+        error = {"status": "error", "errorType": "execution", "error": "query timed out"}
+        return json_answer(json.dumps(error).encode(), status=422)
+    result = [{"metric": m, "value": [NOW, str(v)]} for m, v in model.answer(query)]
+    return json_answer(
+        json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+    )
+
+
+@pytest.fixture
+def model() -> Model:
+    return Model()
+
+
+def _plain(model: Model, refresh_budget: int = 0) -> PrometheusSource:
+    """A source asking ``model``."""
+    transport = httpx.MockTransport(lambda request: _handle(model, request))
+    return PrometheusSource(PrometheusConfig(url=URL), refresh_budget=refresh_budget, transport=transport)
+
+
+def _source(model: Model, budget: int) -> PrometheusSource:
+    """A source whose queries are recorded as the cycle's or the background refresh's (by thread)."""
+    source = _plain(model, refresh_budget=budget)
+    run = source.run
+
+    def recorded(query: Query, at: float, *rest: Any) -> Any:
+        background = threading.current_thread().name == "prometheus-refresh"
+        (model.background if background else model.cycle).append(query.text)
+        return run(query, at, *rest)
+
+    source.run = recorded  # type: ignore[method-assign]
+    return source
+
+
+def _fetch(source: PrometheusSource, model: Model, now: float = NOW) -> tuple[FetchResult, list[str]]:
+    """One cycle and the background refresh it starts; returns the cycle's queries (the refresh's
+    are in ``model.background``)."""
+    model.cycle.clear()
+    model.background.clear()
+    request = FetchRequest(
+        now=now, windows=WINDOWS, scrape_interval=15.0, hints=HINTS, activity=ActivityHints(idle_below=0.01)
+    )
+    result = source.fetch(request)
+    sent = list(model.cycle)
+    model.started = result.then() if result.then is not None else 0  # as the cycle does, after its writes
+    assert source.wait_refreshes(10)
+    return result, sent
+
+
+def _activity(sent: list[str]) -> list[str]:
+    return [q for q in sent if AGG_LABEL in q and "SM_ACTIVE:max" in q]
+
+
+def _listed(query: str) -> set[str]:
+    found = re.search(r'UUID=~"([^"]*)"', query)
+    return set(found.group(1).split("|")) if found else {"*"}
+
+
+def _gpu(result: FetchResult, uuid: str) -> GPUSample:
+    return {g.uuid: g for g in result.gpus}[uuid]
+
+
+def _sm(result: FetchResult, uuid: str) -> Any:
+    return _gpu(result, uuid).get(Window.ACTIVITY, Signal.SM_ACTIVE)
+
+
+def _fb(result: FetchResult, uuid: str) -> Any:
+    return _gpu(result, uuid).get(Window.ACTIVITY, Signal.FB_USED)
+
+
+def _values(gpus: tuple[GPUSample, ...]) -> str:
+    """The samples as text, signals in one order: NaN fields (not measured) compare equal."""
+    ordered = [
+        replace(g, stats={w: dict(sorted(v.items(), key=lambda kv: kv[0].value)) for w, v in g.stats.items()})
+        for g in gpus
+    ]
+    return repr(ordered)
+
+
+def _busy_cluster(model: Model, n: int) -> None:
+    model.gpus = {f"GPU-{i}": GPU(pod=f"p{i}") for i in range(n)}
+
+
+def test_budget_zero_sends_todays_queries_and_results(model: Model) -> None:
+    _busy_cluster(model, 4)
+    model.gpus["GPU-0"].sm = 0.0
+    tiered_off, sent = _fetch(_source(model, 0), model)
+    plain = _plain(model)
+    model.queries.clear()
+    today = plain.fetch(FetchRequest(now=NOW, windows=WINDOWS, scrape_interval=15.0, hints=HINTS))
+    assert sorted(sent) == sorted(model.queries)
+    assert tiered_off.gpus == today.gpus
+    assert (tiered_off.refreshed, tiered_off.carried, tiered_off.then) == (None, 0, None)
+    again, sent_again = _fetch(_source(model, 0), model)
+    assert sorted(sent_again) == sorted(sent)  # no cache: the same every cycle
+    assert again.gpus == today.gpus
+    assert model.background == []
+
+
+def test_first_cycle_fetches_everything_then_carries_busy_gpus(model: Model) -> None:
+    _busy_cluster(model, 6)
+    source = _source(model, 1)
+    first, sent = _fetch(source, model)
+    assert _listed(_activity(sent)[0]) == {"*"}  # the cache is empty: the unrestricted query
+    assert (first.refreshed, first.carried, model.started) == (6, 0, 0)  # all just refreshed
+    assert len(sent) == 5  # identity, idle candidates, fault candidates, inventory, activity
+    assert model.background == []
+    second, sent = _fetch(source, model, NOW + 200)
+    assert (second.refreshed, second.carried, model.started) == (0, 6, 1)
+    assert _activity(sent) == []  # every GPU busy and settled: no activity query in the cycle
+    assert [_listed(q) for q in model.background] == [{"GPU-0"}]  # then the least recently refreshed
+    third, sent = _fetch(source, model, NOW + 230)
+    assert [_listed(q) for q in model.background] == [{"GPU-1"}]
+    assert third.gpus[0].stats[Window.ACTIVITY].keys() == first.gpus[0].stats[Window.ACTIVITY].keys()
+
+
+def test_whole_windows_are_carried_with_the_stats_made_when_they_were_fetched(model: Model) -> None:
+    """A window fetched whole gives the same Stats as without the cache, not marked carried, and
+    the cache keeps them: the next cycle carries those very objects instead of building them again
+    (after the first cycle, every GPU at once)."""
+    _busy_cluster(model, 4)
+    model.gpus["GPU-3"].sm = 0.0  # idle: fetched again every cycle, never carried
+    source = _source(model, 1)
+    first, _ = _fetch(source, model)
+    plain = _plain(model)
+    today = plain.fetch(FetchRequest(now=NOW, windows=WINDOWS, scrape_interval=15.0, hints=HINTS))
+    assert _values(first.gpus) == _values(today.gpus)
+    assert all(g.carried_newest is None for g in first.gpus)
+    second, _ = _fetch(source, model, NOW + 200)
+    for uuid in ("GPU-0", "GPU-1", "GPU-2"):
+        assert _gpu(second, uuid).carried_newest is not None
+        assert _gpu(second, uuid).stats[Window.ACTIVITY] is _gpu(first, uuid).stats[Window.ACTIVITY]
+    assert _gpu(second, "GPU-3").carried_newest is None
+    assert _gpu(second, "GPU-3").stats[Window.ACTIVITY] is not _gpu(first, "GPU-3").stats[Window.ACTIVITY]
+
+
+def test_rule_4_is_fetched_at_the_cycles_time_and_carried_by_the_next_cycles(model: Model) -> None:
+    _busy_cluster(model, 3)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.gpus["GPU-0"].fb = 7.0  # a busy GPU's other figures change: rule 4 brings them in
+    second, _ = _fetch(source, model, NOW + 200)
+    assert _fb(second, "GPU-0").max == 1000.0  # this cycle carried the old figure
+    assert model.times[-1] == f"{NOW + 200:.3f}"  # the refresh asked for the cycle's own time
+    third, sent = _fetch(source, model, NOW + 230)
+    assert "GPU-0" not in set().union(set(), *(_listed(q) for q in _activity(sent)))
+    assert _fb(third, "GPU-0").max == 7.0  # carried from the refresh
+
+
+def test_carried_windows_keep_their_stats_and_are_judged_by_the_identity_timestamp(model: Model) -> None:
+    """A carried window is the cache entry's own Stats (fetched times), the same objects from cycle
+    to cycle; its sample carries identity's newest time, which decides its freshness."""
+    _busy_cluster(model, 8)
+    source = _source(model, 1)
+    _fetch(source, model)
+    for gpu in model.gpus.values():
+        gpu.newest = NOW + 197
+    second, _ = _fetch(source, model, NOW + 200)
+    third, _ = _fetch(source, model, NOW + 230)
+    carried = _gpu(second, "GPU-5")
+    assert carried.carried_newest == NOW + 197
+    assert (_sm(second, "GPU-5").last_timestamp, _sm(second, "GPU-5").max) == (NOW - 3, 0.5)  # as fetched
+    assert _gpu(third, "GPU-5").stats[Window.ACTIVITY] is carried.stats[Window.ACTIVITY]  # not rebuilt
+    assert _gpu(second, "GPU-0").carried_newest == NOW + 197  # rule 4 refetched it after the cycle:
+    assert _gpu(third, "GPU-0").carried_newest == NOW + 197  # carried from the new entry
+    assert _fb(third, "GPU-0").last_timestamp == NOW - 3  # (the model's sample time)
+    assert _gpu(third, "GPU-0").stats[Window.ACTIVITY] is not _gpu(second, "GPU-0").stats[Window.ACTIVITY]
+
+    staleness = 120.0
+    fresh = gpu_activity(
+        carried, carried_bounds(DataBounds(8, NOW + 200 - staleness), carried.carried_newest)
+    )
+    assert (fresh.signal, fresh.peak) == (Signal.SM_ACTIVE, 0.5)  # fetched 203 s ago, fresh by identity
+    for gpu in model.gpus.values():
+        gpu.newest = NOW + 60  # the exporter stopped: identity's newest time ages
+    fourth, _ = _fetch(source, model, NOW + 260)
+    stopped = _gpu(fourth, "GPU-5")
+    assert stopped.carried_newest == NOW + 60
+    stale = gpu_activity(
+        stopped, carried_bounds(DataBounds(8, NOW + 260 - staleness), stopped.carried_newest)
+    )
+    assert not stale.known
+    assert "stale" in stale.unknown_reason
+
+
+def test_absent_identity_timestamp_is_not_carried(model: Model) -> None:
+    _busy_cluster(model, 8)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.gpus["GPU-2"].newest = None
+    result, sent = _fetch(source, model, NOW + 200)
+    assert "GPU-2" in set().union(*(_listed(q) for q in _activity(sent)))
+    assert _sm(result, "GPU-2").last_timestamp == NOW - 3  # its own, fetched
+    assert _gpu(result, "GPU-2").carried_newest is None
+
+
+def test_identity_change_refreshes_in_full(model: Model) -> None:
+    _busy_cluster(model, 8)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.gpus["GPU-2"].pod = "new-pod"
+    model.gpus["GPU-2"].fb = 5.0
+    result, sent = _fetch(source, model, NOW + 200)
+    full = [q for q in _activity(sent) if "FB_USED" in q]
+    assert [_listed(q) for q in full] == [{"GPU-2"}]  # the new pod, in the cycle
+    assert [_listed(q) for q in model.background] == [{"GPU-0"}]  # the budget's one, after it
+    fb = _fb(result, "GPU-2")
+    assert fb.max == 5.0
+
+
+def test_gpu_turning_idle_is_refreshed_and_seen_idle(model: Model) -> None:
+    _busy_cluster(model, 8)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.gpus["GPU-2"].sm = 0.0
+    result, sent = _fetch(source, model, NOW + 200)
+    chain = [q for q in _activity(sent) if "FB_USED" not in q]
+    assert [_listed(q) for q in chain] == [{"GPU-2"}]  # only its activity chain
+    assert _sm(result, "GPU-2").max == 0.0
+
+
+def test_the_chains_the_cache_names_go_out_before_identity_answers(model: Model) -> None:
+    """The idle filter and the cache name most chain refreshes: they must not wait for identity,
+    which only adds GPUs (here one without a newest-sample time), each asked for once."""
+    _busy_cluster(model, 8)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.gpus["GPU-2"].sm = 0.0
+    model.gpus["GPU-3"].newest = None
+    model.hold_identity = True
+    result, sent = _fetch(source, model, NOW + 200)
+    assert model.chain_before_identity
+    chain = [_listed(q) for q in _activity(sent) if "FB_USED" not in q]
+    assert chain == [{"GPU-2"}, {"GPU-3"}]  # the filter's, early; identity's, after it
+    assert _sm(result, "GPU-2").max == 0.0
+    assert _sm(result, "GPU-3").last_timestamp == NOW - 3  # its own, fetched
+    assert (result.refreshed, result.carried) == (2, 6)
+
+
+def test_carried_gpus_are_built_while_the_chains_are_in_flight_from_the_entries_judged(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The carried GPUs' Stats are made while a chain query is still unanswered, from the cache
+    entries the plan judged clearly busy: a background refresh replacing one after the plan (here
+    with an idle-looking window) is for the next cycles, not read by this one."""
+    _busy_cluster(model, 8)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.gpus["GPU-2"].sm = 0.0  # its chain is fetched; the other 7 are carried
+    model.hold_chain = threading.Event()
+    built_while_held: list[bool] = []
+    build = prom.TieredRound.build_carried
+
+    def judged_then_replaced(state: prom.TieredRound) -> None:
+        if state.carried:
+            (cache,) = source.tiered.caches.values()
+            taken = {("GPU-5", ""): cache.entries[("GPU-5", "")]}
+            idle_rows = {Signal.SM_ACTIVE: [0.0, 0.0, 0.0, 0.0, 8.0, NOW + 197, 0.0, 0.0, 0.0]}
+            assert cache.refreshed(taken, {("GPU-5", ""): idle_rows}, NOW + 200) == 1
+            assert model.hold_chain is not None
+            built_while_held.append(not model.hold_chain.is_set())
+            build(state)
+            model.hold_chain.set()
+        else:
+            build(state)
+
+    monkeypatch.setattr(prom.TieredRound, "build_carried", judged_then_replaced)
+    result, _ = _fetch(source, model, NOW + 200)
+    assert built_while_held == [True]
+    assert model.chain_released == [True]  # by the build, not after waiting 5 s
+    assert (result.refreshed, result.carried) == (1, 7)
+    assert _sm(result, "GPU-2").max == 0.0
+    assert _sm(result, "GPU-5").max == 0.5  # the window the plan judged, not the replacement
+    assert _gpu(result, "GPU-5").carried_newest == NOW - 3  # with identity's newest-sample time
+    (cache,) = source.tiered.caches.values()
+    assert cache.entries[("GPU-5", "")].refreshed_at == NOW + 200  # the replacement, kept for later
+
+
+def test_idle_gpu_turning_active_is_refreshed(model: Model) -> None:
+    """Safety: a GPU cached idle is refreshed every cycle, so it is seen active the cycle it is."""
+    _busy_cluster(model, 8)
+    model.gpus["GPU-2"].sm = 0.0
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.gpus["GPU-2"].sm = 0.9  # the idle filter no longer names it: only rule 3 brings it
+    result, sent = _fetch(source, model, NOW + 200)
+    assert "GPU-2" in set().union(*(_listed(q) for q in _activity(sent)))
+    assert _sm(result, "GPU-2").max == 0.9
+
+
+def test_large_refresh_sets_are_chunked_and_most_gpus_go_unrestricted(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(prom, "MAX_LISTED_GPUS", 2)
+    _busy_cluster(model, 12)
+    source = _source(model, 5)
+    _fetch(source, model)
+    for uuid in sorted(model.gpus)[:5]:
+        model.gpus[uuid].pod = "moved"  # five re-attributed GPUs: listed, 2 a query
+    result, sent = _fetch(source, model, NOW + 200)
+    listed = [_listed(q) for q in _activity(sent)]
+    assert sorted(len(x) for x in listed) == [1, 2, 2]
+    assert set().union(*listed) == set(sorted(model.gpus)[:5])  # key order: GPU-0, GPU-1, GPU-10, ...
+    assert result.queries == 4 + 3  # identity, idle and fault candidates, inventory; 3 activity chunks
+    background = [_listed(q) for q in model.background]
+    assert sorted(len(x) for x in background) == [1, 2, 2]  # rule 4: five of the seven others
+    assert set().union(*background) == set(sorted(model.gpus)[5:10])
+    for gpu in model.gpus.values():
+        gpu.sm = 0.0  # all idle: the refresh set is every GPU
+    result, sent = _fetch(source, model, NOW + 230)
+    assert [_listed(q) for q in _activity(sent)] == [{"*"}]
+    assert (result.refreshed, result.carried, model.started) == (12, 0, 0)
+
+
+def test_chain_chunks_hold_as_many_series_as_whole_window_chunks(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chain-only query returns 13 of the window's 67 terms, so it lists ~5x the GPUs: at 1,000
+    nodes the idle GPUs' chains are one query, as at 100 (the count no longer grows with them)."""
+    monkeypatch.setattr(prom, "MAX_LISTED_GPUS", 2)
+    assert prom.chunk_gpus(chain_only=True) == 2 * 67 // 13
+    _busy_cluster(model, 12)
+    source = _source(model, 1)
+    _fetch(source, model)
+    idle = sorted(model.gpus)[:5]
+    for uuid in idle:
+        model.gpus[uuid].sm = 0.0
+    result, sent = _fetch(source, model, NOW + 200)
+    assert [_listed(q) for q in _activity(sent)] == [set(idle)]  # one chain-only query, not three
+    assert all("FB_USED" not in q for q in _activity(sent))
+    assert result.queries == 4 + 1
+    assert all(_sm(result, uuid).max == 0.0 for uuid in idle)
+
+
+def test_the_cycle_does_not_wait_for_rule_4(model: Model) -> None:
+    """Rule 4 needs nothing of the cycle's answer: the cycle returns while it is still unanswered,
+    and a refresh still running when the next cycle ends makes that cycle start none."""
+    _busy_cluster(model, 6)
+    source = _source(model, 2)
+    _fetch(source, model)
+    model.release = threading.Event()
+    request = FetchRequest(
+        now=NOW + 200,
+        windows=WINDOWS,
+        scrape_interval=15.0,
+        hints=HINTS,
+        activity=ActivityHints(idle_below=0.01),
+    )
+    try:
+        result = source.fetch(request)
+        assert model.background == []  # nothing before the cycle starts it
+        assert result.then is not None
+        assert result.then() == 2
+        assert (result.refreshed, result.carried) == (0, 6)
+        assert not source.wait_refreshes(0.2)  # still held by the server
+        again = source.fetch(replace(request, now=NOW + 230))
+        assert again.then is not None
+        assert again.then() == 0
+    finally:
+        model.release.set()
+    assert source.wait_refreshes(10)
+    assert [_listed(q) for q in model.background] == [{"GPU-0", "GPU-1"}]
+
+
+def test_a_failed_refresh_changes_nothing(model: Model, caplog: pytest.LogCaptureFixture) -> None:
+    _busy_cluster(model, 3)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.fail_listed = True
+    with caplog.at_level("WARNING"):
+        _fetch(source, model, NOW + 200)
+    assert "refreshing 1 cached activity windows failed" in caplog.text
+    model.fail_listed = False
+    model.gpus["GPU-0"].fb = 7.0
+    result, _ = _fetch(source, model, NOW + 230)
+    assert _fb(result, "GPU-0").max == 1000.0  # still the cached figure; GPU-0 is still the oldest
+    assert [_listed(q) for q in model.background] == [{"GPU-0"}]
+
+
+def test_one_shot_commands_get_an_empty_cache(model: Model) -> None:
+    """report/explain build a new source with budget 0; a new source with a budget starts empty."""
+    _busy_cluster(model, 2)
+    result, sent = _fetch(_source(model, 1), model)
+    assert result.carried == 0
+    assert _listed(_activity(sent)[0]) == {"*"}
+    assert math.isfinite(_sm(result, "GPU-0").max)
