@@ -478,6 +478,13 @@ vm_cluster_bindir() {
     [[ -x "$GPUEFF_VM_CLUSTER_BIN/$b" ]] || die "GPUEFF_VM_CLUSTER_BIN=$GPUEFF_VM_CLUSTER_BIN has no executable $b"
   done
 }
+# running_pid knows our processes by their name and the state dir in their command line: the cluster
+# binaries run through links in the state dir (vminsert's flags name no path of ours).
+vm_cluster_link() { # BINARY NAME -> path of a link named NAME to BINARY
+  mkdir -p "$VM_DIR/bin"
+  ln -sfn "$GPUEFF_VM_CLUSTER_BIN/$1" "$VM_DIR/bin/$2"
+  echo "$VM_DIR/bin/$2"
+}
 # The backend this state dir was brought up with (up --metrics), prometheus when never said.
 metrics_backend() { cat "$STATE/metrics" 2> /dev/null || echo prometheus; }
 vm_url() {
