@@ -63,8 +63,10 @@ importlint: venv
 unit: venv
 	$(VPY) -m pytest tests/unit -q -n 2
 
+# VictoriaMetrics (tests/e2e/test_victoriametrics_e2e.py) is built beside the rest: a cache of its
+# own (hack/localcluster/build-victoriametrics.sh), so a cold machine pays it in parallel, once.
 build-cluster: deps
-	hack/localcluster/build.sh
+	hack/localcluster/build-victoriametrics.sh & hack/localcluster/build.sh; st=$$?; wait $$! || st=1; exit $$st
 
 cluster-up: deps
 	$(CLUSTER) up
