@@ -8,6 +8,9 @@
 #          (models: `gpu-efficiency-sim models`; default a Hopper and an Ampere node, round-robin)
 #        cluster.sh delete-nodes PREFIX
 #        cluster.sh prometheus-up | prometheus-down
+#        cluster.sh up --metrics victoriametrics | victoriametrics-cluster   (instead of Prometheus)
+#        cluster.sh victoriametrics-up [--cluster] | victoriametrics-down    (beside Prometheus)
+#        cluster.sh vmstorage-down N | vmstorage-up N   (the cluster's storage node N, 1 or 2)
 #        cluster.sh kubectl ARGS...     (kubectl from the cache, with our kubeconfig)
 # See README.md in this directory for the interface (env vars, ports, files).
 set -euo pipefail
@@ -29,6 +32,16 @@ KWOK_PORT="${GPUEFF_KWOK_PORT:-$((17247 + OFF))}"
 PROM_PORT="${GPUEFF_PROM_PORT:-$((19090 + OFF))}"
 PROM_SCRAPE_INTERVAL="${GPUEFF_PROM_SCRAPE_INTERVAL:-1s}"
 PROM_RETENTION="${GPUEFF_PROM_RETENTION:-2h}"
+# VictoriaMetrics (optional, see README.md): the single-node server, or the cluster's vminsert,
+# vmselect and two vmstorage nodes fed by vmagent; all scrape the same file-SD targets as Prometheus.
+VM_PORT="${GPUEFF_VM_PORT:-$((18428 + OFF))}"
+VMAGENT_PORT="${GPUEFF_VMAGENT_PORT:-$((18429 + OFF))}"
+VMINSERT_PORT="${GPUEFF_VMINSERT_PORT:-$((18480 + OFF))}"
+VMSELECT_PORT="${GPUEFF_VMSELECT_PORT:-$((18481 + OFF))}"
+VMSTORAGE_PORT_BASE="${GPUEFF_VMSTORAGE_PORT_BASE:-$((18500 + OFF))}"  # node N: base+10N, +1, +2
+# VictoriaMetrics hides the newest -search.latencyOffset of data from queries (default 30s): idle
+# onsets and faults would be judged 30 s late. Two scrape intervals (see docs/install.md).
+VM_LATENCY_OFFSET="${GPUEFF_VM_LATENCY_OFFSET:-2s}"
 SERVICE_CIDR="${GPUEFF_SERVICE_CIDR:-10.96.0.0/16}"
 WAIT_TIMEOUT="${GPUEFF_WAIT_TIMEOUT:-120}"
 NODE_STATUS_PERIOD_S="${GPUEFF_KWOK_NODE_STATUS_PERIOD_S:-}"  # fake nodes' status heartbeat (kwok.yaml)
@@ -50,7 +63,9 @@ RUN="$STATE/run"
 LOGS="$STATE/logs"
 KUBECONFIG_FILE="$STATE/kubeconfig"
 PROM_DIR="$STATE/prometheus"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok prometheus)
+VM_DIR="$STATE/victoriametrics"
+CONTROL_PLANE=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+COMPONENTS=("${CONTROL_PLANE[@]}" prometheus)  # the metrics backend's, once main() has read it
 
 log() { echo "[localcluster] $*" >&2; }
 die() { echo "[localcluster] ERROR: $*" >&2; exit 1; }
@@ -445,6 +460,125 @@ start_prometheus() {
   log "prometheus ready on http://$HOST:$PROM_PORT (targets: $PROM_DIR/targets/*.json)"
 }
 
+# ---------------------------------------------------------- VictoriaMetrics --
+VM_BIN=""
+vm_bindir() {
+  [[ -n "$VM_BIN" ]] && return 0
+  VM_BIN="${GPUEFF_VM_BIN:-$("$HERE/build-victoriametrics.sh" | tail -n 1)}"
+  [[ -x "$VM_BIN/victoria-metrics" ]] || die "no victoria-metrics in $VM_BIN (run $HERE/build-victoriametrics.sh)"
+}
+# The cluster version is not served by the Go module proxy (only `-cluster` tags carry its programs):
+# GPUEFF_VM_CLUSTER_BIN names a directory with vminsert, vmselect and vmstorage built elsewhere.
+vm_cluster_bindir() {
+  local b
+  [[ -n "${GPUEFF_VM_CLUSTER_BIN:-}" ]] || die "victoriametrics-cluster needs GPUEFF_VM_CLUSTER_BIN: a directory" \
+    "with vminsert, vmselect and vmstorage (VictoriaMetrics' cluster version; its -cluster tags are not" \
+    "served by the Go module proxy, so build-victoriametrics.sh cannot build them; see README.md)"
+  for b in vminsert vmselect vmstorage; do
+    [[ -x "$GPUEFF_VM_CLUSTER_BIN/$b" ]] || die "GPUEFF_VM_CLUSTER_BIN=$GPUEFF_VM_CLUSTER_BIN has no executable $b"
+  done
+}
+# The backend this state dir was brought up with (up --metrics), prometheus when never said.
+metrics_backend() { cat "$STATE/metrics" 2> /dev/null || echo prometheus; }
+vm_url() {
+  case "${1:-$(metrics_backend)}" in
+    victoriametrics) echo "http://$HOST:$VM_PORT" ;;
+    victoriametrics-cluster) echo "http://$HOST:$VMSELECT_PORT/select/0/prometheus" ;;
+    *) echo "http://$HOST:$PROM_PORT" ;;
+  esac
+}
+vm_flags() { # shared by every VictoriaMetrics process
+  echo "-loggerLevel=WARN"
+  echo "-search.latencyOffset=$VM_LATENCY_OFFSET"
+}
+vm_scrape_flags() { # the Prometheus scrape config, file-SD re-read as often as Prometheus does
+  echo "-promscrape.config=$PROM_DIR/prometheus.yml"
+  echo "-promscrape.config.strictParse=false"
+  echo "-promscrape.fileSDCheckInterval=1s"
+}
+start_victoriametrics() {
+  running_pid victoria-metrics > /dev/null && return 0
+  vm_bindir
+  write_prometheus_config
+  mkdir -p "$VM_DIR/single"
+  free_port victoria-metrics "$VM_PORT"
+  # shellcheck disable=SC2046
+  start_proc victoria-metrics "$VM_BIN/victoria-metrics" $(vm_flags) $(vm_scrape_flags) \
+    -storageDataPath="$VM_DIR/single" -retentionPeriod=1d -httpListenAddr="$HOST:$VM_PORT"
+  wait_until victoria-metrics "victoria-metrics /health" curl -sf --max-time 2 "http://$HOST:$VM_PORT/health"
+  log "victoria-metrics ready on $(vm_url victoriametrics) (targets: $PROM_DIR/targets/*.json)"
+}
+vmstorage_ports() { # N -> http vminsert vmselect
+  local b=$((VMSTORAGE_PORT_BASE + 10 * $1))
+  echo "$b $((b + 1)) $((b + 2))"
+}
+start_vmstorage() {
+  local n=$1 http ins sel
+  running_pid "vmstorage-$n" > /dev/null && return 0
+  read -r http ins sel <<< "$(vmstorage_ports "$n")"
+  mkdir -p "$VM_DIR/vmstorage-$n"
+  free_port "vmstorage-$n" "$http"
+  # shellcheck disable=SC2046
+  start_proc "vmstorage-$n" "$(vm_cluster_link vmstorage "vmstorage-$n")" -loggerLevel=WARN \
+    -storageDataPath="$VM_DIR/vmstorage-$n" -retentionPeriod=1d -httpListenAddr="$HOST:$http" \
+    -vminsertAddr="$HOST:$ins" -vmselectAddr="$HOST:$sel"
+  wait_until "vmstorage-$n" "vmstorage-$n /health" curl -sf --max-time 2 "http://$HOST:$http/health"
+}
+start_victoriametrics_cluster() {
+  vm_bindir
+  vm_cluster_bindir
+  write_prometheus_config
+  local n ins=() sel=() http i s
+  for n in 1 2; do
+    start_vmstorage "$n"
+    read -r http i s <<< "$(vmstorage_ports "$n")"
+    ins+=("$HOST:$i"); sel+=("$HOST:$s")
+  done
+  local insert_nodes select_nodes
+  insert_nodes=$(IFS=,; echo "${ins[*]}"); select_nodes=$(IFS=,; echo "${sel[*]}")
+  if ! running_pid vminsert > /dev/null; then
+    free_port vminsert "$VMINSERT_PORT"
+    start_proc vminsert "$(vm_cluster_link vminsert vminsert)" -loggerLevel=WARN \
+      -storageNode="$insert_nodes" -httpListenAddr="$HOST:$VMINSERT_PORT"
+    wait_until vminsert "vminsert /health" curl -sf --max-time 2 "http://$HOST:$VMINSERT_PORT/health"
+  fi
+  if ! running_pid vmselect > /dev/null; then
+    free_port vmselect "$VMSELECT_PORT"
+    # shellcheck disable=SC2046
+    start_proc vmselect "$(vm_cluster_link vmselect vmselect)" $(vm_flags) -cacheDataPath="$VM_DIR/vmselect-cache" \
+      -storageNode="$select_nodes" -httpListenAddr="$HOST:$VMSELECT_PORT"
+    wait_until vmselect "vmselect /health" curl -sf --max-time 2 "http://$HOST:$VMSELECT_PORT/health"
+  fi
+  if ! running_pid vmagent > /dev/null; then
+    mkdir -p "$VM_DIR/vmagent"
+    free_port vmagent "$VMAGENT_PORT"
+    # shellcheck disable=SC2046
+    start_proc vmagent "$VM_BIN/vmagent" -loggerLevel=WARN $(vm_scrape_flags) \
+      -remoteWrite.url="http://$HOST:$VMINSERT_PORT/insert/0/prometheus/api/v1/write" \
+      -remoteWrite.tmpDataPath="$VM_DIR/vmagent" -remoteWrite.flushInterval=200ms \
+      -httpListenAddr="$HOST:$VMAGENT_PORT"
+    wait_until vmagent "vmagent /health" curl -sf --max-time 2 "http://$HOST:$VMAGENT_PORT/health"
+  fi
+  log "victoriametrics-cluster ready on $(vm_url victoriametrics-cluster) (targets: $PROM_DIR/targets/*.json)"
+}
+VM_COMPONENTS=(victoria-metrics vmagent vmselect vminsert vmstorage-1 vmstorage-2)
+stop_victoriametrics() { local c; for c in "${VM_COMPONENTS[@]}"; do stop_proc "$c"; done; }
+# The metrics backend of `up`: Prometheus (the default) or VictoriaMetrics, single-node or cluster.
+start_metrics() {
+  case "$(metrics_backend)" in
+    prometheus) start_prometheus ;;
+    victoriametrics) start_victoriametrics ;;
+    victoriametrics-cluster) start_victoriametrics_cluster ;;
+  esac
+}
+metrics_components() {
+  case "$(metrics_backend)" in
+    prometheus) echo prometheus ;;
+    victoriametrics) echo victoria-metrics ;;
+    victoriametrics-cluster) echo vmagent vmselect vminsert vmstorage-1 vmstorage-2 ;;
+  esac
+}
+
 # -------------------------------------------------------------- readiness --
 pdb_status_works() {
   local ns=default name=gpueff-localcluster-pdb-probe gen
@@ -540,16 +674,25 @@ all_running() {
 }
 
 cmd_up() {
-  local nodes=$DEFAULT_NODES
+  local nodes=$DEFAULT_NODES metrics=prometheus
   while (($#)); do
     case "$1" in
       --nodes) nodes=$2; shift 2 ;;
       --nodes=*) nodes=${1#--nodes=}; shift ;;
+      --metrics) metrics=$2; shift 2 ;;
+      --metrics=*) metrics=${1#--metrics=}; shift ;;
       *) die "up: unknown argument $1" ;;
     esac
   done
+  case "$metrics" in
+    prometheus | victoriametrics | victoriametrics-cluster) ;;
+    *) die "up: --metrics must be prometheus, victoriametrics or victoriametrics-cluster, got '$metrics'" ;;
+  esac
+  [[ "$metrics" == victoriametrics-cluster ]] && vm_cluster_bindir
   check_settings
   mkdir -p "$STATE"
+  echo "$metrics" > "$STATE/metrics"
+  COMPONENTS=("${CONTROL_PLANE[@]}" $(metrics_components))
   if all_running && curl_k "https://$HOST:$APISERVER_PORT/readyz" > /dev/null 2>&1; then
     log "already up"
     cmd_status
@@ -564,7 +707,7 @@ cmd_up() {
   start_kcm
   start_scheduler
   start_kwok
-  start_prometheus
+  start_metrics
   wait_cluster_ready
   local have
   have=$(count_nodes "$DEFAULT_PREFIX")
@@ -577,7 +720,9 @@ cmd_down() {
   local purge=0
   [[ "${1:-}" == --purge ]] && purge=1
   local i
-  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_proc "${COMPONENTS[$i]}"; done
+  stop_victoriametrics
+  stop_proc prometheus
+  for ((i = ${#CONTROL_PLANE[@]} - 1; i >= 0; i--)); do stop_proc "${CONTROL_PLANE[$i]}"; done
   if ((purge)); then
     rm -rf "$STATE"
     log "purged $STATE"
@@ -597,14 +742,15 @@ cmd_status() {
     echo "apiserver:  https://$HOST:$APISERVER_PORT (ready)"
     kubectl_ get nodes -L nvidia.com/gpu.product --no-headers 2> /dev/null | sed 's/^/node: /' || true
   fi
-  echo "prometheus: http://$HOST:$PROM_PORT"
+  echo "metrics:    $(metrics_backend) $(vm_url)"
   echo "kubeconfig: $KUBECONFIG_FILE"
   return $rc
 }
 
 cmd_env() {
   echo "export KUBECONFIG=$KUBECONFIG_FILE"
-  echo "export GPUEFF_PROMETHEUS_URL=http://$HOST:$PROM_PORT"
+  echo "export GPUEFF_PROMETHEUS_URL=$(vm_url)"
+  echo "export GPUEFF_METRICS_BACKEND=$(metrics_backend)"
   echo "export GPUEFF_PROMETHEUS_TARGETS_DIR=$PROM_DIR/targets"
   echo "export GPUEFF_PROMETHEUS_OPERATOR_TARGETS_DIR=$PROM_DIR/targets-operator"
   echo "export GPUEFF_LOCALCLUSTER_STATE=$STATE"
@@ -633,7 +779,8 @@ lock_state() {
 main() {
   local verb=${1:-}
   (($#)) && shift
-  case "$verb" in up | down | prometheus-up | prometheus-down) lock_state ;; esac
+  case "$verb" in up | down | prometheus-up | prometheus-down | victoriametrics-* | vmstorage-*) lock_state ;; esac
+  COMPONENTS=("${CONTROL_PLANE[@]}" $(metrics_components))
   case "$verb" in
     up) cmd_up "$@" ;;
     down) cmd_down "$@" ;;
@@ -644,8 +791,17 @@ main() {
     delete-nodes) cmd_delete_nodes "$@" ;;
     prometheus-up) start_prometheus ;;
     prometheus-down) stop_proc prometheus ;;
+    victoriametrics-up) # beside the recorded backend: the e2e matrix plays the same cluster on it
+      case "${1:-}" in
+        --cluster) start_victoriametrics_cluster; vm_url victoriametrics-cluster ;;
+        "") start_victoriametrics; vm_url victoriametrics ;;
+        *) die "victoriametrics-up: unknown argument $1" ;;
+      esac ;;
+    victoriametrics-down) stop_victoriametrics ;;
+    vmstorage-down) [[ "${1:-}" =~ ^[12]$ ]] || die "vmstorage-down: N must be 1 or 2"; stop_proc "vmstorage-$1" ;;
+    vmstorage-up) [[ "${1:-}" =~ ^[12]$ ]] || die "vmstorage-up: N must be 1 or 2"; vm_cluster_bindir; start_vmstorage "$1" ;;
     kubectl) kubectl_ "$@" ;;
-    *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 }
 
