@@ -199,7 +199,7 @@ def cluster_env() -> dict[str, str]:
     return env
 
 
-def cluster_up(env: dict[str, str], reuse: bool) -> Cluster:
+def cluster_up(env: dict[str, str], reuse: bool, metrics: str = "prometheus") -> Cluster:
     state = Path(env["GPUEFF_STATE_DIR"])
     if not reuse and (state / "etcd").exists():
         log(f"purging the previous scale cluster in {state}")
@@ -207,11 +207,13 @@ def cluster_up(env: dict[str, str], reuse: bool) -> Cluster:
             [str(CLUSTER_SH), "down", "--purge"], env=env, capture_output=True, text=True, check=True
         )
     t0 = time.monotonic()
-    up = subprocess.run([str(CLUSTER_SH), "up", "--nodes", "0"], env=env, capture_output=True, text=True)
+    up = subprocess.run(
+        [str(CLUSTER_SH), "up", "--nodes", "0", "--metrics", metrics], env=env, capture_output=True, text=True
+    )
     if up.returncode != 0:
         raise SystemExit(f"cluster.sh up failed:\n{up.stderr[-4000:]}")
     prom_yml = (state / "prometheus" / "prometheus.yml").read_text()
-    if f"scrape_interval: {SCRAPE_INTERVAL_S}s" not in prom_yml:
+    if f"scrape_interval: {SCRAPE_INTERVAL_S}s" not in prom_yml and metrics == "prometheus":
         log("Prometheus runs with another scrape interval: restarting it with 15s")
         for verb in ("prometheus-down", "prometheus-up"):
             subprocess.run([str(CLUSTER_SH), verb], env=env, capture_output=True, text=True, check=True)
@@ -1165,6 +1167,14 @@ def main(argv: list[str] | None = None) -> int:
         f" warningPeriod 30s, {RECLAIM_BUDGETS}) and record evictions per cycle and namespace until"
         " the hour's budget is spent",
     )
+    parser.add_argument(
+        "--metrics",
+        choices=("prometheus", "victoriametrics", "victoriametrics-cluster"),
+        default="prometheus",
+        help="the metrics backend (cluster.sh up --metrics), scraping the same targets every 15 s; the"
+        " operator queries it at its Prometheus API URL. VictoriaMetrics refuses queries over 16 KiB"
+        " (-search.maxQueryLen): keep --refresh-budget 0 there (the tiered refresh lists UUIDs)",
+    )
     parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster up afterwards")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
@@ -1195,7 +1205,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     info = machine()
     env = cluster_env()
-    cluster = cluster_up(env, args.reuse)
+    cluster = cluster_up(env, args.reuse, args.metrics)
     sim = None
     results: list[dict[str, Any]] = []
     try:
@@ -1226,6 +1236,7 @@ def main(argv: list[str] | None = None) -> int:
             "scrapeInterval": f"{SCRAPE_INTERVAL_S}s",
             "refreshBudget": args.refresh_budget,
         },
+        "metrics": args.metrics,
         "profile_mix": dict(PROFILE_MIX),
         "results": results,
         "total_seconds": round(time.monotonic() - started, 1),
