@@ -24,7 +24,9 @@ What it does (see RESULTS.md for the figures and how to read them):
 4. Starts the operator (bench/scale/probe.py: `gpu-efficiency run` plus a trace of API calls,
    PromQL queries and cycle phases) with one cluster-wide Observe policy (interval 30s, window 2m,
    scrapeInterval 15s). Cycle 1 labels the new pods; the next --steady-cycles cycles are the steady
-   state. Then 5 % of the busy pods are flipped to the idle profile (annotation read by the
+   state. Then the operator is restarted (a new process, caches and memory empty, on pods that carry
+   its annotations): its first cycle's time and writes are recorded (a restart is not a relabelling:
+   0 writes expected). Then 5 % of the busy pods are flipped to the idle profile (annotation read by the
    simulator) and every cycle is recorded until the operator counts them all Idle.
 5. With --reclaim, at the last size: the policy turns to Enforce (bare pods allowed, idleFor 1m,
    warningPeriod 30s, at most 40 evictions a cycle, 1 per namespace a cycle, 300 an hour), and
@@ -197,7 +199,7 @@ def cluster_env() -> dict[str, str]:
     return env
 
 
-def cluster_up(env: dict[str, str], reuse: bool) -> Cluster:
+def cluster_up(env: dict[str, str], reuse: bool, metrics: str = "prometheus") -> Cluster:
     state = Path(env["GPUEFF_STATE_DIR"])
     if not reuse and (state / "etcd").exists():
         log(f"purging the previous scale cluster in {state}")
@@ -205,11 +207,13 @@ def cluster_up(env: dict[str, str], reuse: bool) -> Cluster:
             [str(CLUSTER_SH), "down", "--purge"], env=env, capture_output=True, text=True, check=True
         )
     t0 = time.monotonic()
-    up = subprocess.run([str(CLUSTER_SH), "up", "--nodes", "0"], env=env, capture_output=True, text=True)
+    up = subprocess.run(
+        [str(CLUSTER_SH), "up", "--nodes", "0", "--metrics", metrics], env=env, capture_output=True, text=True
+    )
     if up.returncode != 0:
         raise SystemExit(f"cluster.sh up failed:\n{up.stderr[-4000:]}")
     prom_yml = (state / "prometheus" / "prometheus.yml").read_text()
-    if f"scrape_interval: {SCRAPE_INTERVAL_S}s" not in prom_yml:
+    if f"scrape_interval: {SCRAPE_INTERVAL_S}s" not in prom_yml and metrics == "prometheus":
         log("Prometheus runs with another scrape interval: restarting it with 15s")
         for verb in ("prometheus-down", "prometheus-up"):
             subprocess.run([str(CLUSTER_SH), verb], env=env, capture_output=True, text=True, check=True)
@@ -652,6 +656,29 @@ def start_operator(
     return Operator(proc=proc, trace=trace, log_path=log_path, metrics_port=port)
 
 
+def restart_operator(
+    op: Operator, cluster: Cluster, workdir: Path, kubeconfig: str, tag: str, opts: Options
+) -> tuple[Operator, dict[str, Any]]:
+    """Stop the operator and start a new process (no memory of its writes, caches empty) on pods
+    that carry its annotations: its first cycle should write nothing for pods whose values did
+    not move (issue 35.6). Returns the new operator and its first cycle's summary, with the pods
+    it patched and the keys of each patch (what it rewrote, if anything)."""
+    stop(op.proc)
+    new = start_operator(cluster, workdir, kubeconfig, tag, opts.refresh_budget)
+    try:
+        new.wait_cycles(1, 600.0)
+    except BaseException:
+        stop(new.proc)
+        raise
+    summary = cycle_summary(new, new.cycles[0])
+    calls = in_cycle(new.calls, new.cycles[0])
+    keys = Counter(
+        key for c in calls if c["m"] == "PATCH" and _POD_PATH.match(c["p"]) for key in c.get("keys", ())
+    )
+    summary["patched_keys"] = dict(keys.most_common())
+    return new, summary
+
+
 # ---------------------------------------------------------------------------------------- analysis --
 
 _POD_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/?]+)")
@@ -906,6 +933,15 @@ def run_size(
         status_after_steady = op.proc_status()
         timings["steady_s"] = time.monotonic() - t
 
+        # ---- restart: a new process on pods that already carry our annotations -----------------
+        t = time.monotonic()
+        op, restarted = restart_operator(op, cluster, workdir, kubeconfig, f"{nodes}-restarted", opts)
+        timings["restart_s"] = time.monotonic() - t
+        log(
+            f"restarted: first cycle {restarted['wall_s']:.2f}s, {restarted['api_writes']} writes"
+            f" ({restarted['pod_patches']} pod patches, {restarted['events_created']} events)"
+        )
+
         # ---- acting: flip a share of the busy pods to idle -----------------------------------
         t = time.monotonic()
         idle_before = op.gauge("gpu_efficiency_pods", {"policy": POLICY, "verdict": "Idle"}) or 0.0
@@ -961,6 +997,7 @@ def run_size(
         "gpus": nodes * opts.gpus,
         "pods": expected,
         "first_cycle": first,
+        "restarted_first_cycle": restarted,
         "steady_cycles": steady,
         "steady": {
             "wall_s_median": statistics.median(walls),
@@ -1070,6 +1107,9 @@ def table(results: list[dict[str, Any]]) -> str:
         ("steady API writes (all cycles)", lambda r: str(r["steady"]["api_writes_total"])),
         ("peak RSS MiB (steady / run)", lambda r: f"{r['steady']['peak_rss_mib']:.0f} / {r['peak_rss_mib']:.0f}"),
         ("first cycle: wall s, writes", lambda r: f"{r['first_cycle']['wall_s']:.1f}, {r['first_cycle']['api_writes']}"),
+        ("restarted first cycle: wall s, writes (pod patches, events)", lambda r: "{:.1f}, {} ({}, {})".format(
+            r["restarted_first_cycle"]["wall_s"], r["restarted_first_cycle"]["api_writes"],
+            r["restarted_first_cycle"]["pod_patches"], r["restarted_first_cycle"]["events_created"])),
         ("flipped to idle", lambda r: str(r["acting"]["flipped"])),
         ("acting cycle wall s", lambda r: f"{r['acting']['acting_cycle']['wall_s']:.2f}" if r["acting"]["acting_cycle"] else "-"),
         ("turned Idle: patches / GPUIdle events", lambda r: "{} / {} in {} cycle(s)".format(
@@ -1127,6 +1167,14 @@ def main(argv: list[str] | None = None) -> int:
         f" warningPeriod 30s, {RECLAIM_BUDGETS}) and record evictions per cycle and namespace until"
         " the hour's budget is spent",
     )
+    parser.add_argument(
+        "--metrics",
+        choices=("prometheus", "victoriametrics", "victoriametrics-cluster"),
+        default="prometheus",
+        help="the metrics backend (cluster.sh up --metrics), scraping the same targets every 15 s; the"
+        " operator queries it at its Prometheus API URL. VictoriaMetrics refuses queries over 16 KiB"
+        " (-search.maxQueryLen): keep --refresh-budget 0 there (the tiered refresh lists UUIDs)",
+    )
     parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster up afterwards")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
@@ -1157,7 +1205,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     info = machine()
     env = cluster_env()
-    cluster = cluster_up(env, args.reuse)
+    cluster = cluster_up(env, args.reuse, args.metrics)
     sim = None
     results: list[dict[str, Any]] = []
     try:
@@ -1188,6 +1236,7 @@ def main(argv: list[str] | None = None) -> int:
             "scrapeInterval": f"{SCRAPE_INTERVAL_S}s",
             "refreshBudget": args.refresh_budget,
         },
+        "metrics": args.metrics,
         "profile_mix": dict(PROFILE_MIX),
         "results": results,
         "total_seconds": round(time.monotonic() - started, 1),

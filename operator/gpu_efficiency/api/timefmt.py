@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from datetime import UTC, datetime
 
 _FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+#: Times kept per cache: every cycle re-reads and re-writes the same idle clocks and warnings
+#: (a few per pod), so parsing and formatting them once per process saves the engine's CPU at
+#: thousands of pods; beyond this many distinct times the oldest are recomputed.
+_CACHED_TIMES = 32768
+#: Longest text whose parse is kept ('2026-11-27T10:15:00.123456789+00:00' is 35 characters).
+_CACHED_TEXT = 64
 
 
 def format_rfc3339(ts: float | datetime) -> str:
@@ -14,7 +21,12 @@ def format_rfc3339(ts: float | datetime) -> str:
     RFC3339 UTC with seconds precision and a 'Z' suffix (what Kubernetes writes)."""
     if isinstance(ts, datetime):
         return (ts if ts.tzinfo is None else ts.astimezone(UTC)).strftime(_FORMAT)
-    return time.strftime(_FORMAT, time.gmtime(math.floor(ts)))
+    return _format_whole(math.floor(ts))
+
+
+@functools.lru_cache(maxsize=_CACHED_TIMES)
+def _format_whole(seconds: int) -> str:
+    return time.strftime(_FORMAT, time.gmtime(seconds))
 
 
 def parse_rfc3339(text: str | None) -> float | None:
@@ -25,6 +37,13 @@ def parse_rfc3339(text: str | None) -> float | None:
     """
     if not text:
         return None
+    if len(text) > _CACHED_TEXT:  # no timestamp is this long: not kept (a user's text may be huge)
+        return _parse.__wrapped__(text)
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=_CACHED_TIMES)
+def _parse(text: str) -> float | None:
     text = text.strip()
     if text[-1:] in ("z", "Z"):
         text = text[:-1] + "+00:00"

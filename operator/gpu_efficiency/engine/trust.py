@@ -74,11 +74,18 @@ def _overfull_nodes(gpus: Sequence[GPUSample], nodes: Iterable[NodeView]) -> set
     seen: dict[str, set[str]] = {}
     mig: set[str] = set()
     for gpu in gpus:
-        if gpu.node not in capacity:
+        node = gpu.node
+        if node not in capacity:
             continue
-        if "/" in gpu.uuid:
-            mig.add(gpu.node)
-        seen.setdefault(gpu.node, set()).add(physical_gpu(gpu.uuid))
+        uuid = gpu.uuid
+        if "/" in uuid:
+            mig.add(node)
+            uuid = physical_gpu(uuid)
+        found = seen.get(node)
+        if found is None:
+            seen[node] = {uuid}
+        else:
+            found.add(uuid)
     return {node for node, found in seen.items() if node not in mig and len(found) > capacity[node]}
 
 
@@ -91,9 +98,13 @@ def vet_samples(gpus: Sequence[GPUSample], pods: Iterable[PodView], nodes: Itera
     dropped: dict[str, int] = {}
     out: list[GPUSample] = []
     for gpu in gpus:
-        kept = tuple(
-            [ref for ref in gpu.pods if pod_nodes.get((ref.namespace, ref.name), gpu.node) == gpu.node]
-        )
+        node = gpu.node
+        refs = gpu.pods
+        kept = refs
+        for ref in refs:  # the common case, every attribution on its node, builds no new tuple
+            if pod_nodes.get((ref.namespace, ref.name), node) != node:
+                kept = tuple([r for r in refs if pod_nodes.get((r.namespace, r.name), node) == node])
+                break
         stats = gpu.stats
         if gpu.node in overfull and any(w in stats for w in _FAULT_WINDOWS):
             stats = {w: s for w, s in stats.items() if w not in _FAULT_WINDOWS}
@@ -102,7 +113,7 @@ def vet_samples(gpus: Sequence[GPUSample], pods: Iterable[PodView], nodes: Itera
             dropped[DropReason.POD_NODE_MISMATCH] = (
                 dropped.get(DropReason.POD_NODE_MISMATCH, 0) + len(gpu.pods) - len(kept)
             )
-        out.append(gpu if kept == gpu.pods and stats is gpu.stats else replace(gpu, pods=kept, stats=stats))
+        out.append(gpu if kept is refs and stats is gpu.stats else replace(gpu, pods=kept, stats=stats))
     return Vetted(gpus=tuple(out), dropped=dropped)
 
 

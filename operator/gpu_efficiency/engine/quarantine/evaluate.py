@@ -417,7 +417,8 @@ def evaluate_faults(
         sightings = [
             XidSighting(g.node, g.uuid, g.index, code)
             for g in snapshot.gpus
-            if g.node in scope
+            # new_xids reads only these two: most GPUs have neither (fault windows are fetched for candidates)
+            if (g.xid_events is not None or Window.FAULT in g.stats) and g.node in scope
             for code in new_xids(g, rules)
         ]
         counts = {g.uuid: g.xid_events for g in snapshot.gpus if g.node in scope and g.xid_events is not None}
