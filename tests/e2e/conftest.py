@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from tests.e2e import ordering
 from tests.e2e.harness import (
     Cluster,
     OperatorIdentity,
@@ -46,10 +47,37 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop("GPUEFF_PROMETHEUS_TARGETS_DIR", None)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """Mark every e2e test; once selection is done, order them longest first, in shares xdist's
+    workers end together on (ordering.py). Every worker reorders the same collection the same way
+    (xdist aborts on differing collections)."""
     for item in items:
         if "tests/e2e" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
+    yield
+    if len(items) < 2 or not all("tests/e2e" in str(item.fspath) for item in items):
+        return  # a run mixing unit and e2e tests keeps its order
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
+    cached = config.cache.get(ordering.CACHE_KEY, None) if config.cache is not None else None
+    items[:] = ordering.balanced_order(items, ordering.load_durations(cached), workers)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Record each passed e2e test's call time (the controller gets the workers' reports too)."""
+    if report.when == "call" and report.passed and "tests/e2e" in report.nodeid:
+        _timings[report.nodeid] = round(report.duration, 1)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if not _timings or hasattr(config, "workerinput") or config.cache is None:
+        return  # only the controller (or a run without xdist) writes, once
+    cached = config.cache.get(ordering.CACHE_KEY, None) or {}
+    config.cache.set(ordering.CACHE_KEY, {**cached, **_timings})
+
+
+_timings: dict[str, float] = {}
 
 
 @pytest.fixture(scope="session")
