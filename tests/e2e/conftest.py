@@ -59,7 +59,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(items) < 2 or not all("tests/e2e" in str(item.fspath) for item in items):
         return  # a run mixing unit and e2e tests keeps its order
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
-    cached = config.cache.get(ordering.CACHE_KEY, None) if config.cache is not None else None
+    cache = getattr(config, "cache", None)  # absent with -p no:cacheprovider
+    cached = cache.get(ordering.CACHE_KEY, None) if cache is not None else None
     items[:] = ordering.balanced_order(items, ordering.load_durations(cached), workers)
 
 
@@ -70,11 +71,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    config = session.config
-    if not _timings or hasattr(config, "workerinput") or config.cache is None:
+    cache = getattr(session.config, "cache", None)
+    if not _timings or hasattr(session.config, "workerinput") or cache is None:
         return  # only the controller (or a run without xdist) writes, once
-    cached = config.cache.get(ordering.CACHE_KEY, None) or {}
-    config.cache.set(ordering.CACHE_KEY, {**cached, **_timings})
+    cache.set(ordering.CACHE_KEY, {**(cache.get(ordering.CACHE_KEY, None) or {}), **_timings})
 
 
 _timings: dict[str, float] = {}
