@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from tests.e2e import ordering
 from tests.e2e.harness import (
     Cluster,
     OperatorIdentity,
@@ -46,10 +47,37 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop("GPUEFF_PROMETHEUS_TARGETS_DIR", None)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """Mark every e2e test; once selection is done, order them longest first, in shares xdist's
+    workers end together on (ordering.py). Every worker reorders the same collection the same way
+    (xdist aborts on differing collections)."""
     for item in items:
         if "tests/e2e" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
+    yield
+    if len(items) < 2 or not all("tests/e2e" in str(item.fspath) for item in items):
+        return  # a run mixing unit and e2e tests keeps its order
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
+    cache = getattr(config, "cache", None)  # absent with -p no:cacheprovider
+    cached = cache.get(ordering.CACHE_KEY, None) if cache is not None else None
+    items[:] = ordering.balanced_order(items, ordering.load_durations(cached), workers)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Record each passed e2e test's call time (the controller gets the workers' reports too)."""
+    if report.when == "call" and report.passed and "tests/e2e" in report.nodeid:
+        _timings[report.nodeid] = round(report.duration, 1)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    cache = getattr(session.config, "cache", None)
+    if not _timings or hasattr(session.config, "workerinput") or cache is None:
+        return  # only the controller (or a run without xdist) writes, once
+    cache.set(ordering.CACHE_KEY, {**(cache.get(ordering.CACHE_KEY, None) or {}), **_timings})
+
+
+_timings: dict[str, float] = {}
 
 
 @pytest.fixture(scope="session")

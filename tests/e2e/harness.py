@@ -150,9 +150,24 @@ def stop_cluster(cluster: Cluster) -> None:
 
 def install_crds(cluster: Cluster) -> None:
     cluster.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    cluster.kubectl_run(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/gpuefficiencypolicies.gpuefficiency.io"
+    # `kubectl wait` fails at once, instead of waiting, on a CRD that has no status conditions yet
+    # (a fresh API server under load answers the apply before the CRD controller has seen it).
+    waited = wait_for(
+        lambda: (
+            cluster.kubectl_run(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/gpuefficiencypolicies.gpuefficiency.io",
+                check=False,
+            ).returncode
+            == 0
+        ),
+        120,
+        interval=2,
+        what="the policy CRD Established",
     )
+    assert waited
 
 
 def chart_rbac_docs(cluster: Cluster, namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:

@@ -2,8 +2,8 @@
 
 One scenario run per core scenario, one operator, one Prometheus target: the diagnosis scenario,
 the ECC and the XID/thermal fault scenarios and the idle-reclaim scenario (``tests/e2e/scenarios/``)
-are each copied side by side, once per generation (legacy, 4.8.3+, 4.9+; 4.x is the simulator's default, which the shipped
-scenarios play themselves) and once on a fleet whose nodes alternate 4.9+ and 4.x, each copy with
+are each copied side by side, once per generation (4.x, the simulator's default the files are written
+for, then legacy, 4.8.3+, 4.9+) and once on a fleet whose nodes alternate 4.9+ and 4.x, each copy with
 its own nodes, namespaces and workloads under the source's policies (one operator cycle per policy,
 not per copy), and must give the same verdicts, taints and actions as the originals. A sixth copy plays the ECC
 scenario on dcgm-exporter's default CSV, where no ECC counter is served: the node must not be
@@ -12,8 +12,10 @@ reading silence as health. Playing the copies side by side costs one run per sce
 five (``make test`` budget).
 
 The copies change names, and GPU counts where the source has GPUs it never uses (``GPUS``); what
-each scenario checks stays the file's, except its PromQL ``metric`` expectations, which query one
-generation's names and label and test the simulator, not the operator.
+each scenario checks stays the file's. Its PromQL ``metric`` expectations query the 4.x names and
+label, so only the 4.x copy keeps them (with the copy's node names). The 4.x copy is how the core
+scenarios are played at all: test_scenarios.py skips them (``CORE``), since playing each file again
+alone would cost a whole scenario run (``make test`` budget).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ SCENARIOS: Final = Path(__file__).parent / "scenarios"
 CORE: Final = ("diagnoses.yaml", "ecc-fault.yaml", "xid-thermal.yaml", "idle-reclaim.yaml")
 #: Copy tag -> the generations its nodes take in turn (node i of a scenario: gens[i % len]).
 COPIES: Final[dict[str, tuple[Generation, ...]]] = {
+    "g4": (Generation.V4,),  # the files as written (test_scenarios.py leaves CORE to this copy)
     "gl": (Generation.LEGACY,),
     "g483": (Generation.V4_8_3,),
     "g49": (Generation.V4_9,),
@@ -131,10 +134,13 @@ def copy_scenario(
             f["node"] = rename(f["node"])
         faults.append(f)
     expectations = []
+    copy_nodes = [n["name"] for n in nodes]  # "<tag>-<source name>"
     for e in source.get("expectations", []):
-        if "metric" in e or "policyStatus" in e:
+        if "policyStatus" in e or ("metric" in e and tuple(generations) != (Generation.V4,)):
             continue
         e = copy.deepcopy(e)
+        if "metric" in e:
+            e["metric"]["query"] = _renamed_nodes_in(e["metric"]["query"], copy_nodes, tag)
         memory = (e.get("podAnnotation") or {}).get("workload") == MEMORY_PRESSURE_WORKLOAD
         if memory and all(g is Generation.V4_9 for g in generations):
             e = {
@@ -193,6 +199,13 @@ def shared(source: dict[str, Any], tags: Sequence[str]) -> dict[str, dict[str, A
         e["name"] = f"[{len(tags)} copies] " + (e.get("name") or _summary(e))
         expectations.append(e)
     return {"policies": policies, "expectations": expectations}
+
+
+def _renamed_nodes_in(query: str, renamed: Sequence[str], tag: str) -> str:
+    """A PromQL query with every quoted source node name (a label value) replaced by its copy's."""
+    for name in renamed:
+        query = query.replace(f'"{name.removeprefix(f"{tag}-")}"', f'"{name}"')
+    return query
 
 
 def _summary(e: dict[str, Any]) -> str:
@@ -258,8 +271,15 @@ def test_the_matrix_scenario_is_valid_and_keeps_every_operator_expectation(name:
     source = load_scenario(SCENARIOS / name).scenario
     kept = sum(e.kind not in ("metric", "policyStatus") for e in source.expectations)
     shared_checks = sum(e.kind == "policyStatus" for e in source.expectations)
+    metrics = [e for e in source.expectations if e.kind == "metric"]  # the 4.x copy's alone
     extra = 2 if name == "ecc-fault.yaml" else 0
-    assert len(scenario.expectations) == kept * len(COPIES) + shared_checks + extra
+    assert len(scenario.expectations) == kept * len(COPIES) + shared_checks + len(metrics) + extra
+    copied = [e.metric.query for e in scenario.expectations if e.metric is not None]
+    assert copied == [  # on the 4.x copy's nodes
+        re.sub(r'Hostname="([^"]+)"', r'Hostname="g4-\1"', e.metric.query)
+        for e in metrics
+        if e.metric is not None
+    ]
     assert set(scenario.policies) == set(source.policies)
     mixed = [n.exporter for n in scenario.nodes if n.name and n.name.startswith("gmix-")]
     assert mixed.count(Generation.V4_9) >= mixed.count(Generation.V4) >= len(mixed) // 2
