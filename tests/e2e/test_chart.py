@@ -585,6 +585,7 @@ def test_helm_install_and_least_privilege(
         ("patch", "pods", "-A"),
         ("list", "pods", "-A"),
         ("watch", "pods", "-A"),
+        ("get", "pods", "-A"),  # the self-service click's re-read (list already reads every pod)
         ("patch", "nodes"),
         ("patch", "nodes", "--subresource=status"),
         ("list", "namespaces"),
@@ -617,7 +618,6 @@ def test_helm_install_and_least_privilege(
         ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
         ("delete", "gpuefficiencypolicies.gpuefficiency.io"),
         ("patch", "gpuefficiencypolicies.gpuefficiency.io"),
-        ("get", "pods", "-A"),
         ("create", "customresourcedefinitions.apiextensions.k8s.io"),
         ("delete", "resourceclaims.resource.k8s.io", "-A"),
         ("create", "leases.coordination.k8s.io", "-n", "default"),
