@@ -207,7 +207,9 @@ def _write_scale(
                     return _skip_or_fail(action, exc, "scale")
                 return Outcome(action, Result.FAILED, f"{describe(exc)} at scale")
             ambiguous = why or ambiguous
-            read = _reread_scale(api, action, t, replicas, why or "HTTP 409 Conflict", ambiguous)
+            read = _reread_scale(
+                api, action, t, replicas=replicas, why=why or "HTTP 409 Conflict", ambiguous=ambiguous
+            )
             if isinstance(read, Outcome):
                 return read
             if attempt < SCALE_ATTEMPTS and read:
@@ -242,7 +244,7 @@ def _roll_back(api: client.CustomObjectsApi, action: ReclaimOwner, t: Target) ->
 
 
 def _reread_scale(
-    api: client.CustomObjectsApi, action: ReclaimOwner, t: Target, replicas: int, why: str, ambiguous: str
+    api: client.CustomObjectsApi, action: ReclaimOwner, t: Target, *, replicas: int, why: str, ambiguous: str
 ) -> Outcome | str:
     """After a failed /scale PATCH (``why``; ``ambiguous``: why one of the tries may have been
     applied, '' if none): decide from what the server holds. An Outcome when that settles it; else

@@ -88,7 +88,12 @@ class Settlement:
             for namespace, why in (misrouted or {}).items():
                 routes[namespace] = f"{routes[namespace]}; {why}" if namespace in routes else why
             conditions, event = notifications_condition(
-                conditions, sink_failures, sinks, self.now, self.generation, routes
+                conditions,
+                sink_failures,
+                sinks=sinks,
+                now=self.now,
+                generation=self.generation,
+                misrouted=routes,
             )
             events.extend([event] if event is not None else [])
         conditions, event = _status_valid(conditions, unreadable, self.now, self.generation)

@@ -213,7 +213,15 @@ class CycleRunner(Observer):
             # take an owner just suspended for one restored and end its record (restore's proof).
             self._owner_cache = None
         # settle, around the notification hand-off
-        settled = engine.settle(snapshot, plan, outcomes, notify=self.notifier is not None)
+        try:
+            settled = engine.settle(snapshot, plan, outcomes, notify=self.notifier is not None)
+        except Exception:
+            if self.notifier is None:
+                raise
+            # Notifications are a side channel: a bug drafting them never fails a cycle whose
+            # writes are done (their outcomes must still be counted in the status).
+            log.exception("policy %s: the notifications could not be drafted; settled without them", name)
+            settled = engine.settle(snapshot, plan, outcomes, notify=False)
         unreadable = self.status_writer.problems.pop(name, None) or ()
         if unreadable:
             log.warning("policy %s: status fields dropped as unreadable: %s", name, "; ".join(unreadable))

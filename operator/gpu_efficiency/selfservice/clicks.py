@@ -33,7 +33,6 @@ from pydantic import ValidationError
 from gpu_efficiency import metrics
 from gpu_efficiency.actuators.events import EventRecorder, pod_ref
 from gpu_efficiency.api import names
-from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolicySpec
 from gpu_efficiency.api.timefmt import format_rfc3339
 from gpu_efficiency.selfservice.rules import keep_refusal
@@ -80,7 +79,7 @@ class PolicyLimits:
 
 def _limits(raw: Mapping[str, Any]) -> PolicyLimits:
     spec = GPUEfficiencyPolicySpec.model_validate(raw.get("spec") or {})
-    return PolicyLimits(spec.idle.allow_keep_until, parse_duration(spec.idle.max_keep))
+    return PolicyLimits(spec.idle.allow_keep_until, spec.idle.max_keep.seconds)
 
 
 class Clicker:

@@ -85,7 +85,7 @@ def _matrix(chunks: Iterator[bytes]) -> Series:
 
 
 def read_evidence(
-    source: SampleSource, namespace: str, pod: str, window_s: float, now: float, matchers: str
+    source: SampleSource, *, namespace: str, pod: str, window_s: float, now: float, matchers: str
 ) -> Evidence:
     """The pod's series over the window ending ``now``; ``error`` says why there are none."""
     step = max(MIN_STEP_S, math.ceil(window_s / POINTS))

@@ -124,9 +124,10 @@ def _verdict(ann: Mapping[str, str], facts: PageFacts) -> str:
     parts = [
         f"<p class=verdict>{headline}</p>",
         f"<p>The operator counts a GPU as idle when its activity stays below <b>{facts.activity_below:g}</b> "
-        "over the whole window" + (f". Measured: {'; '.join(numbers)}" if numbers else "")
+        "over the whole window"
+        + (f". Measured: {'; '.join(numbers)}" if numbers else "")
         + ". Memory held does not make a GPU busy.</p>",
-    ]  # fmt: skip
+    ]
     if names.DIAGNOSIS in ann:
         advice = f" — {escape(ann[names.RECOMMENDATION])}" if names.RECOMMENDATION in ann else ""
         parts.append(f"<p>Diagnosis: <b>{escape(ann[names.DIAGNOSIS])}</b>{advice}</p>")
@@ -181,11 +182,24 @@ def page(facts: PageFacts) -> str:
     if facts.evidence_error:
         charts = f"<p class=err>The evidence could not be read now: {escape(facts.evidence_error)}.</p>"
     else:
-        charts = panel("GPU activity", facts.series, start=start, end=end, top=1.0, step_s=facts.step_s,
-                       threshold=facts.activity_below)  # fmt: skip
+        charts = panel(
+            "GPU activity",
+            facts.series,
+            start=start,
+            end=end,
+            top=1.0,
+            step_s=facts.step_s,
+            threshold=facts.activity_below,
+        )
         top = max((v for _, v in facts.memory), default=0.0)
-        charts += panel("Memory used", {"Memory used (GiB)": facts.memory}, start=start, end=end,
-                        top=nice_top(top * 1.1), step_s=facts.step_s)  # fmt: skip
+        charts += panel(
+            "Memory used",
+            {"Memory used (GiB)": facts.memory},
+            start=start,
+            end=end,
+            top=nice_top(top * 1.1),
+            step_s=facts.step_s,
+        )
     body = (
         f"<h1>Your GPU is about to be reclaimed</h1>"
         f"<p class=sub>pod <b>{escape(c.namespace)}/{escape(c.pod)}</b> · policy {escape(c.policy)}</p>"

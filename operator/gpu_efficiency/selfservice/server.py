@@ -40,9 +40,12 @@ SECURITY_HEADERS = (
     ("X-Frame-Options", "DENY"),
     ("Referrer-Policy", "no-referrer"),
     ("X-Content-Type-Options", "nosniff"),
-    ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
-)  # fmt: skip
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +116,14 @@ class SelfServiceServer:
             self._thread = None
         self._httpd.server_close()
 
-    def dispatch(self, method: str, target: str, headers: Mapping[str, str], read_body: Callable[[int], bytes],
-                 peer: str) -> Reply:  # fmt: skip
+    def dispatch(
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        read_body: Callable[[int], bytes],
+        peer: str,
+    ) -> Reply:
         """One request through the limits and the route table (the HTTP handler's whole work)."""
         parts = urlsplit(target)
         routes: Mapping[str, object] = self.post_routes if method == "POST" else self.get_routes

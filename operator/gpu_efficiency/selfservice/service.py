@@ -23,7 +23,6 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gpu_efficiency.actuators.events import EventRecorder
-from gpu_efficiency.api.durations import parse_duration
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION, GPUEfficiencyPolicySpec
 from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.selfservice.clicks import Click, Clicker, Keep, Release
@@ -102,17 +101,26 @@ class Pages:
                 410, error_page("Gone", "the pod this link was made for no longer exists (it was replaced)")
             )
         owner = next((r for r in meta.owner_references or [] if r.controller), None)
-        window_s = parse_duration(spec.window)
+        window_s = spec.window.seconds
         now = self.clock()
         evidence = self.evidence(claims.policy, spec, claims.namespace, claims.pod, now)
-        max_keep_s = parse_duration(spec.idle.max_keep)
+        max_keep_s = spec.idle.max_keep.seconds
         facts = PageFacts(
-            claims=claims, token=token, now=now, annotations=dict(meta.annotations or {}),
-            owner_kind=owner.kind if owner is not None else "", owner_name=owner.name if owner is not None else "",
-            keep_choices=keep_choices(spec.idle.allow_keep_until, max_keep_s), max_keep_s=max_keep_s,
-            activity_below=spec.idle.activity_below, window_s=window_s, step_s=evidence.step_s,
-            series=evidence.series, memory=evidence.memory, evidence_error=evidence.error,
-        )  # fmt: skip
+            claims=claims,
+            token=token,
+            now=now,
+            annotations=dict(meta.annotations or {}),
+            owner_kind=owner.kind if owner is not None else "",
+            owner_name=owner.name if owner is not None else "",
+            keep_choices=keep_choices(spec.idle.allow_keep_until, max_keep_s),
+            max_keep_s=max_keep_s,
+            activity_below=spec.idle.activity_below,
+            window_s=window_s,
+            step_s=evidence.step_s,
+            series=evidence.series,
+            memory=evidence.memory,
+            evidence_error=evidence.error,
+        )
         return _html(200, page(facts))
 
     def keep(self, headers: Mapping[str, str], body: bytes, remote: str) -> Reply:
@@ -136,8 +144,12 @@ class Pages:
         return _html(outcome.status, result_page(outcome.status == 200, outcome.message, back))
 
 
-def start_selfservice(config: OperatorConfig, api_client: client.ApiClient, is_leader: Callable[[], bool],
-                      source_for: Callable[[str, GPUEfficiencyPolicySpec], SampleSource]) -> SelfService:  # fmt: skip
+def start_selfservice(
+    config: OperatorConfig,
+    api_client: client.ApiClient,
+    is_leader: Callable[[], bool],
+    source_for: Callable[[str, GPUEfficiencyPolicySpec], SampleSource],
+) -> SelfService:
     """Build and start the server with the page's routes (config.selfservice_port must be > 0)."""
     key = read_key(config.selfservice_key_file)
     clicker = Clicker(api_client, EventRecorder(api_client, instance=config.identity), is_leader=is_leader)
@@ -145,9 +157,13 @@ def start_selfservice(config: OperatorConfig, api_client: client.ApiClient, is_l
     def evidence(
         policy: str, spec: GPUEfficiencyPolicySpec, namespace: str, pod: str, now: float
     ) -> Evidence:
-        window_s = parse_duration(spec.window)
         return read_evidence(
-            source_for(policy, spec), namespace, pod, window_s, now, config.prometheus_matchers
+            source_for(policy, spec),
+            namespace=namespace,
+            pod=pod,
+            window_s=spec.window.seconds,
+            now=now,
+            matchers=config.prometheus_matchers,
         )
 
     pages = Pages(api_client, clicker, key, evidence)

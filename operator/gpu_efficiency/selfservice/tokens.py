@@ -84,9 +84,12 @@ def verify(key: bytes, token: str, now: float) -> Claims:
     try:
         body = json.loads(_unb64(payload))
         claims = Claims(
-            namespace=str(body["n"]), pod=str(body["p"]), uid=str(body["u"]), policy=str(body["y"]),
+            namespace=str(body["n"]),
+            pod=str(body["p"]),
+            uid=str(body["u"]),
+            policy=str(body["y"]),
             expires=int(body["e"]),
-        )  # fmt: skip
+        )
     except (binascii.Error, ValueError, KeyError, TypeError):
         raise TokenError("this link is malformed") from None
     if now >= claims.expires:

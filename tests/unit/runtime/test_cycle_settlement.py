@@ -13,7 +13,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import PolicyEvent
 from gpu_efficiency.engine.quarantine.kinds import FaultKind
 
-from .cycle_harness import ENFORCE_SPEC, run_cycle, runner
+from .cycle_harness import ENFORCE_SPEC, run_cycle, runner, warned_idle_pod
 
 
 @pytest.fixture(autouse=True)
@@ -47,3 +47,25 @@ def test_an_invalid_spec_warns_once_per_message() -> None:
     invalid = [a for a in applied if isinstance(a, PolicyEvent) and a.reason == names.EV_POLICY_INVALID]
     assert len(invalid) == 1
     assert "spec.window" in invalid[0].message
+
+
+def test_a_notification_that_cannot_be_drafted_never_fails_the_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Notifications are a side channel: a bug while drafting them is logged, and the cycle still
+    settles, applies its writes and keeps its status, without notifications."""
+    import importlib
+
+    from gpu_efficiency.actuators.notify.delivery import Notifier
+
+    settle_module = importlib.import_module("gpu_efficiency.engine.settle")
+
+    def broken(*_: object, **__: object) -> list[object]:
+        raise RuntimeError("a notification the drafting code cannot build")
+
+    monkeypatch.setattr(settle_module, "_notifications", broken)
+    cycle_runner = runner([b.gpu("GPU-0", b.idle(), ("team-a", "nb"))], [warned_idle_pod("nb", b.NOW)])
+    cycle_runner.notifier = Notifier(post=lambda *_a, **_k: None)  # type: ignore[arg-type]
+    spec = {**ENFORCE_SPEC, "notify": [{"name": "team", "type": "CloudEvents", "urlSecretKey": "team-url"}]}
+    report = cycle_runner.run(name="side", uid="uid-side", generation=1, spec_raw=spec, status_raw={})
+    assert report.ran
+    assert report.status is not None
+    assert report.writes > 0

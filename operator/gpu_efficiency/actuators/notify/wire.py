@@ -100,8 +100,14 @@ def slack_message(n: Notification) -> dict[str, Any]:
         lines.append(f"*Keep it:* run `{esc(n.acknowledge)}`")
     if n.restore:
         lines.append(f"*Undo:* {esc(n.restore)}")
-    facts = [("Namespace", n.namespace), ("Pod", n.pod), ("Owner", n.owner), ("Node", n.node),
-             ("GPU", ", ".join(n.gpus)), ("Diagnosis", n.diagnosis)]  # fmt: skip
+    facts = [
+        ("Namespace", n.namespace),
+        ("Pod", n.pod),
+        ("Owner", n.owner),
+        ("Node", n.node),
+        ("GPU", ", ".join(n.gpus)),
+        ("Diagnosis", n.diagnosis),
+    ]
     fields = [{"type": "mrkdwn", "text": _cut(f"*{k}*\n{esc(v)}", SLACK_FIELD_MAX)} for k, v in facts if v]
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _cut(title, SLACK_HEADER_MAX)}},

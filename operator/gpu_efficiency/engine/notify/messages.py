@@ -380,6 +380,7 @@ def pending_evictions(snapshot: Snapshot, plan: Plan) -> dict[tuple[str, ...], f
 def notifications_condition(
     conditions: Sequence[Condition],
     failures: Mapping[str, str],
+    *,
     sinks: int,
     now: float,
     generation: int,

@@ -73,21 +73,23 @@ def test_a_warning_carries_its_namespace_s_webhook_key() -> None:
 
 def test_a_bad_annotation_turns_the_condition_false_with_one_event() -> None:
     bad = {"team-c": "gpuefficiency.io/slack-url-secret-key='../x' is ignored (...)"}
-    conditions, event = notifications_condition([], {}, 1, 1000.0, 1, bad)
+    conditions, event = notifications_condition([], {}, sinks=1, now=1000.0, generation=1, misrouted=bad)
     (cond,) = conditions
     assert (cond.status, cond.reason) == ("False", "SlackRouteInvalid")
     assert "namespace team-c: " in cond.message
     assert event is not None
     assert event.reason == names.EV_NOTIFICATION_FAILED
     assert "not routed as asked" in event.message
-    again, event = notifications_condition(conditions, {}, 1, 1060.0, 1, bad)
+    again, event = notifications_condition(conditions, {}, sinks=1, now=1060.0, generation=1, misrouted=bad)
     assert event is None
     assert again == conditions
-    healthy, _ = notifications_condition(conditions, {}, 1, 1120.0, 1, {})
+    healthy, _ = notifications_condition(conditions, {}, sinks=1, now=1120.0, generation=1, misrouted={})
     assert healthy[0].status == "True"
 
 
 def test_a_delivery_failure_and_a_bad_annotation_are_both_named() -> None:
-    conditions, _ = notifications_condition([], {"s": "HTTP 404"}, 1, 1000.0, 1, {"t": "bad"})
+    conditions, _ = notifications_condition(
+        [], {"s": "HTTP 404"}, sinks=1, now=1000.0, generation=1, misrouted={"t": "bad"}
+    )
     assert conditions[0].reason == "DeliveryFailed"
     assert conditions[0].message == "sink s: HTTP 404; namespace t: bad"
