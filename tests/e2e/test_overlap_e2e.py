@@ -76,7 +76,13 @@ def test_a_shadowed_policy_says_so_and_takes_over_when_the_older_goes(
     assert cond["reason"] == "OlderPolicyOverlaps", cond
     assert f"{older} (1 pod)" in cond["message"], cond
     assert "narrow the selections" in cond["message"], cond
-    assert (condition(k8s, younger, names.COND_READY) or {}).get("status") == "True", status_of(k8s, younger)
+    # Ready follows the metrics: a first cycle that runs before Prometheus' first scrape of the
+    # test's simulator says "no dcgm-exporter series found" (Ready=False) until the next one.
+    wait_for(
+        lambda: (condition(k8s, younger, names.COND_READY) or {}).get("status") == "True" or None,
+        30,
+        what="younger: Ready=True once the simulator is scraped",
+    )
     assert status_of(k8s, younger).get("podsEvaluated", 0) == 0, status_of(k8s, younger)
     assert wait_for(
         lambda: policy_events(k8s, younger, names.EV_POLICY_SHADOWED), 30, what="the PolicyShadowed event"
