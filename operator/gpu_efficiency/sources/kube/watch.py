@@ -31,6 +31,7 @@ import random
 import socket
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -481,13 +482,14 @@ class Informer(Generic[V]):
             metrics.CACHE_OBJECTS.labels(self.resource).set(len(self._items))
 
 
-class InformerSet:
+class InformerSet(ABC):
     """The informers of one watch cache, started, stopped and awaited together (the cluster's and
-    the DRA objects' caches); a subclass names them in ``informers``."""
+    the DRA objects' caches); a subclass names them in ``informers`` (abstract: a cache that names
+    none cannot be built)."""
 
     @property
-    def informers(self) -> tuple[Informer[Any], ...]:
-        raise NotImplementedError
+    @abstractmethod
+    def informers(self) -> tuple[Informer[Any], ...]: ...
 
     def start(self) -> None:
         for informer in self.informers:
