@@ -65,9 +65,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Record each passed e2e test's call time (the controller gets the workers' reports too)."""
+    """Record each passed e2e test's call time, and what each test that is run again (`make e2e`'s
+    ``--reruns``) failed on the first time (the controller gets the workers' reports too)."""
     if report.when == "call" and report.passed and "tests/e2e" in report.nodeid:
         _timings[report.nodeid] = round(report.duration, 1)
+    if report.outcome == "rerun":
+        _reruns.append((report.nodeid, _first_failure(report.longreprtext)))
+
+
+def _first_failure(text: str, lines: int = 12) -> str:
+    """The lines of a failure that say what failed: a scenario's FAIL lines, else pytest's E lines."""
+    failed = [line for line in text.splitlines() if "FAIL  [" in line or line.lstrip().startswith("ERROR ")]
+    said = failed or [line for line in text.splitlines() if line.startswith("E ")] or text.splitlines()[-1:]
+    return "\n".join(said[:lines]) or "(no report)"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A flaky test stays visible: what each rerun test failed on before it passed (or failed again)."""
+    if not _reruns:
+        return
+    terminalreporter.section("e2e tests run again after a failure: what the first run failed on")
+    for nodeid, said in _reruns:
+        terminalreporter.write_line(f"{nodeid}\n{said}")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -78,6 +97,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 _timings: dict[str, float] = {}
+_reruns: list[tuple[str, str]] = []
 
 
 @pytest.fixture(scope="session")

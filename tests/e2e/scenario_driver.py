@@ -107,11 +107,18 @@ class BackgroundScenario:
         return self.result
 
     def report(self) -> str:
-        text = "\n".join(self.lines)
-        log = self.result.operator_log if self.result else None
-        if log is not None and log.exists():
-            text += "\n----- operator log (tail) -----\n" + log.read_text(errors="replace")[-4000:]
-        return text
+        return scenario_report(self.lines, self.result)
+
+
+def scenario_report(lines: list[str], result: ScenarioResult | None) -> str:
+    """A run's lines for a failed assertion, its failed expectations and errors first: CI prints
+    only the head and the tail of a long report, and the middle is where a failure's line would be."""
+    failed = [line for line in lines if line.lstrip().startswith(("FAIL", "ERROR"))]
+    text = "\n".join([*(["failed:", *failed, "----- the whole run -----"] if failed else []), *lines])
+    log = result.operator_log if result else None
+    if log is not None and log.exists():
+        text += "\n----- operator log (tail) -----\n" + log.read_text(errors="replace")[-4000:]
+    return text
 
 
 def node_taints(core: client.CoreV1Api, name: str) -> list[tuple[str, str, str]]:

@@ -36,6 +36,7 @@ from gpu_efficiency.engine.quarantine.breaker import GpuCost, decide_taints, gpu
 from gpu_efficiency_sim.runner import RunOptions, run_scenario
 from gpu_efficiency_sim.scenario import load_scenario
 from tests.e2e.harness import Cluster, OperatorIdentity
+from tests.e2e.scenario_driver import scenario_report
 
 pytestmark = pytest.mark.e2e
 
@@ -330,9 +331,4 @@ def test_core_scenarios_on_every_exporter_generation_and_a_mixed_fleet(
             output=lines.append,
         ),
     )
-    report = "\n".join(lines)
-    if not result.passed and result.operator_log and result.operator_log.exists():
-        report += (
-            "\n----- operator log (tail) -----\n" + result.operator_log.read_text(errors="replace")[-4000:]
-        )
-    assert result.passed, report
+    assert result.passed, scenario_report(lines, result)

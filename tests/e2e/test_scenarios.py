@@ -22,6 +22,7 @@ from kubernetes import client
 from gpu_efficiency_sim.runner import RunOptions, run_scenario
 from gpu_efficiency_sim.scenario import load_scenario
 from tests.e2e.harness import Cluster, OperatorIdentity
+from tests.e2e.scenario_driver import scenario_report
 from tests.e2e.test_generations_e2e import CORE
 
 pytestmark = pytest.mark.e2e
@@ -78,12 +79,7 @@ def test_shipped_scenario_passes(
             output=lines.append,
         ),
     )
-    report = "\n".join(lines)
-    if not result.passed and result.operator_log and result.operator_log.exists():
-        report += (
-            "\n----- operator log (tail) -----\n" + result.operator_log.read_text(errors="replace")[-4000:]
-        )
-    assert result.passed, report
+    assert result.passed, scenario_report(lines, result)
     assert len(result.outcomes) == len(scenario.expectations)
 
 

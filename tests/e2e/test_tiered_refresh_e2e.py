@@ -24,6 +24,7 @@ from gpu_efficiency.api.exporter_fields import Generation
 from gpu_efficiency_sim.runner import RunOptions, run_scenario
 from gpu_efficiency_sim.scenario import load_scenario
 from tests.e2e.harness import Cluster, OperatorIdentity
+from tests.e2e.scenario_driver import scenario_report
 from tests.e2e.test_generations_e2e import copy_scenario, shared
 
 pytestmark = pytest.mark.e2e
@@ -95,7 +96,7 @@ def test_idle_scenarios_pass_with_a_tiny_refresh_budget(
         ),
     )
     log = result.operator_log.read_text(errors="replace") if result.operator_log else ""
-    assert result.passed, "\n".join(lines) + "\n----- operator log (tail) -----\n" + log[-4000:]
+    assert result.passed, scenario_report(lines, result)
     assert len(result.outcomes) == len(scenario.expectations)
     carried = [int(n) for n in re.findall(r"activity window: .* (\d+) carried", log)]
     assert carried, "the tiered path did not run"
