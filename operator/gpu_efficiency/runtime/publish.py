@@ -11,13 +11,7 @@ from gpu_efficiency.api.policy import ReclaimAction
 from gpu_efficiency.engine.outcomes import Result
 
 #: Why samples are dropped as untrustworthy (gpu_efficiency_dropped_samples_total's reason label).
-DROP_REASONS: tuple[str, ...] = (
-    engine.DropReason.INVALID_ID,
-    engine.DropReason.NODE_CONFLICT,
-    engine.DropReason.POD_NODE_MISMATCH,
-    engine.DropReason.GPUS_EXCEED_CAPACITY,
-    engine.DropReason.CONTRADICTS_AGENT,
-)
+DROP_REASONS: tuple[str, ...] = tuple(engine.DropReason)
 #: The owner actions counted in gpu_efficiency_reclaims_total (Evict is counted as evictions).
 RECLAIM_ACTIONS = (
     ReclaimAction.SCALE_TO_ZERO,

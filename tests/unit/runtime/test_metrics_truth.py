@@ -20,6 +20,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.exporter_fields import NODE_LABELS
 from gpu_efficiency.api.policy import KIND, Mode
 from gpu_efficiency.api.timefmt import format_rfc3339
+from gpu_efficiency.engine import DropReason
 from gpu_efficiency.engine.exporter_coverage import NO_NODE_LABELS
 from gpu_efficiency.engine.model import Verdict
 from gpu_efficiency.engine.quarantine.kinds import REASON_CLEARED, REASON_DEGRADED_CLEARED, FaultKind
@@ -147,6 +148,14 @@ def test_idle_gpu_hours_count_idle_gpus_times_the_time_since_the_last_cycle() ->
     assert sample("gpu_efficiency_idle_gpu_hours_total", policy="truth") == pytest.approx(2 * 60 / 3600)
     status = cycle_runner.status_writer.written["truth"]  # type: ignore[attr-defined]
     assert status.idle_gpu_hours == pytest.approx(2 * 60 / 3600)
+
+
+def test_every_drop_reason_is_exported_at_zero_from_the_first_cycle() -> None:
+    """An alert on ``rate(gpu_efficiency_dropped_samples_total{reason=...}[5m])`` sees the first
+    forged sample of any kind: every reason the engine can drop for has its series before that."""
+    run_cycle(runner([b.gpu("GPU-0", b.compute_bound(), ("team-a", "p"))], [b.pod("p")]), spec={})
+    for reason in DropReason:
+        assert sample("gpu_efficiency_dropped_samples_total", policy="truth", reason=reason.value) == 0.0, reason
 
 
 def test_a_gone_diagnosis_is_no_longer_exported() -> None:
