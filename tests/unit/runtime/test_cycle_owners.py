@@ -23,15 +23,21 @@ from gpu_efficiency.sources.metrics.base import StaticSource
 
 
 class StubOwners:
-    def __init__(self, fail: bool = False) -> None:
+    """An owner source: ``reads`` counts its LISTs; ``watched``: what its watch keeps (None: none)."""
+
+    def __init__(self, fail: bool = False, watched: OwnerState | None = None) -> None:
         self.reads = 0
         self.fail = fail
+        self.watched = watched
 
     def read(self) -> OwnerState:
         self.reads += 1
         if self.fail:
             raise OwnersUnavailable("listing deployments: HTTP 403 Forbidden")
         return OwnerState({}, {}, requests=5)
+
+    def current(self) -> OwnerState | None:
+        return self.watched
 
 
 NOW = 1_800_000_000.0
@@ -288,3 +294,28 @@ def test_the_cycle_after_a_reclaim_does_not_judge_the_owner_by_the_read_made_bef
     records = writer.written["truth"].reclamations
     assert [(r.owner, r.returned) for r in records] == [("team-a/Job/train", True)]
     assert owners.reads == 2
+
+
+def test_watched_owners_serve_every_cycle_between_lists_and_never_a_warning_or_a_due_pod() -> None:
+    """With the owners watched (``sources/kube/owner_cache.py``), a cycle that needs only the last
+    read makes no request however old that read is (it re-LISTed every OWNER_CACHE_SECONDS);
+    the first read, a warning, a due pod and the cycle after a reclaim still LIST."""
+    watched = OwnerState({}, {("ml", "Deployment", "web"): "web-hpa"}, requests=0)
+    owners, clock = StubOwners(watched=watched), Clock()
+    run = runner(owners, clock)
+    idle = cluster({names.IDLE_SINCE: format_rfc3339(NOW - 3600)})  # Observe: never warned
+    state, _ = run._read_owners(idle, SPEC)
+    assert (owners.reads, state) == (1, OwnerState({}, {}, requests=5))  # the first read LISTs
+    for _ in range(30):  # 15 minutes of cycles
+        clock.now += 30
+        state, _ = run._read_owners(idle, SPEC)
+        assert state is watched
+    assert owners.reads == 1
+    run._owner_cache = None  # what a reclaim does: the next read must show our own write
+    run._read_owners(idle, SPEC)
+    assert owners.reads == 2
+    due = cluster(
+        {names.IDLE_SINCE: format_rfc3339(NOW - 3600), names.EVICT_AFTER: format_rfc3339(clock.now - 1)}
+    )
+    state, _ = run._read_owners(due, ENFORCE)
+    assert (owners.reads, state is not None and state.requests) == (3, 5)  # an action: LIST
