@@ -132,7 +132,7 @@ class OperatorConfig:
     )
     watch_cache: bool = setting(
         True,
-        "keep pods, nodes and namespaces in a watch-based cache instead of listing them every cycle",
+        "keep pods, nodes, namespaces, DRA objects and the pods' owners in watch-based caches instead of listing them every cycle",
         scope="run",
         negation="--no-watch-cache",
     )

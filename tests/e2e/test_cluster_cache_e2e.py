@@ -1,7 +1,9 @@
 """The watch-based cluster cache on the real API server, with the chart's RBAC (a missing ``watch``
 verb fails here): it syncs, follows pods, nodes, namespaces, ResourceSlices and our DeviceTaintRules
 within seconds, survives the server ending its watches and a resume from an old version, and the
-operator's steady cycles make no API read (while ``--no-watch-cache`` LISTs every cycle)."""
+operator's steady cycles make no API read (while ``--no-watch-cache`` LISTs every cycle), nor with
+an idle pod in Observe mode past ``idleFor`` (its owners were LISTed every cycle for a warning that
+Observe never gives)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,13 +22,15 @@ from kubernetes.client.exceptions import ApiException
 from gpu_efficiency import metrics
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
+from gpu_efficiency.api.timefmt import parse_rfc3339
 from gpu_efficiency.engine.model import DraDevice
 from gpu_efficiency.objects.dra import RULE_VERSION, SLICE_VERSION, rule_body
 from gpu_efficiency.sources.kube.cluster import ClusterReader, ClusterState
 from gpu_efficiency.sources.kube.cluster_cache import CachedClusterReader, ClusterCache
 from gpu_efficiency.sources.kube.dra import DraReader
 from gpu_efficiency.sources.kube.dra_cache import DraCache, WatchedDraReader
-from tests.e2e.harness import OperatorIdentity, OperatorProcess, wait_for
+from tests.e2e.harness import Cluster, OperatorIdentity, OperatorProcess, wait_for
+from tests.e2e.scenario_driver import BackgroundScenario
 
 #: How soon a change must show in the cache. A healthy watch delivers in milliseconds; this leaves
 #: room for a loaded 2-core machine. The measured delays are printed.
@@ -360,3 +365,55 @@ def test_operator_steady_cycles_make_no_api_reads_and_the_switch_turns_the_cache
     reads = _reads(listing, policy)
     print("API reads per cycle without the cache:", reads)
     assert all(r >= 3 for r in reads)  # pods, nodes and namespaces LISTed every cycle
+
+
+CYCLE = re.compile(
+    r"policy (\S+): cycle [\d.]+s, \d+ verdicts, \d+ actions, (\d+) writes, \d+ queries, (\d+) API reads"
+)
+
+
+def _cycles(log: Path | None, policy: str) -> list[tuple[int, int]]:
+    """(writes, API reads) of each of ``policy``'s cycles so far, from the operator's log."""
+    text = log.read_text(errors="replace") if log is not None and log.exists() else ""
+    return [(int(m.group(2)), int(m.group(3))) for m in CYCLE.finditer(text) if m.group(1) == policy]
+
+
+def test_observe_cycles_with_an_idle_pod_past_idle_for_make_no_api_read_and_no_write(
+    cluster: Cluster, k8s: client.ApiClient, operator_identity: OperatorIdentity, tmp_path: Path
+) -> None:
+    """An idle Deployment's pod in Observe mode, idle longer than ``idleFor`` on an unchanged
+    cluster: the owners read when its clock started serve (Observe never warns, so no cycle needs
+    them afresh), and every later cycle makes 0 API reads and 0 writes. Before, each such cycle
+    LISTed the owner kinds, HPAs and PodDisruptionBudgets (and, once a minute, the CRD owners'
+    discovery): 7-15 reads a cycle in the 300-node benchmark."""
+    policy, idle_for_s, interval_s = "steady-observe", 5.0, 3.0
+    core = client.CoreV1Api(k8s)
+    with BackgroundScenario(policy, cluster, operator_identity, tmp_path) as bg:
+        ns = bg.namespace("sim-steady")
+
+        def idle_since() -> float | None:
+            pods = core.list_namespaced_pod(ns).items
+            annotations = (pods[0].metadata.annotations or {}) if len(pods) == 1 else {}
+            if annotations.get(names.STATE) != "Idle":
+                return None
+            return parse_rfc3339(annotations.get(names.IDLE_SINCE))
+
+        since = wait_for(idle_since, 60, what="the idle Deployment's pod judged Idle")
+        # One whole cycle after idleFor has passed: from then on only a warning could need owners.
+        time.sleep(max(0.0, since + idle_for_s + interval_s + 1.0 - time.time()))
+        log = bg.run.result.operator_log
+        before = len(_cycles(log, policy))
+        steady = wait_for(
+            lambda: (c := _cycles(log, policy)[before:]) and len(c) >= 4 and c,
+            60,
+            what="four cycles past idleFor",
+        )
+        print("(writes, API reads) of every cycle:", _cycles(log, policy))
+        assert any(reads > 0 for _, reads in _cycles(log, policy)[:before]), (
+            "the owners were never read (the idle annotation needs them once): is the counter counting?"
+        )
+        assert steady == [(0, 0)] * len(steady), f"steady Observe cycles (writes, API reads): {steady}"
+        annotations = core.list_namespaced_pod(ns).items[0].metadata.annotations or {}
+        assert names.EVICT_AFTER not in annotations, "Observe mode warned"
+    result = bg.finish()
+    assert result.passed, bg.report()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import DeviceTaintEffect, GPUEfficiencyPolicySpec
 from gpu_efficiency.engine.model import NamespaceView, NodeView, PodView, Window
+from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.quarantine.xid_repeats import FLOOD_WINDOW_S
 from gpu_efficiency.engine.reclaim.ownerreads import OwnerRead, owner_read_needed
 from gpu_efficiency.engine.selection import build_scope
@@ -62,7 +63,7 @@ class ReadPlan:
         """What this cycle needs of the pods' owners (``pods/ownerreads.py``); straggler events go
         to the job's top owner, so the last read at least when stragglers are on."""
         scope = build_scope(self.spec.selection, protected_namespaces, namespaces, nodes)
-        need = owner_read_needed(pods, scope, now, self.spec.idle.idle_for.seconds)
+        need = owner_read_needed(pods, scope, now, cycle_params(self.spec))
         if self.spec.stragglers.enabled and need is OwnerRead.NONE:
             return OwnerRead.CACHED
         return need

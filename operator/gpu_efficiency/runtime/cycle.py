@@ -36,7 +36,7 @@ from gpu_efficiency.runtime.status_book import StatusBook
 from gpu_efficiency.selfservice.rules import keep_choices
 from gpu_efficiency.sources.kube.cluster import ClusterSource
 from gpu_efficiency.sources.kube.dra import DraSource
-from gpu_efficiency.sources.kube.owners import OwnerReader, OwnerState
+from gpu_efficiency.sources.kube.owners import OwnerSource, OwnerState
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class CycleRunner(Observer):
     source_for: SourceFor
     leader: Leader
     clock: Callable[[], float] = time.time
-    owners: OwnerReader | None = None  # owner-aware reclamation (None: pods judged one by one)
+    owners: OwnerSource | None = None  # owner-aware reclamation (None: pods judged one by one)
     dra: DraSource | None = None  # DRA GPUs and our DeviceTaintRules (None: node taints only)
     read_owners_always: bool = False  # report/explain: owners even before any idle clock runs
     _owner_cache: tuple[float, OwnerState] | None = None  # (when, what) of the last owner read

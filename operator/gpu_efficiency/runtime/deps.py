@@ -41,7 +41,8 @@ from gpu_efficiency.sources.kube.cluster import ClusterReader, ClusterSource
 from gpu_efficiency.sources.kube.cluster_cache import CachedClusterReader, ClusterCache
 from gpu_efficiency.sources.kube.dra import DraReader, DraSource
 from gpu_efficiency.sources.kube.dra_cache import DraCache, WatchedDraReader
-from gpu_efficiency.sources.kube.owners import OwnerReader, api_fetch
+from gpu_efficiency.sources.kube.owner_cache import OwnerCache, WatchedOwnerReader
+from gpu_efficiency.sources.kube.owners import OwnerReader, OwnerSource, api_fetch
 from gpu_efficiency.sources.metrics.agent import AgentSource, pod_endpoints, static_endpoints
 from gpu_efficiency.sources.metrics.base import FetchRequest, FetchResult, SampleSource, SourceUnavailable
 from gpu_efficiency.sources.metrics.combined import CombinedSource
@@ -175,6 +176,15 @@ def build_dra(config: OperatorConfig, api_client: client.ApiClient, *, watch: bo
     return reader
 
 
+def build_owners(config: OperatorConfig, api_client: client.ApiClient, *, watch: bool) -> OwnerSource:
+    """The owners: LISTed per read, and watched besides for the long-running operator (the cycles
+    that need only a current view of them then make no request)."""
+    reader = OwnerReader(api_fetch(api_client))
+    if watch and config.watch_cache:
+        return WatchedOwnerReader(OwnerCache.for_client(api_client), fallback=reader)
+    return reader
+
+
 _NODE_WRITES = (TaintNode, UntaintNode, SetNodeCondition, AnnotateNode)
 
 
@@ -231,7 +241,7 @@ def build_runner(
         status_writer=StatusWriter(api_client, refresh_seconds=config.status_refresh_seconds),
         source_for=SourceCache(config, api_client),
         leader=leader,
-        owners=OwnerReader(api_fetch(api_client)),
+        owners=build_owners(config, api_client, watch=watch),
         dra=dra,
         notifier=Notifier(
             config.notify_secret_dir,

@@ -47,6 +47,8 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     runner.reader.start()  # every replica, leader or not: a failover starts with a warm cache
     if runner.dra is not None:
         runner.dra.start()
+    if runner.owners is not None:
+        runner.owners.start()
     runner.leader.start()
     scheduler.start()
     memo.runner, memo.registry, memo.scheduler = runner, registry, scheduler
@@ -102,3 +104,5 @@ def cleanup(memo: kopf.Memo, **_: Any) -> None:
         memo.runner.reader.stop()
         if memo.runner.dra is not None:
             memo.runner.dra.stop()
+        if memo.runner.owners is not None:
+            memo.runner.owners.stop()

@@ -17,7 +17,7 @@ from gpu_efficiency.config import OperatorConfig
 from gpu_efficiency.engine.model import SeniorPolicy, Snapshot
 from gpu_efficiency.sources.kube.cluster import ClusterSource, ClusterState
 from gpu_efficiency.sources.kube.dra import DraSource, DraState
-from gpu_efficiency.sources.kube.owners import OwnerReader, OwnerState, OwnersUnavailable
+from gpu_efficiency.sources.kube.owners import OwnerSource, OwnerState, OwnersUnavailable
 from gpu_efficiency.sources.metrics.base import (
     ActivityHints,
     FaultHints,
@@ -49,7 +49,7 @@ class Observer:
     reader: ClusterSource
     source_for: SourceFor
     clock: Callable[[], float]
-    owners: OwnerReader | None
+    owners: OwnerSource | None
     dra: DraSource | None
     read_owners_always: bool
     _owner_cache: tuple[float, OwnerState] | None
@@ -149,8 +149,9 @@ class Observer:
         reads: engine.ReadPlan | None = None,
     ) -> tuple[OwnerState | None, str]:
         """The pods' owners when this cycle needs them (the engine's ``ReadPlan.owners``): read afresh
-        when an in-scope pod is warned or due, else the last read (at most ``OWNER_CACHE_SECONDS``
-        old), else none. report/explain (``read_owners_always``) read them every time; ``at_least``:
+        when an in-scope pod is warned or due, else the watched owners where a watch keeps them
+        (``sources/kube/owner_cache.py``), else the last read (at most ``OWNER_CACHE_SECONDS`` old),
+        else none. report/explain (``read_owners_always``) read them every time; ``at_least``:
         what the caller knows it needs whatever the pods' clocks say."""
         if self.owners is None:
             return None, ""
@@ -167,12 +168,12 @@ class Observer:
         if need is engine.OwnerRead.NONE:
             return None, ""
         cached = self._owner_cache
-        if (
-            need is engine.OwnerRead.CACHED
-            and cached is not None
-            and self.clock() - cached[0] <= OWNER_CACHE_SECONDS
-        ):
-            return replace(cached[1], requests=0), ""
+        if need is engine.OwnerRead.CACHED and cached is not None:  # None after a reclaim: LIST once
+            watched = self.owners.current()
+            if watched is not None:
+                return watched, ""
+            if self.clock() - cached[0] <= OWNER_CACHE_SECONDS:
+                return replace(cached[1], requests=0), ""
         try:
             state = self.owners.read()
         except OwnersUnavailable as exc:

@@ -68,15 +68,15 @@ ENFORCE_ONLY = {
 }
 
 
-def test_cluster_role_scales_standalone_replicasets_and_only_lists_cronjobs_and_hpas() -> None:
+def test_cluster_role_scales_standalone_replicasets_and_only_reads_cronjobs_and_hpas() -> None:
     """A ReplicaSet no Deployment owns is scaled through replicasets/scale and recorded by a patch;
-    a CronJob is only read (its Job is suspended); an HPA's target is scaled, the HPA only listed."""
+    a CronJob is only read (its Job is suspended); an HPA's target is scaled, the HPA only read (listed and watched)."""
     assert ("apps", "replicasets/scale") not in _cluster_role_rules(enforce=False)
     verbs = _cluster_role_rules(enforce=True)
     assert verbs[("apps", "replicasets/scale")] == {"get", "patch"}
-    assert verbs[("apps", "replicasets")] == {"list", "patch"}
-    assert verbs[("batch", "cronjobs")] == {"list"}
-    assert verbs[("autoscaling", "horizontalpodautoscalers")] == {"list"}
+    assert verbs[("apps", "replicasets")] == {"list", "watch", "patch"}
+    assert verbs[("batch", "cronjobs")] == {"list", "watch"}
+    assert verbs[("autoscaling", "horizontalpodautoscalers")] == {"list", "watch"}
 
 
 def test_cluster_role_gets_policies_for_report_and_explain() -> None:

@@ -23,9 +23,12 @@ from gpu_efficiency.sources.metrics.base import StaticSource
 
 
 class StubOwners:
-    def __init__(self, fail: bool = False) -> None:
+    """An owner source: ``reads`` counts its LISTs; ``watched``: what its watch keeps (None: none)."""
+
+    def __init__(self, fail: bool = False, watched: OwnerState | None = None) -> None:
         self.reads = 0
         self.fail = fail
+        self.watched = watched
 
     def read(self) -> OwnerState:
         self.reads += 1
@@ -33,9 +36,19 @@ class StubOwners:
             raise OwnersUnavailable("listing deployments: HTTP 403 Forbidden")
         return OwnerState({}, {}, requests=5)
 
+    def current(self) -> OwnerState | None:
+        return self.watched
+
 
 NOW = 1_800_000_000.0
 SPEC = GPUEfficiencyPolicySpec.model_validate({"idle": {"idleFor": "10m", "warningPeriod": "5m"}})
+ENFORCE = GPUEfficiencyPolicySpec.model_validate(
+    {"mode": "Enforce", "idle": {"idleFor": "10m", "warningPeriod": "5m"}}
+)
+OPTING_OUT = GPUEfficiencyPolicySpec.model_validate(
+    {"mode": "Enforce", "idle": {"idleFor": "10m", "warningPeriod": "5m", "allowOptOut": True}}
+)
+DEPLOYMENT_POD = {"kind": "ReplicaSet", "name": "trainer-7d9", "controller": True, "uid": "rs-1"}
 
 
 class Clock:
@@ -59,11 +72,17 @@ def runner(owners: Any, clock: Clock | None = None) -> CycleRunner:
     )
 
 
-def cluster(*annotations: dict[str, str]) -> ClusterState:
+def cluster(*annotations: dict[str, str], owner: dict[str, Any] | None = DEPLOYMENT_POD) -> ClusterState:
+    """GPU pods of a Deployment's ReplicaSet (``owner``; None: bare pods) with these annotations."""
     pods = tuple(
         pod_view(
             {
-                "metadata": {"name": f"p{i}", "namespace": "ml", "annotations": a},
+                "metadata": {
+                    "name": f"p{i}",
+                    "namespace": "ml",
+                    "annotations": a,
+                    "ownerReferences": [owner] if owner else [],
+                },
                 "spec": {
                     "nodeName": "n1",
                     "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
@@ -114,18 +133,48 @@ def test_between_warning_and_deadline_the_last_read_serves_and_costs_no_request(
     run = runner(owners, clock)
     idle_since = format_rfc3339(NOW - 3600)
     warning_due = cluster({names.IDLE_SINCE: idle_since})  # idle for an hour, idleFor 10m, no warning yet
-    state, _ = run._read_owners(warning_due, SPEC)
+    state, _ = run._read_owners(warning_due, ENFORCE)
     assert (owners.reads, state is not None and state.requests) == (1, 5)
+    clock.now += 30  # still not warned (a failed write, say): the warning reads afresh again
+    run._read_owners(warning_due, ENFORCE)
+    assert owners.reads == 2
     warned = cluster({names.IDLE_SINCE: idle_since, names.EVICT_AFTER: format_rfc3339(NOW + 300)})
     for _ in range(5):
         clock.now += 30
-        state, _ = run._read_owners(warned, SPEC)
+        state, _ = run._read_owners(warned, ENFORCE)
         assert state is not None
         assert state.requests == 0
-    assert owners.reads == 1
-    clock.now = NOW + 301  # the deadline passed: the action reads today's owners
-    state, _ = run._read_owners(warned, SPEC)
-    assert (owners.reads, state is not None and state.requests) == (2, 5)
+    assert owners.reads == 2
+    clock.now = NOW + 300  # the deadline is reached (the last read is 270 s old): today's owners
+    state, _ = run._read_owners(warned, ENFORCE)
+    assert (owners.reads, state is not None and state.requests) == (3, 5)
+
+
+@pytest.mark.parametrize(
+    ("why", "spec", "annotations", "owner"),
+    [
+        ("Observe mode never warns", SPEC, {}, DEPLOYMENT_POD),
+        ("a bare pod is never evicted (allowBarePods false)", ENFORCE, {}, None),
+        ("opted out with exempt=true", OPTING_OUT, {names.EXEMPT: "true"}, DEPLOYMENT_POD),
+    ],
+)
+def test_a_pod_that_can_never_be_warned_is_not_read_afresh_every_cycle_past_idle_for(
+    why: str, spec: GPUEfficiencyPolicySpec, annotations: dict[str, str], owner: dict[str, Any] | None
+) -> None:
+    """Idle for an hour (idleFor 10m) and never warned: the owners only shape its annotation texts,
+    so the last read serves. Before, every such cycle LISTed the owners for a warning that could not
+    come (7 LISTs a cycle, and 8 discovery GETs once a minute, in the 300-node benchmark)."""
+    owners, clock = StubOwners(), Clock()
+    run = runner(owners, clock)
+    idle = cluster({names.IDLE_SINCE: format_rfc3339(NOW - 3600), **annotations}, owner=owner)
+    for _ in range(9):
+        state, _ = run._read_owners(idle, spec)
+        assert state is not None, why  # the texts still get the owners
+        clock.now += 30
+    assert owners.reads == 1, why
+    clock.now = NOW + OWNER_CACHE_SECONDS + 1  # the last read grew too old even for texts
+    run._read_owners(idle, spec)
+    assert owners.reads == 2, why
 
 
 def test_a_young_idle_clock_reads_nothing_until_the_cache_is_needed_and_too_old() -> None:
@@ -245,3 +294,28 @@ def test_the_cycle_after_a_reclaim_does_not_judge_the_owner_by_the_read_made_bef
     records = writer.written["truth"].reclamations
     assert [(r.owner, r.returned) for r in records] == [("team-a/Job/train", True)]
     assert owners.reads == 2
+
+
+def test_watched_owners_serve_every_cycle_between_lists_and_never_a_warning_or_a_due_pod() -> None:
+    """With the owners watched (``sources/kube/owner_cache.py``), a cycle that needs only the last
+    read makes no request however old that read is (it re-LISTed every OWNER_CACHE_SECONDS);
+    the first read, a warning, a due pod and the cycle after a reclaim still LIST."""
+    watched = OwnerState({}, {("ml", "Deployment", "web"): "web-hpa"}, requests=0)
+    owners, clock = StubOwners(watched=watched), Clock()
+    run = runner(owners, clock)
+    idle = cluster({names.IDLE_SINCE: format_rfc3339(NOW - 3600)})  # Observe: never warned
+    state, _ = run._read_owners(idle, SPEC)
+    assert (owners.reads, state) == (1, OwnerState({}, {}, requests=5))  # the first read LISTs
+    for _ in range(30):  # 15 minutes of cycles
+        clock.now += 30
+        state, _ = run._read_owners(idle, SPEC)
+        assert state is watched
+    assert owners.reads == 1
+    run._owner_cache = None  # what a reclaim does: the next read must show our own write
+    run._read_owners(idle, SPEC)
+    assert owners.reads == 2
+    due = cluster(
+        {names.IDLE_SINCE: format_rfc3339(NOW - 3600), names.EVICT_AFTER: format_rfc3339(clock.now - 1)}
+    )
+    state, _ = run._read_owners(due, ENFORCE)
+    assert (owners.reads, state is not None and state.requests) == (3, 5)  # an action: LIST

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from kubernetes import client
@@ -144,6 +144,21 @@ def hpa_target(item: Mapping[str, Any]) -> OwnerKey | None:
     return (meta.get("namespace", ""), target["kind"], target["name"])
 
 
+class OwnerSource(Protocol):
+    """What a cycle reads owners from: ``OwnerReader``, or the watched ``owner_cache.WatchedOwnerReader``."""
+
+    def read(self) -> OwnerState:
+        """Every owner, HPA and PodDisruptionBudget by LIST (what a warning or an action needs)."""
+        ...
+
+    def current(self) -> OwnerState | None:
+        """The owners as a watch keeps them, without a request; None where none can stand for a read."""
+        ...
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
 class OwnerReader:
     """Lists owner objects and HPAs; remembers which CRD integrations are served (discovery)."""
 
@@ -212,6 +227,15 @@ class OwnerReader:
             token = (doc.get("metadata") or {}).get("continue") or ""
             if not token:
                 return items, calls
+
+    def current(self) -> OwnerState | None:
+        return None  # nothing watched: every read LISTs
+
+    def start(self) -> None:
+        """Nothing to start: a LIST per read."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
 
     def read(self) -> OwnerState:
         calls = self._discover()
