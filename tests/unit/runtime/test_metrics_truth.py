@@ -155,7 +155,9 @@ def test_every_drop_reason_is_exported_at_zero_from_the_first_cycle() -> None:
     forged sample of any kind: every reason the engine can drop for has its series before that."""
     run_cycle(runner([b.gpu("GPU-0", b.compute_bound(), ("team-a", "p"))], [b.pod("p")]), spec={})
     for reason in DropReason:
-        assert sample("gpu_efficiency_dropped_samples_total", policy="truth", reason=reason.value) == 0.0, reason
+        assert sample("gpu_efficiency_dropped_samples_total", policy="truth", reason=reason.value) == 0.0, (
+            reason
+        )
 
 
 def test_a_gone_diagnosis_is_no_longer_exported() -> None:
