@@ -179,8 +179,8 @@ def newest_sample(sample: GPUSample, signal: Signal | None) -> float:
 class EvidenceReach:
     """How far a pod's idle evidence reaches in time: the earliest of its GPUs' newest samples.
 
-    ``until`` is NaN when a GPU has no usable time, or one from the future (``future`` names it):
-    a time later than any honest answer read this cycle can carry is garbage, not evidence."""
+    ``until`` is NaN when a GPU (``gpu``) has no time, or one from the future (``future``): a time
+    later than any honest answer read this cycle can carry is garbage, not evidence."""
 
     until: float
     gpu: str  # the GPU whose newest sample is the earliest (or has none, or is from the future)
