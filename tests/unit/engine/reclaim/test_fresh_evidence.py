@@ -114,6 +114,7 @@ def test_a_carried_window_is_judged_by_the_gpus_newest_sample_now() -> None:
     # the tiered refresh keeps an earlier window (its stats' times are old); its GPU's newest is now
     assert len(evictions(plan_cycle(due(DEADLINE - 30, carried=NOW - 1)))) == 1
     assert evictions(plan_cycle(due(NOW - 1, carried=DEADLINE - 1))) == []
+    assert evictions(plan_cycle(due(NOW - 1, carried=NOW + 3600))) == []  # from the future
 
 
 def test_the_wait_ends_at_the_next_sample_past_the_deadline() -> None:
@@ -122,6 +123,19 @@ def test_the_wait_ends_at_the_next_sample_past_the_deadline() -> None:
     assert evictions(plan_cycle(snap, ledger=ledger)) == []
     later = apply_plan(snap, plan_cycle(snap, ledger=ledger), advance=15.0)  # newest now NOW + 15
     assert annotations_of(later, *P)[names.EVICT_AFTER] == format_rfc3339(DEADLINE)
+    [evicted] = evictions(plan_cycle(later, ledger=ledger))
+    assert evicted.name == "p"
+
+
+def test_a_restart_while_waiting_neither_acts_early_nor_forgets_the_deadline() -> None:
+    snap = due(DEADLINE - 3)
+    plan = plan_cycle(snap, ledger=IdleLedger())
+    assert evictions(plan) == []
+    ledger = IdleLedger()  # a new process: only the annotations and the samples are left
+    restarted = replace(apply_plan(snap, plan, advance=1.0), gpus=snap.gpus)  # newer samples still hidden
+    assert evictions(plan_cycle(restarted, ledger=ledger)) == []
+    assert annotations_of(restarted, *P)[names.EVICT_AFTER] == format_rfc3339(DEADLINE)
+    later = apply_plan(restarted, plan_cycle(restarted, ledger=ledger), advance=5.0)  # newest NOW + 6
     [evicted] = evictions(plan_cycle(later, ledger=ledger))
     assert evicted.name == "p"
 
