@@ -35,6 +35,7 @@ from gpu_efficiency.engine.policy_status import policy_status, unattributed
 from gpu_efficiency.engine.quarantine.evaluate import evaluate_faults
 from gpu_efficiency.engine.quarantine.kinds import FaultKind
 from gpu_efficiency.engine.reclaim.actions import act
+from gpu_efficiency.engine.reclaim.activity import evidence_reach
 from gpu_efficiency.engine.reclaim.annotations import cleanup_patch
 from gpu_efficiency.engine.reclaim.budgets import EvictionCandidate, recent_within_hour, select_evictions
 from gpu_efficiency.engine.reclaim.idle import PodKey
@@ -216,6 +217,9 @@ def evaluate(
             now=now,
             policy_name=policy_name,
             notes=notes,
+            reach=evidence_reach(pod_gpus[key], record.activities, now + params.scrape_interval_s)
+            if record.verdict.verdict is Verdict.IDLE
+            else None,
             remembered=ledger.get(pod.uid) if ledger is not None else None,
             group=group,
         )

@@ -290,9 +290,10 @@ def snapshot(
 
 
 def shift_stats(sample: GPUSample, now: float) -> GPUSample:
-    """The same readings, re-timed so the newest sample is fresh at ``now``."""
+    """The same readings, re-timed so the newest sample is taken at ``now`` (the lifecycle tests step a
+    minute at a time; a source whose newest sample lags the cycle is tested in test_fresh_evidence)."""
     windows = {
-        window: {signal: replace(s, last_timestamp=now - 10.0) for signal, s in signals.items()}
+        window: {signal: replace(s, last_timestamp=now) for signal, s in signals.items()}
         for window, signals in sample.stats.items()
     }
     return replace(sample, stats=windows)

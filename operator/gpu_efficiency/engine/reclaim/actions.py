@@ -10,6 +10,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.engine.model import Diagnosis, PodEvent, Verdict
 from gpu_efficiency.engine.params import CycleParams
 from gpu_efficiency.engine.reclaim.acknowledge import ending_with, keep_command
+from gpu_efficiency.engine.reclaim.activity import EvidenceReach
 from gpu_efficiency.engine.reclaim.annotations import annotation_patch, desired_annotations, state_value
 from gpu_efficiency.engine.reclaim.budgets import permanent_blocker
 from gpu_efficiency.engine.reclaim.idle import idle_lifecycle
@@ -34,12 +35,14 @@ def act(
     now: float,
     policy_name: str,
     notes: list[str],
+    reach: EvidenceReach | None,
     remembered: IdleClock | None = None,
     group: OwnerGroup | None = None,
 ) -> None:
     """Lifecycle, annotation patch and events of one judged pod (written into the record).
     ``group``: its owner's group when owners were read (reclaim.py), whose blocker holds the pod;
-    ``remembered``: the clock this process wrote for the pod (idleledger.py)."""
+    ``remembered``: the clock this process wrote for the pod (idleledger.py); ``reach``: how far in
+    time its idle evidence reaches (activity.evidence_reach; None when it is not Idle)."""
     pod = record.pod
     verdict = record.verdict
     current = pod.annotations
@@ -56,11 +59,14 @@ def act(
         evidence=verdict.reason,
         blocker=blocker,
         subject=subject,
+        reach=reach,
         remembered=remembered,
     )
     record.lifecycle = lifecycle
     if blocker and lifecycle.hold == blocker:
         notes.append(f"{pod.namespace}/{pod.name}: idle but never warned or evicted: {blocker}")
+    if lifecycle.awaiting_evidence:  # the wait is visible: the warning stands, and this says why
+        notes.append(f"{pod.namespace}/{pod.name}: {lifecycle.hold}")
     desired = desired_annotations(
         verdict, state_value(verdict.verdict, lifecycle.warned), policy_name, current
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_efficiency.engine.model import GPUSample, Signal, Stats, Window
@@ -159,3 +159,48 @@ def gpu_util_fraction(window: Mapping[Signal, Stats], bounds: DataBounds) -> flo
     """Average GPU_UTIL as a 0-1 fraction when trustworthy (the exporter serves percent)."""
     stats = usable(window.get(Signal.GPU_UTIL), ACTIVITY_CHAIN[2][1], bounds)
     return None if stats is None else stats.avg / 100.0
+
+
+# ---- how far in time the evidence reaches (safety rule 12) -------------------------------------------
+
+
+def newest_sample(sample: GPUSample, signal: Signal | None) -> float:
+    """When ``signal`` of this GPU was last sampled, as its freshness is judged (NaN: no time).
+
+    A window carried from an earlier fetch keeps that fetch's times in its Stats; its GPU's newest
+    sample now is ``carried_newest`` (the same time ``carried_bounds`` judges freshness by)."""
+    if sample.carried_newest is not None:
+        return sample.carried_newest
+    stats = None if signal is None else sample.get(Window.ACTIVITY, signal)
+    return math.nan if stats is None else stats.last_timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceReach:
+    """How far a pod's idle evidence reaches in time: the earliest of its GPUs' newest samples.
+
+    ``until`` is NaN when a GPU (``gpu``) has no time, or one from the future (``future``): a time
+    later than any honest answer read this cycle can carry is garbage, not evidence."""
+
+    until: float
+    gpu: str  # the GPU whose newest sample is the earliest (or has none, or is from the future)
+    newest: float  # that GPU's newest sample time as the source gave it
+    future: bool = False
+
+
+def evidence_reach(
+    samples: Sequence[GPUSample], activities: Sequence[GPUActivity], latest: float
+) -> EvidenceReach:
+    """The reach of the idle evidence of a pod on ``samples``, judged from ``activities``' signals.
+
+    ``latest``: the latest sample time an answer read this cycle can honestly carry (the cycle's
+    time is taken before the queries are sent, so a sample scraped meanwhile may follow it)."""
+    signals = {a.uuid: a.signal for a in activities}
+    reach = EvidenceReach(math.inf, "", math.inf)
+    for sample in samples:
+        newest = newest_sample(sample, signals.get(sample.uuid))
+        if math.isnan(newest) or newest > latest:
+            return EvidenceReach(math.nan, sample.uuid, newest, future=newest > latest)
+        if newest < reach.until:
+            reach = EvidenceReach(newest, sample.uuid, newest)
+    return reach if reach.gpu else EvidenceReach(math.nan, "", math.nan)

@@ -6,7 +6,11 @@ second replica continues the same clocks (safety rule 6):
 * Idle, no ``idle-since`` -> set it to now, event GPUIdle (once).
 * Idle for ``idleFor`` -> (Enforce only) set ``evict-after = now + warningPeriod``, Warning event
   GPUIdleEvictionScheduled (once).
-* ``now >= evict-after`` and still idle -> an eviction candidate; budgets decide (budgets.py).
+* ``now >= evict-after`` and still idle -> an eviction candidate; budgets decide (budgets.py). Only
+  once the idle evidence itself reaches the deadline (safety rule 12): the newest sample of every GPU
+  of the pod at or after ``evict-after``. A store that hides its newest data (VictoriaMetrics'
+  ``-search.latencyOffset``) answers with fresh but earlier samples, and the pod may have worked
+  since them: until a sample past the deadline arrives the pod stays Idle and warned, and waits.
 * Active again -> remove ``idle-since``, ``evict-after`` and ``eviction-blocked``; GPUActiveAgain if a
   warning was pending.
 * Unknown -> nothing changes: the clock neither advances to a warning nor resets.
@@ -41,7 +45,7 @@ from gpu_efficiency.api.timefmt import format_rfc3339, format_when, parse_rfc333
 from gpu_efficiency.engine.model import GPUSample, PodView, Verdict
 from gpu_efficiency.engine.params import CycleParams
 from gpu_efficiency.engine.reclaim.acknowledge import ending_with, keep_command, parse_keep_for
-from gpu_efficiency.engine.reclaim.activity import GPUActivity
+from gpu_efficiency.engine.reclaim.activity import EvidenceReach, GPUActivity
 from gpu_efficiency.engine.reclaim.budgets import EvictionCandidate
 from gpu_efficiency.engine.reclaim.idleledger import IdleClock
 
@@ -144,6 +148,7 @@ class Lifecycle:
     candidate: EvictionCandidate | None = None
     warned: bool = False  # carries evict-after after this cycle
     hold: str = ""  # why no warning/eviction progresses (explain and notes)
+    awaiting_evidence: bool = False  # due, but the idle evidence does not reach evict-after yet
     clock: IdleClock | None = None  # the bookkeeping as the operator keeps it (idleledger.py)
     notes: list[str] = field(default_factory=list)  # bookkeeping values ignored or clamped, and why
 
@@ -242,6 +247,7 @@ def idle_lifecycle(
     *,
     evidence: str,
     blocker: str,
+    reach: EvidenceReach | None,
     remembered: IdleClock | None = None,
     subject: str = "the pod will be evicted",
 ) -> Lifecycle:
@@ -250,7 +256,9 @@ def idle_lifecycle(
     ``evidence`` says why the pod is idle (for event texts); ``blocker`` is the permanent eviction
     filter that applies to the pod, if any (budgets.permanent_blocker, or its owner's: reclaim.py); ``remembered``: the clock
     this process wrote for the pod (idleledger.py), which edits of the annotations cannot undo.
-    ``subject`` names what the warning announces ("deployment/nb will be scaled to zero").
+    ``subject`` names what the warning announces ("deployment/nb will be scaled to zero");
+    ``reach``: how far in time the idle evidence reaches (activity.evidence_reach; None: not known,
+    so never far enough).
     """
     ann = pod.annotations
     if verdict is Verdict.UNKNOWN:
@@ -340,6 +348,7 @@ def idle_lifecycle(
         remembered_warning=remembered_warning,
         seen=seen,
         subject=subject,
+        reach=reach,
     )
     warned_at = out.updates.get(names.EVICT_AFTER, ann.get(names.EVICT_AFTER)) if out.warned else None
     out.clock = IdleClock(
@@ -355,6 +364,35 @@ def idle_lifecycle(
             )
         )
     return out
+
+
+def _when(ts: float) -> str:
+    return format_rfc3339(ts) if math.isfinite(ts) else str(ts)
+
+
+def evidence_short_of(reach: EvidenceReach | None, deadline: float) -> str:
+    """Why the idle evidence does not reach ``deadline`` yet ('' when it does): safety rule 12.
+
+    No new threshold: the wait lasts until the source's next sample past the deadline (one scrape
+    on Prometheus; ``-search.latencyOffset`` more on VictoriaMetrics), and never ends on a time
+    from the future, nor on none."""
+    if reach is not None and reach.until >= deadline:  # False for NaN
+        return ""
+    head = f"evict-after {format_rfc3339(deadline)} passed; waiting for idle evidence that reaches it: "
+    if reach is None or not reach.gpu:
+        return head + "no GPU sample time"
+    if reach.future:
+        return head + (
+            f"GPU {reach.gpu}'s newest sample time {_when(reach.newest)} is later than this cycle "
+            "could have read (a clock ahead, or forged): not evidence"
+        )
+    if math.isnan(reach.until):
+        return head + f"GPU {reach.gpu} has no sample time"
+    return head + (
+        f"GPU {reach.gpu}'s newest sample is from {_when(reach.until)}, "
+        f"{format_duration(math.ceil(deadline - reach.until))} before it (the source hides or has not yet "
+        "scraped newer data)"
+    )
 
 
 def _released(pod: PodView, now: float, evidence: str, out: Lifecycle, idle_since: float) -> None:
@@ -386,6 +424,7 @@ def _lifecycle_of_idle(
     remembered_warning: float | None,
     seen: float | None,
     subject: str,
+    reach: EvidenceReach | None,
 ) -> None:
     """Hold, warn or make an eviction candidate of an idle pod (written into ``out``)."""
     ann = pod.annotations
@@ -428,6 +467,10 @@ def _lifecycle_of_idle(
     out.warned = True
     if now < evict_after:
         out.hold = f"warned: evict-after {format_rfc3339(evict_after)} not reached"
+        return
+    short = evidence_short_of(reach, evict_after)
+    if short:
+        out.hold, out.awaiting_evidence = short, True
         return
     out.candidate = EvictionCandidate(
         pod=pod,
