@@ -122,7 +122,7 @@ class TieredFetch:
                 queries,
                 request.now,
                 take,
-                workers=MAX_ACTIVITY_QUERIES + 8 + 2 * MAX_WINDOW_PARTS,
+                workers=ACTIVITY_WORKERS + 8 + 2 * MAX_WINDOW_PARTS,
                 meanwhile=state.build_carried,
                 drops=drops,
             )
@@ -305,10 +305,16 @@ class TieredRound:
 
 
 #: The most listed activity queries of one cycle (each under ``MAX_QUERY_BYTES``): beyond them (or
-#: half the GPUs) the window is fetched over every GPU. Listing costs Prometheus about twice as much
-#: per GPU as the unrestricted query (measured at 8,000), and a UUID costs ~3.1 KB of a whole
-#: window's query (~0.7 KB of a chain's): 16 queries hold ~75 whole windows or ~350 chains.
-MAX_ACTIVITY_QUERIES = 16
+#: half the GPUs) the window is fetched over every GPU. A UUID costs ~3.1 KB of a whole window's
+#: query (~0.7 KB of a chain's), so 64 queries hold ~240 whole windows or ~1,200 chains. Measured
+#: on Prometheus 3.10 (24 GPUs, 2026-11-27): a 16 KiB listed query costs ~3.4 ms CPU beyond its
+#: series, a listed GPU ~2x its share of the unrestricted window (~2-2.5 ms a GPU: 20 s at 8,000),
+#: so 64 queries (~0.2 s) stay far below the unrestricted window at thousands of GPUs.
+MAX_ACTIVITY_QUERIES = 64
+#: Listed activity queries in flight at once (as many as before they were cut to 16 KiB): more
+#: queue in the operator, not at the backend (VictoriaMetrics answers 429 past its
+#: ``-search.maxConcurrentRequests``, twice its cores by default).
+ACTIVITY_WORKERS = 8
 #: Activity caches kept per source (one per distinct window length among the policies).
 MAX_CACHED_WINDOWS = 4
 
