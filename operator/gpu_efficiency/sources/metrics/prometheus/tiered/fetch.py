@@ -307,9 +307,10 @@ class TieredRound:
 #: The most listed activity queries of one cycle (each under ``MAX_QUERY_BYTES``): beyond them (or
 #: half the GPUs) the window is fetched over every GPU. A UUID costs ~3.1 KB of a whole window's
 #: query (~0.7 KB of a chain's), so 64 queries hold ~240 whole windows or ~1,200 chains. Measured
-#: on Prometheus 3.10 (24 GPUs, 2026-11-27): a 16 KiB listed query costs ~3.4 ms CPU beyond its
-#: series, a listed GPU ~2x its share of the unrestricted window (~2-2.5 ms a GPU: 20 s at 8,000),
-#: so 64 queries (~0.2 s) stay far below the unrestricted window at thousands of GPUs.
+#: on the local cluster (bench/scale/RESULTS.md, "The tiered refresh under 16 KiB"): a 16 KiB listed
+#: query costs Prometheus 3.10 1.7-3.4 ms CPU beyond its series (VictoriaMetrics 0.5 ms), a listed
+#: GPU 1.5-2x its share of the unrestricted window (~1.5-2.5 ms a GPU: 20 s at 8,000), so 64
+#: queries (~0.2 s) stay far below the unrestricted window at thousands of GPUs.
 MAX_ACTIVITY_QUERIES = 64
 #: Listed activity queries in flight at once (as many as before they were cut to 16 KiB): more
 #: queue in the operator, not at the backend (VictoriaMetrics answers 429 past its
