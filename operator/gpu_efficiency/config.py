@@ -76,7 +76,7 @@ class OperatorConfig:
         0,
         "tiered activity refresh: each cycle fetch the activity window fresh only for new, "
         "re-attributed, idle or possibly idle GPUs and reuse the others' (busy, and still busy by a "
-        "cheap filter); after each cycle, refresh this many least recently refreshed ones in the "
+        "cheap filter); after each cycle, refresh about this many least recently refreshed ones in the "
         "background for later cycles; 0: every GPU every cycle (sources/metrics/prometheus/tiered/activity_cache.py)",
         scope="run",
         minimum=0,

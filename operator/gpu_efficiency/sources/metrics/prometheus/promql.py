@@ -10,9 +10,9 @@ split into a fixed ``WINDOW_PARTS`` queries).
 Every query stays under ``MAX_QUERY_BYTES`` (VictoriaMetrics' default ``-search.maxQueryLen``;
 Thanos, Mimir and Cortex have limits of their own), whatever the number of GPUs, candidates and
 held nodes: a long list is traded for a wider selection that gives the same answer (held nodes:
-every GPU; candidates: the filter over every GPU), never for a refused query. Not yet the tiered
-refresh's listed activity chunks (``--prometheus-refresh-budget`` > 0, ``prometheus/tiered/fetch.py``):
-they list hundreds of UUIDs in every selector (up to ~1.5 MB) and need a backend without that limit.
+every GPU; candidates: the filter over every GPU), never for a refused query. The tiered refresh's
+listed activity queries (``--prometheus-refresh-budget`` > 0, ``prometheus/tiered/fetch.py``) are cut
+to fit too (``listed_window_queries``: the window in parts of whole signals, the list in chunks).
 
 Every exporter generation is read (``api/exporter_fields.py``): a signal served under both DCGM
 name families is selected with one ``__name__`` regex where the units agree, and as ``old or
@@ -400,23 +400,113 @@ def idle_candidates_query(seconds: float, idle_below: float, matchers: str = "")
     return Query(window=None, text=union(parts), idle=True)
 
 
-def listed_window_query(
-    window: Window, seconds: float, uuids: Iterable[str], matchers: str = "", chain_only: bool = False
-) -> Query:
-    """``window_query`` evaluated over these GPUs only (``UUID=~"a|b|..."`` in every selector);
-    ``chain_only``: the activity-chain signals' terms only (13 of the activity window's 67)."""
-    pattern = "|".join(_regex_literal(u) for u in sorted(set(uuids)))
-    matchers = (f"{matchers}," if matchers else "") + f'UUID=~"{pattern}"'
-    if not chain_only:
-        return window_query(window, seconds, matchers)
+def listed_window_queries(
+    window: Window,
+    seconds: float,
+    alternatives: Sequence[str] | None,
+    matchers: str = "",
+    *,
+    chain_only: bool = False,
+    around: tuple[str, str] = ("", ""),
+    keys: frozenset[tuple[str, str]] | None = None,
+    limit: int | None = None,
+) -> list[Query] | None:
+    """``window_query`` (its activity-chain signals only with ``chain_only``) over the GPUs whose
+    ``UUID`` matches ``around[0] + "a|b|..." + around[1]`` (``alternatives``: regex pieces, already
+    escaped; None: every GPU), in the fewest queries that each fit ``limit`` (``MAX_QUERY_BYTES``).
+
+    The pattern is repeated in every selector (76 in the whole activity window: ~3.1 KB per listed
+    UUID beside the window's own ~15 KB), so the window is cut into parts of whole signals (their
+    answers merge per signal) and the alternatives into chunks; every number of parts is tried and
+    the one needing the fewest queries kept. None when nothing fits (a piece too long for any part).
+    """
+    limit = MAX_QUERY_BYTES if limit is None else limit
     chain = {signal for signal, _, _ in ACTIVITY_CHAIN}
-    terms = [
-        _term(sig, agg, seconds, matchers)
-        for sig, aggs in QUERY_PLAN[window].items()
-        if sig in chain
-        for agg in aggs
+    items = [(sig, aggs) for sig, aggs in QUERY_PLAN[window].items() if not chain_only or sig in chain]
+    extra = (f"{matchers}," if matchers else "") + 'UUID=~"\x00"'
+
+    def text(part: Sequence[tuple[Signal, tuple[str, ...]]], listed: str) -> str:
+        return union([_term(sig, agg, seconds, listed) for sig, aggs in part for agg in aggs])
+
+    best: list[tuple[Sequence[tuple[Signal, tuple[str, ...]]], list[str]]] | None = None
+    for count in range(1, len(items) + 1):
+        cut: list[tuple[Sequence[tuple[Signal, tuple[str, ...]]], list[str]]] = []
+        for part in _cut(items, count):
+            if alternatives is None:
+                if len(text(part, matchers).encode()) > limit:
+                    break
+                cut.append((part, [""]))
+                continue
+            model = text(part, extra).encode()
+            chunks = _chunks(
+                alternatives, around, model.count(b"\x00"), limit - len(model) + model.count(b"\x00")
+            )
+            if chunks is None:
+                break
+            cut.append((part, chunks))
+        else:
+            if best is None or sum(len(c) for _, c in cut) < sum(len(c) for _, c in best):
+                best = cut
+    if best is None:
+        return None
+    return [
+        Query(
+            window=window,
+            text=text(part, matchers if alternatives is None else extra.replace("\x00", pattern)),
+            keys=keys,
+        )
+        for part, patterns in best
+        for pattern in patterns
     ]
-    return Query(window=window, text=union(terms))
+
+
+def _chunks(
+    alternatives: Sequence[str], around: tuple[str, str], selectors: int, room: int
+) -> list[str] | None:
+    """``alternatives`` joined into patterns (``around`` each) that ``selectors`` copies of fit in
+    ``room`` bytes, greedily in order; None when one alternative alone does not fit."""
+    fixed = len(around[0].encode()) + len(around[1].encode())
+    patterns: list[str] = []
+    chunk: list[str] = []
+    size = fixed
+    for piece in alternatives:
+        grown = size + len(piece.encode()) + (1 if chunk else 0)
+        if chunk and grown * selectors > room:
+            patterns.append(around[0] + "|".join(chunk) + around[1])
+            chunk, grown = [], fixed + len(piece.encode())
+        if grown * selectors > room:
+            return None
+        chunk.append(piece)
+        size = grown
+    if chunk:
+        patterns.append(around[0] + "|".join(chunk) + around[1])
+    return patterns
+
+
+def _cut(
+    items: Sequence[tuple[Signal, tuple[str, ...]]], count: int
+) -> list[Sequence[tuple[Signal, tuple[str, ...]]]]:
+    """``items`` in ``count`` runs of whole signals with about as many selectors each (the bytes a
+    listed pattern adds follow the selectors: GPU_UTIL's terms select two names each)."""
+    weights = [len(aggs) * len(served_names(sig)) for sig, aggs in items]
+    total = sum(weights)
+    parts: list[list[tuple[Signal, tuple[str, ...]]]] = [[] for _ in range(count)]
+    start = 0
+    for item, weight in zip(items, weights, strict=True):
+        parts[min(count - 1, start * count // total)].append(item)
+        start += weight
+    return [part for part in parts if part]
+
+
+def uuid_alternatives(uuids: Iterable[str]) -> list[str]:
+    """These UUIDs as regex pieces for ``listed_window_queries`` (sorted, each once)."""
+    return [_regex_literal(u) for u in sorted(set(uuids))]
+
+
+def ending_alternatives(endings: Iterable[str]) -> tuple[list[str], tuple[str, str]]:
+    """The pieces and wrapper selecting every UUID ending in one of ``endings``: ``.*(a|b)``, a few
+    bytes per ending whatever the number of GPUs behind it (the refresh budget's buckets)."""
+    return [_regex_literal(e) for e in sorted(set(endings))], (".*(", ")")
 
 
 #: Windows fetched only for the GPUs their filter names when the source has hints.

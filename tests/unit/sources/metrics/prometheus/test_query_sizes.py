@@ -5,9 +5,11 @@ and a partial answer are SourceUnavailable naming why (issue 35)."""
 from __future__ import annotations
 
 import json
+import math
 import random
+import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -19,7 +21,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
 from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.engine.model import PolicyEvent, Window
+from gpu_efficiency.engine.model import PodRef, PolicyEvent, Window
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.runtime.cycle import CycleRunner
 from gpu_efficiency.sources.metrics.base import FaultHints, FetchRequest, SourceUnavailable
@@ -34,12 +36,20 @@ from gpu_efficiency.sources.metrics.prometheus.promql import (
     MAX_QUERY_BYTES,
     MAX_WINDOW_PARTS,
     QUERY_PLAN,
+    Query,
     candidates_query,
     cycle_queries,
     identity_query,
     idle_candidates_query,
     restricted_queries,
 )
+from gpu_efficiency.sources.metrics.prometheus.tiered.activity_cache import (
+    CHAIN_SIGNALS,
+    RefreshPlan,
+    Seen,
+    everything,
+)
+from gpu_efficiency.sources.metrics.prometheus.tiered.fetch import MAX_ACTIVITY_QUERIES, activity_queries
 from gpu_efficiency.sources.metrics.prometheus.vector import decode_vector, iter_vector
 from gpu_efficiency.sources.metrics.prometheus.windows import TrustedRows, merge_window
 
@@ -206,3 +216,112 @@ def test_a_refused_query_reaches_the_metrics_condition_and_event(
     assert len(events) == 1
     assert refusal in events[0].message
     assert plan.verdicts == ()  # nothing judged, nothing evicted or tainted
+
+
+# The tiered activity refresh (``--prometheus-refresh-budget`` > 0): its listed queries too.
+
+ACTIVITY_TAGS = {f'"{s.name}:{a}"' for s, aggs in QUERY_PLAN[Window.ACTIVITY].items() for a in aggs}
+CHAIN_TAGS = {
+    f'"{s.name}:{a}"' for s, aggs in QUERY_PLAN[Window.ACTIVITY].items() if s in CHAIN_SIGNALS for a in aggs
+}
+
+
+def _selected(text: str, every: Sequence[str]) -> set[str]:
+    """The UUIDs of ``every`` a query's selectors select (one UUID pattern in all of them, or none)."""
+    patterns = set(re.findall(r'UUID=~"((?:[^"\\]|\\.)*)"', text))
+    assert len(patterns) <= 1, "selectors of one query select different GPUs"
+    if not patterns:
+        return set(every)
+    (pattern,) = patterns
+    regex = re.compile(pattern.replace("\\\\", "\\"))
+    return {u for u in every if regex.fullmatch(u)}
+
+
+def _coverage(queries: Sequence[Query], every: Sequence[str]) -> dict[str, set[str]]:
+    """Per UUID, the activity aggregates some query fetches for it (``Query.keys`` honoured)."""
+    got: dict[str, set[str]] = {}
+    for query in queries:
+        tags = {tag for tag in ACTIVITY_TAGS if tag in query.text}
+        for gpu in _selected(query.text, every):
+            if query.keys is None or (gpu, "") in query.keys:
+                got.setdefault(gpu, set()).update(tags)
+    return got
+
+
+def _seen(uuids: Sequence[str]) -> dict[tuple[str, str], Seen]:
+    return {
+        (u, ""): Seen(f"node-{i // 8}", frozenset({PodRef("ns", f"p{i}")}), 1.0) for i, u in enumerate(uuids)
+    }
+
+
+SHAPES = ["new", "idle", "new and idle", "idle, half asked early"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("count", [1, 2, 8, 20, 75, 350, 500, 2500, 4000, GPUS])
+def test_the_tiered_refresh_queries_fit_the_limit_at_8000_gpus(shape: str, count: int) -> None:
+    """Rules 1-3's activity queries (whole windows of new GPUs, chains of idle ones) fit
+    ``MAX_QUERY_BYTES`` whatever the refresh set, and still fetch every aggregate the plan needs
+    for every GPU it refreshes."""
+    uuids = _uuids(GPUS)
+    seen = _seen(uuids)
+    keys = [(u, "") for u in uuids]
+    picked = keys[:count]
+    full = frozenset(picked if shape == "new" else picked[: count // 2] if shape == "new and idle" else [])
+    chain = frozenset(picked) - full
+    plan = RefreshPlan(full=full, chain=chain, carried=frozenset(keys) - full - chain)
+    early = frozenset(u for u, _ in sorted(chain)[: len(chain) // 2]) if "early" in shape else frozenset()
+    planned, queries = activity_queries(plan, seen, 3600, MATCHERS, early)
+    sizes = [len(q.text.encode()) for q in queries]
+    assert queries
+    assert max(sizes) <= MAX_QUERY_BYTES, sizes
+    assert len(queries) <= MAX_ACTIVITY_QUERIES + 1
+    got = _coverage(queries, uuids)
+    for gpu, _ in planned.full:
+        assert got.get(gpu) == ACTIVITY_TAGS, gpu
+    for gpu, _ in planned.chain:
+        assert gpu in early or got.get(gpu, set()) >= CHAIN_TAGS, gpu
+    assert planned.refresh >= plan.refresh  # nothing the plan needs dropped: at most widened
+
+
+@pytest.mark.parametrize("budget", [0, 1, 500, GPUS])
+def test_the_refresh_budgets_queries_fit_the_limit_and_bring_every_gpu_round(budget: int) -> None:
+    """Rule 4's background whole windows fit ``MAX_QUERY_BYTES`` at any budget, and every cached
+    GPU is refreshed within about ``cached / budget`` cycles."""
+    uuids = _uuids(GPUS)
+    seen = _seen(uuids)
+    source = PrometheusSource(
+        PrometheusConfig(url="http://prometheus.test", matchers=MATCHERS), refresh_budget=budget
+    )
+    sent: list[Query] = []
+
+    def run(query: Query, at: float, *rest: object) -> dict[object, object]:
+        sent.append(query)
+        return {}
+
+    source.run = run  # type: ignore[method-assign]
+    cache = source.tiered._cache(3600)
+    cache.update(seen, everything(seen), {}, 0.0)
+    rounds = 0 if budget == 0 else min(20, math.ceil(GPUS / budget) + 2)  # budget 1: 20 of 8,000
+    refreshed: set[str] = set()
+    for cycle in range(1, rounds + 1):
+        sent.clear()
+        at = 10_000.0 * cycle
+        started = source.tiered.refresh_oldest(cache, at, 300.0, 3600)
+        assert source.tiered.wait_refreshes(10)
+        sizes = [len(q.text.encode()) for q in sent]
+        assert sent
+        assert max(sizes) <= MAX_QUERY_BYTES, sizes
+        assert len(sent) <= 4  # a few bytes per bucket: the query count does not grow with the budget
+        now = {u for (u, _), entry in cache.entries.items() if entry.refreshed_at == at}
+        assert started == len(now) >= 1
+        assert all(tags == ACTIVITY_TAGS for u, tags in _coverage(sent, uuids).items() if u in now)
+        assert now <= set(_coverage(sent, uuids))
+        refreshed |= now
+    if budget == 0:
+        assert source.tiered.refresh_oldest(cache, 10_000.0, 300.0, 3600) == 0
+        assert sent == []
+    elif budget == 1:
+        assert len(refreshed) == rounds  # one GPU a cycle (its UUID's ending is its own)
+    else:
+        assert refreshed == set(uuids)

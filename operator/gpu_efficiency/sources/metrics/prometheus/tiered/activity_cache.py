@@ -15,9 +15,10 @@ aggregates and fetches fresh, per cycle, only:
    scrape intervals) ago (whole window): their window still holds samples from before the change, so
    their figures (a pod that woke up: from Underutilized to Efficient) and their sample count (a new
    pod: from too sparse to known) still move; carrying them would freeze the transition;
-4. and, after the cycle, the ``budget`` least recently refreshed cached GPUs, idle ones included
-   (whole window, evaluated at the cycle's time; ``oldest_cached``, ``ActivityCache.refreshed``):
-   every GPU's diagnosis figures are at most ``ceil(cached GPUs / budget)`` cycles old. No verdict
+4. and, after the cycle, about ``budget`` least recently refreshed cached GPUs, idle ones included,
+   taken by buckets of UUID endings so that the query names them in a few bytes (whole window,
+   evaluated at the cycle's time; ``oldest_cached``, ``ActivityCache.refreshed``): every GPU's
+   diagnosis figures are about ``ceil(cached GPUs / budget)`` cycles old at most. No verdict
    of the cycle needs them, and fetching 500 GPUs' whole windows took Prometheus longer than the
    rest of the cycle's queries (1.1-1.9 s at 8,000 GPUs), so the source fetches them in the
    background once the cycle has its samples, and the next cycles carry them.
@@ -139,6 +140,8 @@ class RefreshPlan:
     settling: int = 0  # rule 3b: unsettled within the last window, so its window still changes
     unsettled: frozenset[Key] = frozenset()  # rules 1-3 this cycle (``Entry.unsettled_at``)
     unrestricted: bool = False  # fetched over every GPU: the refresh set was too large to list
+    chain_unlisted: bool = False  # the chains fetched over every GPU: too many to list
+    too_long: bool = False  # unlisted because the list took too many queries (not because most GPUs)
 
     @property
     def refresh(self) -> frozenset[Key]:
@@ -202,17 +205,55 @@ def early_chain(
     )
 
 
-def oldest_cached(cache: Mapping[Key, Entry], budget: int, now: float, settle_s: float) -> dict[Key, Entry]:
-    """Rule 4, after a cycle at ``now`` has updated the cache: the ``budget`` least recently
-    refreshed entries not refreshed in full at ``now`` and not settling (those are refreshed in full
-    each cycle anyway), with every cached instance of their UUIDs (a listed UUID returns them all)."""
-    ranked = sorted(
+#: Longest UUID ending a refresh-budget bucket is named by (``ending_length``).
+MAX_ENDING = 8
+
+
+def ending_length(uuids: Collection[str], budget: int) -> int:
+    """The shortest UUID ending (1 to ``MAX_ENDING`` characters) whose buckets hold ``budget``
+    GPUs or fewer on average: one hex character splits a fleet in 16, two in 256."""
+    for length in range(1, MAX_ENDING):
+        if len(uuids) <= max(1, budget) * len({u[-length:] for u in uuids}):
+            return length
+    return MAX_ENDING
+
+
+def oldest_cached(
+    cache: Mapping[Key, Entry], budget: int, now: float, settle_s: float
+) -> tuple[dict[Key, Entry], frozenset[str] | None]:
+    """Rule 4, after a cycle at ``now`` has updated the cache: about ``budget`` of the entries not
+    refreshed in full at ``now`` and not settling (those are refreshed in full each cycle anyway),
+    least recently refreshed first, with every cached instance of their UUIDs (a listed UUID
+    returns them all), and the UUID endings that select them (None: every GPU).
+
+    Taken by buckets of UUIDs sharing an ending (``ending_length``), oldest bucket first, as many
+    as the budget holds (one at least): the query selects them with a few bytes per bucket
+    (``UUID=~".*(a|b)"``) where listing them cost ~3.1 KB per GPU, which no backend's query-size
+    limit holds (VictoriaMetrics: 16 KiB). Every GPU is still brought round, a bucket at a time."""
+    eligible = [
         (entry.refreshed_at, key)
         for key, entry in cache.items()
         if entry.refreshed_at < now and now - entry.unsettled_at > settle_s
+    ]
+    if budget <= 0 or not eligible:
+        return {}, frozenset()
+    length = ending_length({key[0] for key in cache}, budget)
+    buckets: dict[str, list[tuple[float, Key]]] = {}
+    for at, key in eligible:
+        buckets.setdefault(key[0][-length:], []).append((at, key))
+    taken: set[str] = set()
+    count = 0  # UUIDs taken: a listed UUID brings every instance of it
+    for ending, members in sorted(buckets.items(), key=lambda kv: (min(kv[1]), kv[0])):
+        size = len({key[0] for _, key in members})
+        if taken and count + size > budget:
+            break
+        taken.add(ending)
+        count += size
+    uuids = {key[0] for ending in taken for _, key in buckets[ending]}
+    every = {key[0][-length:] for key in cache}
+    return {key: entry for key, entry in cache.items() if key[0] in uuids}, (
+        None if taken == every else frozenset(taken)
     )
-    uuids = {key[0] for _, key in ranked[: max(0, budget)]}
-    return {key: entry for key, entry in cache.items() if key[0] in uuids}
 
 
 def _by_uuid(keys: set[Key], seen: Iterable[Key]) -> frozenset[Key]:

@@ -1,7 +1,8 @@
 """The tiered fetch of the activity window (``--prometheus-refresh-budget``; the rules are in
 ``sources/metrics/prometheus/tiered/activity_cache.py``): identity, idle and fault candidates first, then only the refresh
-set's activity windows, in chunks of listed UUIDs; the rest carried from the cache, and the budget's
-least recently refreshed GPUs fetched in the background after the cycle.
+set's activity windows, in listed queries that each fit ``promql.MAX_QUERY_BYTES`` (VictoriaMetrics'
+default 16 KiB); the rest carried from the cache, and the budget's least recently refreshed GPUs,
+selected by UUID ending, fetched in the background after the cycle.
 """
 
 from __future__ import annotations
@@ -11,28 +12,29 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.engine.model import Signal, Stats, Window
 from gpu_efficiency.sources.metrics.base import DropTally, FetchRequest, FetchResult, SourceUnavailable
 from gpu_efficiency.sources.metrics.labels import GPUKey
+from gpu_efficiency.sources.metrics.prometheus import promql
 from gpu_efficiency.sources.metrics.prometheus.answers import Identity
 from gpu_efficiency.sources.metrics.prometheus.exporter_inventory import ExporterView
 from gpu_efficiency.sources.metrics.prometheus.promql import (
-    MAX_LISTED_GPUS,
     MAX_WINDOW_PARTS,
-    QUERY_PLAN,
     Query,
+    ending_alternatives,
     identity_query,
     idle_candidates_query,
-    listed_window_query,
+    listed_window_queries,
+    uuid_alternatives,
     window_query,
 )
 from gpu_efficiency.sources.metrics.prometheus.tiered.activity_cache import (
-    CHAIN_SIGNALS,
     ActivityCache,
     Entry,
     Key,
@@ -65,11 +67,13 @@ class TieredFetch:
         self.source = source
         self.caches: dict[tuple[float, str], ActivityCache] = {}
         self._cache_lock = threading.Lock()
+        #: Cycles whose refresh set was too large to list, by what was fetched over every GPU instead.
+        self.unlisted: Counter[str] = Counter()
 
     def fetch(self, request: FetchRequest, idle_below: float) -> FetchResult:
         """``PrometheusSource.fetch`` with the activity window refreshed only where it matters (activity_cache.py):
         identity (with newest-sample times), idle candidates and fault candidates first; then the
-        activity window of the refresh set, in chunks of listed UUIDs run concurrently (the chains
+        activity window of the refresh set, in listed queries run concurrently (the chains
         the idle filter and the cache name as soon as the filter answers, beside identity). The refresh
         budget's whole windows for later cycles (rule 4) are the result's ``then``."""
         started = time.monotonic()
@@ -97,8 +101,8 @@ class TieredFetch:
                 with self._cache_lock:
                     uuids = early_chain(cache.entries, result, idle_below)
                     cached = len({uuid for uuid, _ in cache.entries})
-                chunks = listed_chunks(sorted(uuids), seconds, matchers, chain_only=True)
-                if worth_listing(len(chunks), len(uuids), cached):
+                chunks = listed_activity(uuids, seconds, matchers, chain_only=True)
+                if chunks is not None and worth_listing(len(chunks), len(uuids), cached):
                     state.early, more = uuids, more + chunks
             if state.plan is None and state.identity is not None and state.idle is not None:
                 with self._cache_lock:
@@ -108,6 +112,7 @@ class TieredFetch:
                     # the entries the plan judged: a background refresh may replace them from now on
                     carried = {key: cache.entries[key] for key in plan.carried}
                 state.plan, activity = activity_queries(plan, state.seen, seconds, matchers, state.early)
+                self._count_unlisted(state.plan)
                 state.carried = {key: carried[key] for key in state.plan.carried}
                 more += activity
             return more
@@ -117,7 +122,7 @@ class TieredFetch:
                 queries,
                 request.now,
                 take,
-                workers=MAX_ACTIVITY_CHUNKS + 8 + 2 * MAX_WINDOW_PARTS,
+                workers=ACTIVITY_WORKERS + 8 + 2 * MAX_WINDOW_PARTS,
                 meanwhile=state.build_carried,
                 drops=drops,
             )
@@ -143,11 +148,12 @@ class TieredFetch:
                 drops=drops,
             )
         log.debug(
-            "activity window: %d in full%s, %d chain only (new %d, idle %d, not busy %d, settling %d),"
+            "activity window: %d in full%s, %d chain only%s (new %d, idle %d, not busy %d, settling %d),"
             " %d carried, %d queries",
             len(plan.full),
             " (unrestricted)" if plan.unrestricted else "",
             len(plan.chain),
+            " (over every GPU)" if plan.chain_unlisted else "",
             plan.new,
             plan.idle,
             plan.not_busy,
@@ -175,10 +181,16 @@ class TieredFetch:
             running = cache.refresh
             if running is not None and running.is_alive():
                 return 0
-            taken = oldest_cached(cache.entries, self.source.refresh_budget, at, settle_s)
+            taken, endings = oldest_cached(cache.entries, self.source.refresh_budget, at, settle_s)
             if not taken:
                 return 0
-            chunks = listed_chunks(sorted({uuid for uuid, _ in taken}), seconds, self.source.config.matchers)
+            chunks = bucket_queries(endings, seconds, self.source.config.matchers)
+            if chunks is None:
+                log.warning(
+                    "the refresh budget's activity query does not fit %d bytes: not sent",
+                    promql.MAX_QUERY_BYTES,
+                )
+                return 0
             cache.refresh = threading.Thread(
                 target=self._store_refresh,
                 args=(cache, taken, chunks, at),
@@ -203,6 +215,24 @@ class TieredFetch:
         with self._cache_lock:
             stored = cache.refreshed(taken, fresh, at)
         log.debug("refreshed %d of %d cached activity windows (%d queries)", stored, len(taken), len(chunks))
+
+    def _count_unlisted(self, plan: RefreshPlan) -> None:
+        """Count and log a cycle whose refresh set took more than MAX_ACTIVITY_QUERIES listed
+        queries under ``MAX_QUERY_BYTES`` (``activity_queries``): fetched over every GPU instead."""
+        if not plan.too_long:
+            return
+        what = "whole window" if plan.unrestricted else "activity chain"
+        self.unlisted[what] += 1
+        log.info(
+            "activity refresh (%d GPUs in full, %d chains) too long for %d queries of at most %d bytes:"
+            " the %s fetched over every GPU (%d cycles so far)",
+            len(plan.full),
+            len(plan.chain),
+            MAX_ACTIVITY_QUERIES,
+            promql.MAX_QUERY_BYTES,
+            what,
+            self.unlisted[what],
+        )
 
     def wait_refreshes(self, timeout: float | None = None) -> bool:
         """Wait for the background refreshes started so far (tests and benchmarks);
@@ -274,31 +304,48 @@ class TieredRound:
             }
 
 
-#: Beyond this many listed chunks (or half the GPUs) the activity window is fetched over every GPU:
-#: listing costs Prometheus about twice as much per GPU as the unrestricted query (measured at 8,000).
-MAX_ACTIVITY_CHUNKS = 8
+#: The most listed activity queries of one cycle (each under ``MAX_QUERY_BYTES``): beyond them (or
+#: half the GPUs) the window is fetched over every GPU. A UUID costs ~3.1 KB of a whole window's
+#: query (~0.7 KB of a chain's), so 64 queries hold ~240 whole windows or ~1,200 chains. Measured
+#: on the local cluster (bench/scale/RESULTS.md, "The tiered refresh under 16 KiB"): a 16 KiB listed
+#: query costs Prometheus 3.10 1.7-3.4 ms CPU beyond its series (VictoriaMetrics 0.5 ms), a listed
+#: GPU 1.5-2x its share of the unrestricted window (~1.5-2.5 ms a GPU: 20 s at 8,000), so 64
+#: queries (~0.2 s) stay far below the unrestricted window at thousands of GPUs.
+MAX_ACTIVITY_QUERIES = 64
+#: Listed activity queries in flight at once (as many as before they were cut to 16 KiB): more
+#: queue in the operator, not at the backend (VictoriaMetrics answers 429 past its
+#: ``-search.maxConcurrentRequests``, twice its cores by default).
+ACTIVITY_WORKERS = 8
 #: Activity caches kept per source (one per distinct window length among the policies).
 MAX_CACHED_WINDOWS = 4
 
 
-#: Terms of the whole activity window and of its activity chain only (67 and 13 with today's plan).
-_FULL_TERMS = sum(len(aggs) for aggs in QUERY_PLAN[Window.ACTIVITY].values())
-_CHAIN_TERMS = sum(len(aggs) for sig, aggs in QUERY_PLAN[Window.ACTIVITY].items() if sig in CHAIN_SIGNALS)
+def worth_listing(queries: int, listed: int, total: int) -> bool:
+    """Is fetching ``listed`` of ``total`` GPUs' activity in ``queries`` listed queries cheaper than
+    the unrestricted query? Not beyond MAX_ACTIVITY_QUERIES queries or half the GPUs."""
+    return queries <= MAX_ACTIVITY_QUERIES and 2 * listed <= total
 
 
-def chunk_gpus(chain_only: bool) -> int:
-    """GPUs listed per activity query: MAX_LISTED_GPUS whole windows, or as many chain-only
-    windows as give the same number of series (~2,500: 13 terms of 67). A chunk's cost to
-    Prometheus and to decode follows its series, so a thousand idle GPUs' chains are one query."""
-    if not chain_only:
-        return MAX_LISTED_GPUS
-    return max(1, MAX_LISTED_GPUS * _FULL_TERMS // _CHAIN_TERMS)
+def listed_activity(
+    uuids: Collection[str], seconds: float, matchers: str, chain_only: bool = False
+) -> list[Query] | None:
+    """The activity window of these UUIDs (their chain only), each query under ``MAX_QUERY_BYTES``;
+    None when more than MAX_ACTIVITY_QUERIES would be needed (or nothing fits)."""
+    if not uuids:
+        return []
+    queries = listed_window_queries(
+        Window.ACTIVITY, seconds, uuid_alternatives(uuids), matchers, chain_only=chain_only
+    )
+    return queries if queries is not None and len(queries) <= MAX_ACTIVITY_QUERIES else None
 
 
-def worth_listing(chunks: int, listed: int, total: int) -> bool:
-    """Is fetching ``listed`` of ``total`` GPUs' activity in ``chunks`` listed queries cheaper than
-    the unrestricted query? Not beyond MAX_ACTIVITY_CHUNKS queries or half the GPUs."""
-    return chunks <= MAX_ACTIVITY_CHUNKS and 2 * listed <= total
+def bucket_queries(endings: Collection[str] | None, seconds: float, matchers: str) -> list[Query] | None:
+    """Rule 4's whole windows of the GPUs whose UUID ends in one of ``endings`` (None: every GPU):
+    a few bytes per bucket, however many GPUs it holds."""
+    if endings is None:
+        return listed_window_queries(Window.ACTIVITY, seconds, None, matchers)
+    pieces, around = ending_alternatives(endings)
+    return listed_window_queries(Window.ACTIVITY, seconds, pieces, matchers, around=around)
 
 
 def activity_queries(
@@ -308,27 +355,24 @@ def activity_queries(
     matchers: str,
     chains_sent: Collection[str] = frozenset(),
 ) -> tuple[RefreshPlan, list[Query]]:
-    """The activity queries of a refresh plan: full windows and chain-only windows of its UUIDs
-    (those of ``chains_sent`` already asked for: ``early_chain``), ``chunk_gpus`` listed per
-    query; the full window over every GPU (and the plan widened to all) when the refresh set is
-    most GPUs or would take too many queries."""
-    full = sorted({uuid for uuid, _ in plan.full})
-    chain = sorted({uuid for uuid, _ in plan.chain})
-    chunks = math.ceil(len(full) / chunk_gpus(False)) + math.ceil(len(chain) / chunk_gpus(True))
-    if not worth_listing(chunks, len(full) + len(chain), len({uuid for uuid, _ in seen})):
-        return everything(seen, plan), [window_query(Window.ACTIVITY, seconds, matchers)]
-    return plan, [
-        *listed_chunks(full, seconds, matchers),
-        *listed_chunks([u for u in chain if u not in chains_sent], seconds, matchers, chain_only=True),
-    ]
-
-
-def listed_chunks(
-    uuids: Sequence[str], seconds: float, matchers: str, chain_only: bool = False
-) -> list[Query]:
-    """The activity window of these UUIDs (their chain only), ``chunk_gpus`` listed per query."""
-    size = chunk_gpus(chain_only)
-    return [
-        listed_window_query(Window.ACTIVITY, seconds, uuids[i : i + size], matchers, chain_only)
-        for i in range(0, len(uuids), size)
-    ]
+    """The activity queries of a refresh plan, each under ``MAX_QUERY_BYTES``: full windows and
+    chain-only windows of its UUIDs (those of ``chains_sent`` already asked for: ``early_chain``).
+    When the full windows take too many queries or are most GPUs, the full window over every GPU
+    (the plan widened to all); when only the chains do, the chain-only window over every GPU, its
+    answer kept for the plan's chain GPUs (a fifth of the whole window's terms)."""
+    total = len({uuid for uuid, _ in seen})
+    full = {uuid for uuid, _ in plan.full}
+    chain = {uuid for uuid, _ in plan.chain} - set(chains_sent)
+    whole = [window_query(Window.ACTIVITY, seconds, matchers)]
+    if 2 * len(full) > total:
+        return everything(seen, plan), whole
+    listed = listed_activity(full, seconds, matchers)
+    if listed is None:
+        return replace(everything(seen, plan), too_long=True), whole
+    chains = listed_activity(chain, seconds, matchers, chain_only=True)
+    if chains is not None and worth_listing(len(listed) + len(chains), len(chain), total):
+        return plan, [*listed, *chains]
+    every = listed_window_queries(Window.ACTIVITY, seconds, None, matchers, chain_only=True, keys=plan.chain)
+    if every is None:  # matchers too long even for the chain alone: as the default path does
+        return everything(seen, plan), whole
+    return replace(plan, chain_unlisted=True, too_long=2 * len(chain) <= total), [*listed, *every]

@@ -22,6 +22,7 @@ from gpu_efficiency.sources.metrics.prometheus.tiered.activity_cache import (
     Seen,
     clearly_busy,
     early_chain,
+    ending_length,
     oldest_cached,
     plan_refresh,
 )
@@ -120,11 +121,11 @@ def test_budget_takes_least_recently_refreshed_first() -> None:
             {key: {Signal.SM_ACTIVE: row(0.5)}},
             10 - i,
         )
-    taken = oldest_cached(cache.entries, 2, 20, settle_s=0)
+    taken, _ = oldest_cached(cache.entries, 2, 20, settle_s=0)
     assert set(taken) == {keys[5], keys[4]}
     assert cache.refreshed(taken, {k: {Signal.SM_ACTIVE: row(0.6)} for k in taken}, 20) == 2
     assert cache.entries[keys[5]].refreshed_at == 20
-    assert set(oldest_cached(cache.entries, 2, 30, settle_s=0)) == {keys[3], keys[2]}
+    assert set(oldest_cached(cache.entries, 2, 30, settle_s=0)[0]) == {keys[3], keys[2]}
     # the next cycles carry what rule 4 fetched
     plan = plan_refresh(cache.entries, seen, (), IDLE)
     assert plan.carried == frozenset(seen)
@@ -164,7 +165,7 @@ def test_reused_rows_are_built_when_read_pop_forgets_and_a_later_update_cannot_c
     assert list(reused) == [key]
     assert len(reused) == 1
     # Rule 4 refreshes the GPU (idle now) before this cycle has read it: this cycle's view holds.
-    taken = oldest_cached(cache.entries, 5, 9.0, settle_s=0)
+    taken, _ = oldest_cached(cache.entries, 5, 9.0, settle_s=0)
     assert cache.refreshed(taken, {key: {Signal.SM_ACTIVE: row(0.0)}}, 9.0) == 1
     assert (cache.entries[key].row(Signal.SM_ACTIVE) or [])[1] == 0.0
     assert reused[key][Signal.SM_ACTIVE][1] == 0.5
@@ -260,7 +261,7 @@ def test_carried_gpus_are_never_idle_and_every_idle_gpu_is_refreshed(
         {k: g[0] for k, g in zip(keys, gpus, strict=True)},
         0,
     )
-    taken = oldest_cached(cache.entries, budget, 0.5, settle_s=0.0)
+    taken, _ = oldest_cached(cache.entries, budget, 0.5, settle_s=0.0)
     cache.refreshed(taken, {k: gpus[(i + 1) % len(gpus)][1] for i, k in enumerate(keys)}, 0.5)
     seen = {
         k: Seen("n1" if same else "n2", old_seen[k].pods, newest)
@@ -342,11 +343,32 @@ def test_oldest_cached_is_rule_4_after_the_cycle() -> None:
         (("GPU-4", ""), NOW - 100, -math.inf),
         (("GPU-5", ""), NOW, -math.inf),  # refreshed in full by this very cycle
     )
-    taken = oldest_cached(entries, 2, NOW, settle_s=150)
+    taken, endings = oldest_cached(entries, 2, NOW, settle_s=150)
     assert taken == {k: entries[k] for k in (("GPU-1", ""), ("GPU-2", "1"), ("GPU-2", "2"))}
-    assert set(oldest_cached(entries, 10, NOW, settle_s=150)) == set(entries) - {("GPU-3", ""), ("GPU-5", "")}
-    assert oldest_cached(entries, 0, NOW, 150) == {}
-    assert oldest_cached({}, 5, NOW, 150) == {}
+    assert endings == {"1", "2"}  # what the query selects them by: UUID=~".*(1|2)"
+    taken, endings = oldest_cached(entries, 10, NOW, settle_s=150)
+    assert set(taken) == set(entries) - {("GPU-3", ""), ("GPU-5", "")}
+    assert endings == {"1", "2", "4"}
+    assert oldest_cached(entries, 0, NOW, 150)[0] == {}
+    assert oldest_cached({}, 5, NOW, 150)[0] == {}
+
+
+def test_the_budget_takes_buckets_of_uuid_endings_oldest_first() -> None:
+    """Rule 4 by UUID endings: a bucket is one hex character (a 16th of the fleet) when the budget
+    holds one, longer endings for smaller budgets; every GPU comes round, a bucket at a time."""
+    hexes = [f"GPU-{i:08x}-{i * 7919 % 65536:04x}" for i in range(4096)]
+    assert ending_length(hexes, 256) == 1
+    assert ending_length(hexes, 100) == 2
+    assert ending_length(hexes, 1) == 3
+    entries = _entries(*(((f"GPU-{i:02x}", ""), NOW - 100, -math.inf) for i in range(64)))
+    entries[("GPU-3a", "")].refreshed_at = NOW - 900  # the oldest: its bucket goes first
+    taken, endings = oldest_cached(entries, 4, NOW, settle_s=0)
+    assert endings == {"a"}  # 64 GPUs, 16 endings: 4 a bucket
+    assert set(taken) == {(f"GPU-{i}a", "") for i in "0123"}
+    taken, endings = oldest_cached(entries, 9, NOW, settle_s=0)
+    assert endings == {"a", "0"}  # then by ending: two buckets of 4 in a budget of 9
+    assert len(taken) == 8
+    assert oldest_cached(entries, 64, NOW, settle_s=0)[1] is None  # every bucket: every GPU
 
 
 def test_rule_4_replaces_only_the_entries_the_cache_still_holds() -> None:
@@ -354,7 +376,7 @@ def test_rule_4_replaces_only_the_entries_the_cache_still_holds() -> None:
     keys = [(f"GPU-{i}", "") for i in range(1, 5)]
     seen = {k: Seen("n1", POD, NOW) for k in keys}
     cache.update(seen, plan_refresh({}, seen, (), IDLE), {k: {Signal.SM_ACTIVE: row(0.5)} for k in keys}, 0)
-    taken = oldest_cached(cache.entries, 4, 10, settle_s=0)
+    taken, _ = oldest_cached(cache.entries, 4, 10, settle_s=0)
     assert set(taken) == set(keys)
     # Before the background answer arrives, a cycle re-plans GPU-1 (its pod changed) and GPU-2 is gone.
     later = {**{k: seen[k] for k in keys[2:]}, keys[0]: Seen("n1", frozenset({PodRef("ns", "new")}), NOW)}

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,10 +23,11 @@ from tests.unit.sources.metrics.fake_http import form, json_answer
 from gpu_efficiency.engine.model import GPUSample, Signal, Window
 from gpu_efficiency.engine.reclaim.activity import DataBounds, carried_bounds, gpu_activity
 from gpu_efficiency.sources.metrics.base import ActivityHints, FaultHints, FetchRequest, FetchResult
-from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
+from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource, promql
 from gpu_efficiency.sources.metrics.prometheus.promql import (
     AGG_LABEL,
     CANDIDATE_LABEL,
+    MAX_QUERY_BYTES,
     QUERY_PLAN,
     Query,
     idle_limit,
@@ -83,8 +85,7 @@ class Model:
             assert limit == idle_limit(0.01, 1.0)
             return [({"UUID": u}, g.sm) for u, g in self.gpus.items() if g.sm < limit]
         if AGG_LABEL in query:
-            listed = re.search(r'UUID=~"([^"]*)"', query)
-            uuids = listed.group(1).split("|") if listed else list(self.gpus)
+            uuids = sorted(_matching(query, self.gpus))
             out: list[tuple[dict[str, str], Any]] = []
             for uuid in uuids:
                 gpu = self.gpus.get(uuid)
@@ -124,9 +125,14 @@ def _handle(model: Model, request: httpx.Request) -> httpx.Response:
     )
 
 
+#: The test's model (``_listed`` resolves patterns against its GPUs).
+MODELS: list[Model] = []
+
+
 @pytest.fixture
 def model() -> Model:
-    return Model()
+    MODELS[:] = [Model()]
+    return MODELS[0]
 
 
 def _plain(model: Model, refresh_budget: int = 0) -> PrometheusSource:
@@ -168,9 +174,19 @@ def _activity(sent: list[str]) -> list[str]:
     return [q for q in sent if AGG_LABEL in q and "SM_ACTIVE:max" in q]
 
 
+def _matching(query: str, uuids: Iterable[str]) -> set[str]:
+    """The UUIDs a query's ``UUID=~`` pattern selects (every one without a pattern); the
+    pattern is unescaped from its PromQL string and matched whole, as Prometheus does."""
+    found = re.search(r'UUID=~"((?:[^"\\]|\\.)*)"', query)
+    if not found:
+        return set(uuids)
+    regex = re.compile(found.group(1).replace("\\\\", "\\"))
+    return {u for u in uuids if regex.fullmatch(u)}
+
+
 def _listed(query: str) -> set[str]:
-    found = re.search(r'UUID=~"([^"]*)"', query)
-    return set(found.group(1).split("|")) if found else {"*"}
+    """The model's GPUs a query selects ({"*"} without a pattern: every GPU)."""
+    return _matching(query, MODELS[-1].gpus) if "UUID=~" in query else {"*"}
 
 
 def _gpu(result: FetchResult, uuid: str) -> GPUSample:
@@ -405,37 +421,73 @@ def test_idle_gpu_turning_active_is_refreshed(model: Model) -> None:
     assert _sm(result, "GPU-2").max == 0.9
 
 
-def test_large_refresh_sets_are_chunked_and_most_gpus_go_unrestricted(
-    model: Model, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(prom, "MAX_LISTED_GPUS", 2)
+def test_refresh_sets_are_listed_in_queries_that_fit_and_most_gpus_go_unrestricted(model: Model) -> None:
     _busy_cluster(model, 12)
     source = _source(model, 5)
     _fetch(source, model)
-    for uuid in sorted(model.gpus)[:5]:
-        model.gpus[uuid].pod = "moved"  # five re-attributed GPUs: listed, 2 a query
+    moved = sorted(model.gpus)[:5]  # key order: GPU-0, GPU-1, GPU-10, GPU-11, GPU-2
+    for uuid in moved:
+        model.gpus[uuid].pod = "moved"  # five re-attributed GPUs: listed
     result, sent = _fetch(source, model, NOW + 200)
-    listed = [_listed(q) for q in _activity(sent)]
-    assert sorted(len(x) for x in listed) == [1, 2, 2]
-    assert set().union(*listed) == set(sorted(model.gpus)[:5])  # key order: GPU-0, GPU-1, GPU-10, ...
-    assert result.queries == 4 + 3  # identity, idle and fault candidates, inventory; 3 activity chunks
-    background = [_listed(q) for q in model.background]
-    assert sorted(len(x) for x in background) == [1, 2, 2]  # rule 4: five of the seven others
-    assert set().union(*background) == set(sorted(model.gpus)[5:10])
+    activity = _activity(sent)
+    assert all(len(q.encode()) <= MAX_QUERY_BYTES for q in activity)
+    assert set().union(*(_listed(q) for q in activity)) == set(moved)
+    for uuid in moved:  # every aggregate of the window, for every listed GPU
+        tags = {t for q in activity if uuid in _listed(q) for t in re.findall(r'"([A-Z_]+:[a-z]+)"', q)}
+        assert tags == {f"{s.name}:{a}" for s, aggs in QUERY_PLAN[Window.ACTIVITY].items() for a in aggs}
+    assert result.queries == 4 + len(activity)  # identity, idle and fault candidates, inventory
+    (background,) = [_listed(q) for q in model.background]  # rule 4: five of the seven others, by ending
+    assert background == {"GPU-3", "GPU-4", "GPU-5", "GPU-6", "GPU-7"}
+    assert 'UUID=~".*(3|4|5|6|7)"' in model.background[0]
     for gpu in model.gpus.values():
-        gpu.sm = 0.0  # all idle: the refresh set is every GPU
+        gpu.sm = 0.0  # all idle: every GPU's chain, fetched over every GPU
     result, sent = _fetch(source, model, NOW + 230)
     assert [_listed(q) for q in _activity(sent)] == [{"*"}]
+    assert all("FB_USED" not in q for q in _activity(sent))
     assert (result.refreshed, result.carried, model.started) == (12, 0, 0)
+    assert all(_sm(result, uuid).max == 0.0 for uuid in model.gpus)
+    assert source.tiered.unlisted == {}  # most GPUs: unlisted by choice, not for lack of room
 
 
-def test_chain_chunks_hold_as_many_series_as_whole_window_chunks(
-    model: Model, monkeypatch: pytest.MonkeyPatch
+def test_a_refresh_set_too_long_to_list_is_fetched_over_every_gpu_counted_and_logged(
+    model: Model, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A chain-only query returns 13 of the window's 67 terms, so it lists ~5x the GPUs: at 1,000
-    nodes the idle GPUs' chains are one query, as at 100 (the count no longer grows with them)."""
-    monkeypatch.setattr(prom, "MAX_LISTED_GPUS", 2)
-    assert prom.chunk_gpus(chain_only=True) == 2 * 67 // 13
+    """Where the GPUs to list take more than MAX_ACTIVITY_QUERIES queries under the size limit,
+    the cycle asks for the window over every GPU instead (the same verdicts), and says so."""
+    monkeypatch.setattr(
+        promql, "MAX_QUERY_BYTES", 2600
+    )  # the chain alone (2.2 KB) fits; five GPUs' (2.9 KB) not
+    monkeypatch.setattr(prom, "MAX_ACTIVITY_QUERIES", 1)
+    _busy_cluster(model, 12)
+    source = _source(model, 1)
+    _fetch(source, model)
+    idle = sorted(model.gpus)[:5]
+    for uuid in idle:
+        model.gpus[uuid].sm = 0.0
+    with caplog.at_level("INFO"):
+        result, sent = _fetch(source, model, NOW + 200)
+    assert [_listed(q) for q in _activity(sent)] == [{"*"}]  # the chain of every GPU, one query
+    assert all("FB_USED" not in q and len(q.encode()) <= 2600 for q in _activity(sent))
+    assert (result.refreshed, result.carried) == (5, 7)
+    assert all(_sm(result, uuid).max == 0.0 for uuid in idle)
+    assert all(_sm(result, uuid).max == 0.5 for uuid in sorted(model.gpus)[5:])
+    assert source.tiered.unlisted == {"activity chain": 1}
+    assert (
+        "too long for 1 queries of at most 2600 bytes: the activity chain fetched over every GPU"
+        in caplog.text
+    )
+    for uuid in idle:
+        model.gpus[uuid].pod = "moved"  # their whole windows now: five do not fit one query
+    result, sent = _fetch(source, model, NOW + 230)
+    assert [_listed(q) for q in _activity(sent)] == [{"*"}]
+    assert "FB_USED:max" in _activity(sent)[0]
+    assert (result.refreshed, result.carried) == (12, 0)
+    assert source.tiered.unlisted == {"activity chain": 1, "whole window": 1}
+
+
+def test_chain_only_queries_list_more_gpus_than_whole_windows(model: Model) -> None:
+    """A chain-only query holds 18 of the whole window's 76 selectors, so each listed GPU costs it
+    a quarter of the bytes: five idle GPUs' chains are one query."""
     _busy_cluster(model, 12)
     source = _source(model, 1)
     _fetch(source, model)
@@ -443,7 +495,7 @@ def test_chain_chunks_hold_as_many_series_as_whole_window_chunks(
     for uuid in idle:
         model.gpus[uuid].sm = 0.0
     result, sent = _fetch(source, model, NOW + 200)
-    assert [_listed(q) for q in _activity(sent)] == [set(idle)]  # one chain-only query, not three
+    assert [_listed(q) for q in _activity(sent)] == [set(idle)]  # one chain-only query
     assert all("FB_USED" not in q for q in _activity(sent))
     assert result.queries == 4 + 1
     assert all(_sm(result, uuid).max == 0.0 for uuid in idle)
