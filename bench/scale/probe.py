@@ -247,11 +247,20 @@ def install(trace_path: str) -> None:
         _trace_malloc(out, cycle)
 
 
-def prometheus_cpu(url: str) -> float:
-    """Prometheus' own ``process_cpu_seconds_total`` (NaN without a URL or an answer): read at both
-    ends of a cycle, it is what the cycle's queries cost Prometheus, its scrapes meanwhile included."""
-    if not url:
+def prometheus_cpu(urls: str) -> float:
+    """The backend's own ``process_cpu_seconds_total`` (NaN without a URL or an answer): read at both
+    ends of a cycle, it is what the cycle's queries cost Prometheus, its scrapes meanwhile included.
+    A comma list of URLs adds up the processes (a VictoriaMetrics cluster: vmselect, vminsert,
+    vmagent and each vmstorage)."""
+    if not urls:
         return math.nan
+    total = 0.0
+    for url in urls.split(","):
+        total += _process_cpu(url)
+    return total
+
+
+def _process_cpu(url: str) -> float:
     try:
         with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
             for line in response.read().decode().splitlines():
