@@ -2,6 +2,8 @@
 
     python bench/fault_latency.py [--runs 60] [--interval 5s] [--scrape-interval 1s] [--keep-cluster]
                                   [--path node|dra|agent] [--agent-nodes 3] [--no-early-cycles]
+                                  [--metrics prometheus|victoriametrics|victoriametrics-cluster]
+                                  [--vm-latency-offset 2s]
 
 Two paths: ``node`` (default) injects an ECC double-bit error and times the node taint; ``dra``
 publishes every node's GPUs in a ResourceSlice (driver gpu.nvidia.com, as NVIDIA's DRA driver
@@ -24,6 +26,13 @@ The operator reads faults from Prometheus, so a fault waits for the next scrape 
 interval), then for the next evaluation cycle (at most the policy's interval), then for the cycle's
 own work. ``scrape interval + evaluation interval`` is the floor of the worst case on this path;
 this bench measures the real distribution against it.
+
+``--metrics`` puts another PromQL backend in Prometheus' place (``cluster.sh up --metrics``: the
+same scrape config and file-SD targets): VictoriaMetrics single-node, or its cluster version
+(vmagent -> vminsert -> two vmstorage <- vmselect; needs ``GPUEFF_VM_CLUSTER_BIN``). Both hide the
+newest ``-search.latencyOffset`` of data from queries: the local cluster sets 2s,
+``--vm-latency-offset 30s`` is VictoriaMetrics' default. On those paths the floor above grows by
+the offset; ``t_sample`` stays the sample's own timestamp, so sample -> taint includes it.
 
 Set-up (bench/scale/run.py's helpers): a local cluster of its own (hack/localcluster/cluster.sh with
 GPUEFF_STATE_DIR /tmp/gpueff-faultbench and the 42xxx ports unless set; Prometheus scraping every
@@ -106,6 +115,11 @@ BENCH_ENV = {
     "GPUEFF_SCHEDULER_PORT": "42259",
     "GPUEFF_KWOK_PORT": "42247",
     "GPUEFF_PROM_PORT": "42090",
+    "GPUEFF_VM_PORT": "42428",
+    "GPUEFF_VMAGENT_PORT": "42429",
+    "GPUEFF_VMINSERT_PORT": "42480",
+    "GPUEFF_VMSELECT_PORT": "42481",
+    "GPUEFF_VMSTORAGE_PORT_BASE": "42500",  # vmstorage N: 42500+10N .. +2
 }
 POLICY = "fault-latency"
 SIM_NAME = "faultbench"
@@ -128,18 +142,20 @@ def log(message: str) -> None:
 # ------------------------------------------------------------------------------------------ cluster --
 
 
-def cluster_env(scrape: str) -> dict[str, str]:
+def cluster_env(scrape: str, vm_latency_offset: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     for key, value in BENCH_ENV.items():
         env.setdefault(key, value)
     env["GPUEFF_PROM_SCRAPE_INTERVAL"] = scrape
+    if vm_latency_offset is not None:
+        env["GPUEFF_VM_LATENCY_OFFSET"] = vm_latency_offset
     env.setdefault("GPUEFF_PYTHON", sys.executable)  # cluster.sh builds its GPU nodes with the harness
     if env["GPUEFF_STATE_DIR"].rstrip("/") == "/tmp/gpueff-localcluster":
         raise SystemExit("refusing to use the default local cluster's state dir: set GPUEFF_STATE_DIR")
     return env
 
 
-def cluster_up(env: dict[str, str], nodes: int, scrape: str) -> Cluster:
+def cluster_up(env: dict[str, str], nodes: int, scrape: str, metrics: str = "prometheus") -> Cluster:
     """A fresh cluster in the bench's state dir (a previous one there is purged first)."""
     state = Path(env["GPUEFF_STATE_DIR"])
     if (state / "etcd").exists():
@@ -149,13 +165,16 @@ def cluster_up(env: dict[str, str], nodes: int, scrape: str) -> Cluster:
         )
     t0 = time.monotonic()
     up = subprocess.run(
-        [str(CLUSTER_SH), "up", "--nodes", str(nodes)], env=env, capture_output=True, text=True
+        [str(CLUSTER_SH), "up", "--nodes", str(nodes), "--metrics", metrics],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     if up.returncode != 0:
         raise SystemExit(f"cluster.sh up failed:\n{up.stderr[-4000:]}")
     if f"scrape_interval: {scrape}" not in (state / "prometheus" / "prometheus.yml").read_text():
         raise SystemExit(f"Prometheus in {state} does not scrape every {scrape}")
-    log(f"cluster up in {time.monotonic() - t0:.0f}s ({state}, {nodes} GPU nodes)")
+    log(f"cluster up in {time.monotonic() - t0:.0f}s ({state}, {nodes} GPU nodes, {metrics})")
     return running_cluster(env, state)
 
 
@@ -925,7 +944,8 @@ def report(
 ) -> dict[str, Any]:
     """The JSON document: settings, aggregates, ratios to the floor, every run."""
     interval, scrape = parse_duration(args.interval), parse_duration(args.scrape_interval)
-    floor = scrape + interval
+    offset = vm_offset_s(args)
+    floor = scrape + interval + offset
     for run in runs:
         decompose(run, cycles)
     measured = [r for r in runs if not r.warmup and r.t_taint is not None]
@@ -943,6 +963,8 @@ def report(
             "scrape_interval_s": scrape,
             "interval_s": interval,
             "floor_s": floor,
+            "metrics": args.metrics,
+            "latency_offset_s": offset,
             "nodes": args.nodes,
             "runs": args.runs,
             "warmup": args.warmup,
@@ -979,8 +1001,9 @@ def print_report(doc: dict[str, Any], runs: list[Run], path: Path) -> None:
     print()
     print(
         f"fault -> taint latency: {doc['measured_runs']} runs (+{settings['warmup']} warm-up), {settings['fault']}, "
-        f"Enforce; scrape {settings['scrape_interval_s']:g}s, interval {settings['interval_s']:g}s, floor "
-        f"(scrape + interval) {settings['floor_s']:g}s; operator cycle period median "
+        f"Enforce; {settings['metrics']} (latency offset {settings['latency_offset_s']:g}s); scrape "
+        f"{settings['scrape_interval_s']:g}s, interval {settings['interval_s']:g}s, floor (scrape + interval"
+        f" + offset) {settings['floor_s']:g}s; operator cycle period median "
         f"{cycles['median_period_s']:.2f}s, cycle median {cycles['median_seconds']:.3f}s, max {cycles['max_seconds']:.2f}s"
     )
     print(summary_table(doc["aggregates"], settings["floor_s"], settings["interval_s"]))
@@ -998,6 +1021,13 @@ def print_report(doc: dict[str, Any], runs: list[Run], path: Path) -> None:
     changes = f", {len(source['modified'])} file(s) modified" if source["modified"] else ""
     print(f"operator code: {source['package']} (commit {source['commit'] or 'unknown'}{changes})")
     print(f"JSON: {path}; operator log: {doc['workdir']}/operator.log")
+
+
+def vm_offset_s(args: argparse.Namespace) -> float:
+    """How much of the newest data the backend hides from queries (``-search.latencyOffset``)."""
+    if args.metrics == "prometheus":
+        return 0.0
+    return parse_duration(args.vm_latency_offset or "2s")  # cluster.sh's GPUEFF_VM_LATENCY_OFFSET default
 
 
 def source_info() -> dict[str, Any]:
@@ -1051,7 +1081,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="agent path: the operator with --fault-wake-min-gap 0 (the agents are read at regular cycles only)",
     )
+    parser.add_argument(
+        "--metrics",
+        choices=("prometheus", "victoriametrics", "victoriametrics-cluster"),
+        default="prometheus",
+        help="the metrics backend in Prometheus' place (cluster.sh up --metrics; the cluster version needs"
+        " GPUEFF_VM_CLUSTER_BIN)",
+    )
+    parser.add_argument(
+        "--vm-latency-offset",
+        help="VictoriaMetrics' -search.latencyOffset (cluster.sh's GPUEFF_VM_LATENCY_OFFSET: 2s unless set;"
+        " VictoriaMetrics' own default is 30s)",
+    )
     args = parser.parse_args(argv)
+    if args.vm_latency_offset is not None and args.metrics == "prometheus":
+        parser.error("--vm-latency-offset is for --metrics victoriametrics or victoriametrics-cluster")
     if args.path == "agent" and not 1 <= args.agent_nodes < args.nodes:
         parser.error("--agent-nodes must be at least 1 and fewer than --nodes")
     if args.path == "agent" and args.warmup + args.runs > 8 * args.agent_nodes:
@@ -1060,21 +1104,21 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
-    timeout = (
-        args.run_timeout or 4 * (parse_duration(args.scrape_interval) + parse_duration(args.interval)) + 30
+    timeout = args.run_timeout or (
+        4 * (parse_duration(args.scrape_interval) + parse_duration(args.interval)) + vm_offset_s(args) + 30
     )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     workdir = args.out / f"fault-latency-{stamp}"
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     info = machine()
-    env = cluster_env(args.scrape_interval)
+    env = cluster_env(args.scrape_interval, args.vm_latency_offset)
     server: MetricsServer | None = None
     registered: Path | None = None
     rig: Rig | None = None
     agents: AgentFleet | None = None
     try:
-        cluster = cluster_up(env, args.nodes, args.scrape_interval)
+        cluster = cluster_up(env, args.nodes, args.scrape_interval, args.metrics)
         nodes = gpu_nodes(cluster)
         extra: tuple[str, ...] = ()
         if args.path == "agent":
@@ -1146,7 +1190,7 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
     doc["total_seconds"] = round(time.monotonic() - started, 1)
-    path = args.out / f"fault-latency-{args.path}-{stamp}.json"
+    path = args.out / f"fault-latency-{args.path}-{args.metrics}-{stamp}.json"
     path.write_text(json.dumps(doc, indent=2))
     print_report(doc, runs, path)
     if failure:

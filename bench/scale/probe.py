@@ -197,7 +197,7 @@ def install(trace_path: str) -> None:
     CachedClusterReader.read_pods = _timed_phase("read_pods", CachedClusterReader.read_pods)  # type: ignore[method-assign]
     prometheus.PrometheusSource.fetch = _timed_phase("fetch", prometheus.PrometheusSource.fetch)  # type: ignore[method-assign]
     cycle.CycleRunner.observe = _timed_phase("observe", cycle.CycleRunner.observe)  # type: ignore[method-assign]
-    cycle.plan_cycle = _timed_phase("plan", cycle.plan_cycle)
+    cycle.engine.plan = _timed_phase("plan", cycle.engine.plan)  # the engine's face, as the cycle calls it
     Applier.apply = _timed_phase("apply", Applier.apply)  # type: ignore[method-assign]
     StatusWriter.write = _timed_phase("status", StatusWriter.write)  # type: ignore[method-assign]
 
@@ -247,11 +247,20 @@ def install(trace_path: str) -> None:
         _trace_malloc(out, cycle)
 
 
-def prometheus_cpu(url: str) -> float:
-    """Prometheus' own ``process_cpu_seconds_total`` (NaN without a URL or an answer): read at both
-    ends of a cycle, it is what the cycle's queries cost Prometheus, its scrapes meanwhile included."""
-    if not url:
+def prometheus_cpu(urls: str) -> float:
+    """The backend's own ``process_cpu_seconds_total`` (NaN without a URL or an answer): read at both
+    ends of a cycle, it is what the cycle's queries cost Prometheus, its scrapes meanwhile included.
+    A comma list of URLs adds up the processes (a VictoriaMetrics cluster: vmselect, vminsert,
+    vmagent and each vmstorage)."""
+    if not urls:
         return math.nan
+    total = 0.0
+    for url in urls.split(","):
+        total += _process_cpu(url)
+    return total
+
+
+def _process_cpu(url: str) -> float:
     try:
         with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
             for line in response.read().decode().splitlines():

@@ -89,6 +89,12 @@ SCALE_ENV = {
     "GPUEFF_SCHEDULER_PORT": "61259",
     "GPUEFF_KWOK_PORT": "61247",
     "GPUEFF_PROM_PORT": "61090",
+    # VictoriaMetrics (--metrics), away from the e2e clusters' 184xx/185xx
+    "GPUEFF_VM_PORT": "61428",
+    "GPUEFF_VMAGENT_PORT": "61429",
+    "GPUEFF_VMINSERT_PORT": "61480",
+    "GPUEFF_VMSELECT_PORT": "61481",
+    "GPUEFF_VMSTORAGE_PORT_BASE": "61500",  # vmstorage N: 61500+10N .. +2
     # Fake nodes post status every 5-5.5 min, as kubelets with node leases do (the local cluster's
     # default, 20-30 s, costs the API server ~0.6 core at 1,000 nodes on the cores we measure on).
     "GPUEFF_KWOK_NODE_STATUS_PERIOD_S": "300",
@@ -232,6 +238,75 @@ def running_cluster(env: dict[str, str], state: Path) -> Cluster:
         state_dir=state,
         bin_dir=Path(values["GPUEFF_LOCALCLUSTER_BIN"]),
     )
+
+
+BACKENDS = ("prometheus", "victoriametrics", "victoriametrics-cluster")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A metrics backend the operator is pointed at: its query URL, the URLs whose
+    ``process_cpu_seconds_total`` add up to its CPU (every process of a VictoriaMetrics cluster,
+    its ingestion included, as Prometheus' own figure includes its scrapes), and the operator's
+    refresh budget against it (``name@budget`` on the command line)."""
+
+    name: str
+    url: str
+    cpu_urls: tuple[str, ...]
+    refresh_budget: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.refresh_budget}" if self.refresh_budget else self.name
+
+
+def parse_backends(spec: str, default_budget: int) -> list[Backend]:
+    """``--metrics``: a comma list of ``name[@budget]``; the first is the cluster's own (``cluster.sh
+    up --metrics``), the others run beside it; URLs are filled in by :func:`backend_urls`."""
+    out = []
+    for item in spec.split(","):
+        name, _, budget = item.strip().partition("@")
+        if name not in BACKENDS:
+            raise SystemExit(f"--metrics: {name!r} is none of {', '.join(BACKENDS)}")
+        if budget and not budget.isdigit():
+            raise SystemExit(f"--metrics: the budget in {item!r} is not a whole number")
+        out.append(Backend(name, "", (), int(budget) if budget else default_budget))
+    if len({b.label for b in out}) != len(out):
+        raise SystemExit(f"--metrics names a backend twice: {spec}")
+    return out
+
+
+def backend_urls(env: dict[str, str], backend: Backend) -> Backend:
+    """The backend with the local cluster's URLs for it (cluster.sh's ports, from ``env``)."""
+    host = "http://127.0.0.1"
+    if backend.name == "prometheus":
+        url = f"{host}:{env['GPUEFF_PROM_PORT']}"
+        return Backend(backend.name, url, (url,), backend.refresh_budget)
+    if backend.name == "victoriametrics":
+        url = f"{host}:{env['GPUEFF_VM_PORT']}"
+        return Backend(backend.name, url, (url,), backend.refresh_budget)
+    select = f"{host}:{env['GPUEFF_VMSELECT_PORT']}"
+    base = int(env["GPUEFF_VMSTORAGE_PORT_BASE"])
+    cpu = (
+        select,
+        f"{host}:{env['GPUEFF_VMINSERT_PORT']}",
+        f"{host}:{env['GPUEFF_VMAGENT_PORT']}",
+        *(f"{host}:{base + 10 * n}" for n in (1, 2)),
+    )
+    return Backend(backend.name, f"{select}/select/0/prometheus", cpu, backend.refresh_budget)
+
+
+def start_beside(env: dict[str, str], name: str) -> None:
+    """Another backend scraping the same targets beside the cluster's own (cluster.sh)."""
+    verb = {
+        "prometheus": ["prometheus-up"],
+        "victoriametrics": ["victoriametrics-up"],
+        "victoriametrics-cluster": ["victoriametrics-up", "--cluster"],
+    }[name]
+    proc = subprocess.run([str(CLUSTER_SH), *verb], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"cluster.sh {' '.join(verb)} failed:\n{proc.stderr[-4000:]}")
+    log(f"{name} up beside the cluster's backend")
 
 
 def install_crd_and_rbac(cluster: Cluster, workdir: Path) -> str:
@@ -631,8 +706,16 @@ class Operator:
 
 
 def start_operator(
-    cluster: Cluster, workdir: Path, kubeconfig: str, tag: str, refresh_budget: int = 0
+    cluster: Cluster,
+    workdir: Path,
+    kubeconfig: str,
+    tag: str,
+    refresh_budget: int = 0,
+    backend: Backend | None = None,
 ) -> Operator:
+    """The operator against ``backend`` (the cluster's recorded one, Prometheus by default)."""
+    url = backend.url if backend else cluster.prometheus_url
+    cpu_urls = backend.cpu_urls if backend else (cluster.prometheus_url,)
     trace = workdir / f"trace-{tag}.jsonl"
     log_path = workdir / f"operator-{tag}.log"
     trace.unlink(missing_ok=True)
@@ -641,13 +724,13 @@ def start_operator(
         **cluster.env,
         "KUBECONFIG": kubeconfig,
         "PYTHONUNBUFFERED": "1",
-        "GPUEFF_PROBE_PROMETHEUS_URL": cluster.prometheus_url,
+        "GPUEFF_PROBE_PROMETHEUS_URL": ",".join(cpu_urls),
     }
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen(
             [
                 sys.executable, str(PROBE), str(trace), "run",
-                "--prometheus-url", cluster.prometheus_url, "--namespace", OPERATOR_NAMESPACE,
+                "--prometheus-url", url, "--namespace", OPERATOR_NAMESPACE,
                 "--no-leader-election", "--metrics-port", str(port), "--health-port", "0",
                 "--prometheus-refresh-budget", str(refresh_budget),
             ],
@@ -887,6 +970,10 @@ class Options:
     workers: int
     refresh_budget: int = 0  # the operator's --prometheus-refresh-budget (0: every GPU every cycle)
     reclaim: bool = False  # after the flip, Enforce until the hour's eviction budget is spent (last size)
+    #: the other backends (--metrics' second and later): after the steady cycles, an operator against
+    #: each in turn on the same pods (its first cycle a restart on annotated pods), then its steady cycles
+    others: list[Backend] = field(default_factory=list)
+    backend_timeout_s: float = 600.0  # what one other backend's cycles may take in all, per size
 
 
 def run_size(
@@ -931,7 +1018,17 @@ def run_size(
             summary["targets_scraped_during"] = scrapes_during(cluster, record)
         cpu_steady_proc = op.cpu_seconds()
         status_after_steady = op.proc_status()
+        load_after_steady = os.getloadavg()
         timings["steady_s"] = time.monotonic() - t
+
+        # ---- the other backends: one operator at a time, on the same pods -----------------------
+        others: dict[str, dict[str, Any]] = {}
+        if opts.others:
+            stop(op.proc)
+        for backend in opts.others:
+            t = time.monotonic()
+            others[backend.label] = run_backend(cluster, backend, opts, kubeconfig, workdir, nodes)
+            timings[f"backend_{backend.label}_s"] = time.monotonic() - t
 
         # ---- restart: a new process on pods that already carry our annotations -----------------
         t = time.monotonic()
@@ -946,7 +1043,7 @@ def run_size(
         t = time.monotonic()
         idle_before = op.gauge("gpu_efficiency_pods", {"policy": POLICY, "verdict": "Idle"}) or 0.0
         busy = sorted(k for k, p in profiles.items() if p not in IDLE_PROFILES)
-        count = max(1, round(opts.flip_fraction * expected))
+        count = max(1, round(opts.flip_fraction * expected)) if opts.flip_fraction > 0 else 0
         flipped = set(random.Random(nodes).sample(busy, min(count, len(busy))))
         done_cycles = len(op.cycles)
         flip_t0 = time.time()
@@ -959,7 +1056,7 @@ def run_size(
         acting: list[dict[str, Any]] = []
         deadline = time.monotonic() + opts.window_s + 4 * opts.interval_s + 240
         idle_now = idle_before
-        while time.monotonic() < deadline:
+        while flipped and time.monotonic() < deadline:
             op.wait_cycles(done_cycles + 1, deadline - time.monotonic())
             record = op.cycles[done_cycles]
             done_cycles += 1
@@ -1039,6 +1136,13 @@ def run_size(
             "http_429_operator": sum(c["http_429"] for c in acting),
         },
         "reclaim": reclaim,
+        # the cluster's own backend first (its first cycle after the restart), then the others
+        "backends": {
+            "primary": backend_figures(
+                restarted, steady, status_after_steady, None, load_after_steady, opts.steady_cycles
+            ),
+            **others,
+        },
         "peak_rss_mib": round(final_status.get("VmHWM", 0) / 1024, 1),
         "apiserver": {k: after_api[k] - before_api[k] for k in after_api},
         "operator_429_total": sum(1 for c in op.calls if c["c"] == 429),
@@ -1048,6 +1152,79 @@ def run_size(
     }
     flipped_before.update(flipped)
     return result
+
+
+def backend_figures(
+    first: dict[str, Any] | None,
+    steady: list[dict[str, Any]],
+    status: dict[str, int],
+    error: str | None,
+    load: tuple[float, float, float],
+    expected_steady: int,
+) -> dict[str, Any]:
+    """One backend's figures at one size, for the side-by-side table: its steady cycles' medians
+    and its first cycle after a restart on pods that carry the operator's annotations."""
+
+    def med(values: Iterable[float | None]) -> float:
+        return _median_known(values)
+
+    reads = [
+        sum(n for v, n in c["api_requests"].items() if v.startswith(("GET", "LIST", "WATCH"))) for c in steady
+    ]
+    return {
+        "error": error,
+        "steady_cycles_done": f"{len(steady)}/{expected_steady}",
+        "wall_s": [c["wall_s"] for c in steady],
+        "wall_s_median": med(c["wall_s"] for c in steady),
+        "slowest_query_s_median": med(max((q["s"] for q in c["promql"]), default=None) for c in steady),
+        "queries": sorted({c["queries"] for c in steady}),
+        "failed_queries": sum(1 for c in steady for q in c["promql"] if not q["ok"]),
+        "backend_cpu_s_median": med(c.get("prometheus_cpu_s") for c in steady),
+        "operator_cpu_s_median": med(c["cpu_s"] for c in steady),
+        "verdicts": [c["verdicts"] for c in steady],
+        "api_reads": reads,
+        "api_writes": [c["api_writes"] for c in steady],
+        "rss_mib": round(status.get("VmRSS", 0) / 1024, 1),
+        "peak_rss_mib": round(status.get("VmHWM", 0) / 1024, 1),
+        "first_cycle_s": first["wall_s"] if first else None,
+        "first_cycle_writes": first["api_writes"] if first else None,
+        "first_cycle_pod_patches": first["pod_patches"] if first else None,
+        "first_cycle_failed_queries": sum(1 for q in first["promql"] if not q["ok"]) if first else None,
+        "load_avg": load,
+    }
+
+
+def run_backend(
+    cluster: Cluster, backend: Backend, opts: Options, kubeconfig: str, workdir: Path, nodes: int
+) -> dict[str, Any]:
+    """The operator against another backend on the same pods (the cluster's own backend's operator
+    stopped): its first cycle is a restart on annotated pods, then --steady-cycles cycles. A backend
+    too slow for --backend-timeout keeps the cycles it finished and says so."""
+    log(f"--- {nodes} nodes against {backend.label} ({backend.url}) ---")
+    op = start_operator(
+        cluster, workdir, kubeconfig, f"{nodes}-{backend.label}", backend.refresh_budget, backend
+    )
+    error = None
+    status: dict[str, int] = {}
+    try:
+        try:
+            op.wait_cycles(1 + opts.steady_cycles, opts.backend_timeout_s)
+        except RuntimeError as exc:
+            error = str(exc)
+            log(f"{backend.label}: {error}")
+        if op.proc.poll() is None:
+            status = op.proc_status()
+        op.poll()
+    finally:
+        stop(op.proc)
+    first = cycle_summary(op, op.cycles[0]) if op.cycles else None
+    steady = [cycle_summary(op, c) for c in op.cycles[1 : 1 + opts.steady_cycles]]
+    figures = backend_figures(first, steady, status, error, os.getloadavg(), opts.steady_cycles)
+    log(
+        f"{backend.label}: first cycle {figures['first_cycle_s']}s ({figures['first_cycle_writes']} writes),"
+        f" steady {figures['wall_s']}, reads {figures['api_reads']}, writes {figures['api_writes']}"
+    )
+    return figures
 
 
 # ------------------------------------------------------------------------------------------ output --
@@ -1134,6 +1311,48 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def backends_table(result: dict[str, Any], primary: str) -> str:
+    """One size's backends side by side, each figure also as a ratio to the cluster's own backend."""
+    figures = result["backends"]
+    base = figures["primary"]
+    labels = [primary, *(k for k in figures if k != "primary")]
+    cols = [figures["primary"], *(v for k, v in figures.items() if k != "primary")]
+
+    def num(value: float | None, ref: float | None, digits: int = 2) -> str:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "-"
+        if ref and not math.isnan(ref) and ref > 0:
+            return f"{value:.{digits}f} ({value / ref:.1f}x)"
+        return f"{value:.{digits}f}"
+
+    rows = [
+        ("steady cycles done", lambda f: f["steady_cycles_done"] + (" (error)" if f["error"] else "")),
+        ("steady wall s, median", lambda f: num(f["wall_s_median"], base["wall_s_median"])),
+        ("steady wall s, each", lambda f: ", ".join(f"{w:.2f}" for w in f["wall_s"]) or "-"),
+        ("slowest query s, median", lambda f: num(f["slowest_query_s_median"], base["slowest_query_s_median"])),
+        ("queries per cycle; failed", lambda f: ",".join(map(str, f["queries"])) + f"; {f['failed_queries']}"),
+        ("backend CPU s per cycle", lambda f: num(f["backend_cpu_s_median"], base["backend_cpu_s_median"])),
+        ("operator CPU s per cycle", lambda f: num(f["operator_cpu_s_median"], base["operator_cpu_s_median"])),
+        ("operator RSS / peak MiB", lambda f: f"{f['rss_mib']:.0f} / {f['peak_rss_mib']:.0f}"),
+        ("API reads per steady cycle", lambda f: ",".join(map(str, f["api_reads"])) or "-"),
+        ("API writes per steady cycle", lambda f: ",".join(map(str, f["api_writes"])) or "-"),
+        ("first cycle after a restart s (writes)", lambda f: (
+            f"{num(f['first_cycle_s'], base['first_cycle_s'], 1)} ({f['first_cycle_writes']})")),
+        ("load average 1/5/15 after", lambda f: "/".join(f"{x:.1f}" for x in f["load_avg"])),
+    ]  # fmt: skip
+    width = max(len(name) for name, _ in rows)
+    cells = [[fmt(c) for c in cols] for _, fmt in rows]
+    colw = [max(len(labels[i]), *(len(r[i]) for r in cells)) for i in range(len(cols))]
+    lines = [
+        f"{result['nodes']} nodes".ljust(width)
+        + "  "
+        + "  ".join(label.rjust(w) for label, w in zip(labels, colw, strict=True))
+    ]
+    for (name, _), values in zip(rows, cells, strict=True):
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{v:>{w}}" for v, w in zip(values, colw, strict=True)))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1169,11 +1388,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--metrics",
-        choices=("prometheus", "victoriametrics", "victoriametrics-cluster"),
         default="prometheus",
-        help="the metrics backend (cluster.sh up --metrics), scraping the same targets every 15 s; the"
-        " operator queries it at its Prometheus API URL. VictoriaMetrics refuses queries over 16 KiB"
-        " (-search.maxQueryLen): keep --refresh-budget 0 there (the tiered refresh lists UUIDs)",
+        help="the metrics backend (cluster.sh up --metrics: prometheus, victoriametrics or"
+        " victoriametrics-cluster), scraping the same targets every 15 s; the operator queries it at its"
+        " Prometheus API URL. A comma list runs the others beside the first (cluster.sh *-up) and, at"
+        " each size after the first's steady cycles, an operator against each in turn on the same pods;"
+        " name@budget sets that operator's refresh budget (else --refresh-budget). VictoriaMetrics"
+        " refuses queries over 16 KiB (-search.maxQueryLen): keep the budget 0 there (the tiered"
+        " refresh lists UUIDs)",
+    )
+    parser.add_argument(
+        "--backend-timeout",
+        type=float,
+        default=600.0,
+        help="seconds the first and steady cycles against each other backend may take, per size",
     )
     parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster up afterwards")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
@@ -1188,6 +1416,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(n) for n in args.nodes.split(",")]
     if sizes != sorted(sizes):
         raise SystemExit("--nodes must grow: sizes are reached by adding nodes and pods")
+    backends = parse_backends(args.metrics, args.refresh_budget)
     opts = Options(
         gpus=args.gpus_per_node,
         steady_cycles=args.steady_cycles,
@@ -1195,8 +1424,9 @@ def main(argv: list[str] | None = None) -> int:
         interval_s=int(parse_duration(args.interval)),
         window_s=int(parse_duration(args.window)),
         workers=args.workers,
-        refresh_budget=args.refresh_budget,
+        refresh_budget=backends[0].refresh_budget,
         reclaim=args.reclaim,
+        backend_timeout_s=args.backend_timeout,
     )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -1205,7 +1435,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     info = machine()
     env = cluster_env()
-    cluster = cluster_up(env, args.reuse, args.metrics)
+    cluster = cluster_up(env, args.reuse, backends[0].name)
+    for name in dict.fromkeys(b.name for b in backends[1:] if b.name != backends[0].name):
+        start_beside(env, name)
+    opts.others = [backend_urls(env, b) for b in backends[1:]]
     sim = None
     results: list[dict[str, Any]] = []
     try:
@@ -1220,6 +1453,8 @@ def main(argv: list[str] | None = None) -> int:
                 run_size(cluster, nodes, opts, namespaces, kubeconfig, workdir, flipped, sim, last)
             )
             print(table(results[-1:]), flush=True)
+            if opts.others:
+                print(backends_table(results[-1], backends[0].label), flush=True)
     finally:
         stop(sim)
         if not args.keep_cluster:
@@ -1246,6 +1481,9 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(doc, indent=2))
     print()
     print(table(results))
+    for result in results if opts.others else ():
+        print()
+        print(backends_table(result, backends[0].label))
     print(f"\ntotal {doc['total_seconds']:.0f}s; JSON: {path}; traces and logs: {workdir}")
     return 0
 

@@ -494,9 +494,13 @@ vm_url() {
     *) echo "http://$HOST:$PROM_PORT" ;;
   esac
 }
-vm_flags() { # shared by every VictoriaMetrics process
+vm_flags() { # shared by single-node and vmselect
   echo "-loggerLevel=WARN"
   echo "-search.latencyOffset=$VM_LATENCY_OFFSET"
+  if [[ -n "${GPUEFF_VM_SEARCH_FLAGS:-}" ]]; then
+    # shellcheck disable=SC2086 # one flag a word
+    printf '%s\n' $GPUEFF_VM_SEARCH_FLAGS
+  fi
 }
 vm_scrape_flags() { # the Prometheus scrape config, file-SD re-read as often as Prometheus does
   echo "-promscrape.config=$PROM_DIR/prometheus.yml"

@@ -162,10 +162,10 @@ class PrometheusClient:
         if response.status_code in (401, 403):
             response.close()
             raise SourceUnavailable(f"Prometheus refused the credentials (HTTP {response.status_code})")
-        if response.status_code in (400, 422) and not _is_json(response):
-            # A refusal in plain text (a gateway's or proxy's: vmauth, nginx; VictoriaMetrics and
-            # Prometheus answer JSON, read by decode_vector): its words go to MetricsAvailable and
-            # its event, not "invalid JSON".
+        if 400 <= response.status_code < 500 and response.status_code != 404 and not _is_json(response):
+            # A refusal in plain text (a gateway's or proxy's: vmauth, nginx; VictoriaMetrics' 429
+            # when -search.maxConcurrentRequests are busy; its query errors and Prometheus' are JSON,
+            # read by decode_vector): its words go to MetricsAvailable and its event, not "invalid JSON".
             try:
                 text = response.read()[:300].decode(errors="replace")
             finally:

@@ -56,8 +56,11 @@ PARTIAL = (
 #: Window responses are decoded this many bytes of JSON at a time (see ``iter_vector``).
 CHUNK_BYTES = 1 << 20
 _VECTOR_HEAD = b'{"status":"success","data":{"resultType":"vector","result":['
-#: VictoriaMetrics' complete answer: streamed like Prometheus' (a partial one is read whole and refused).
+#: VictoriaMetrics' complete answer: streamed like Prometheus'.
 _VM_HEAD = b'{"status":"success","isPartial":false,"data":{"resultType":"vector","result":['
+#: Its partial answer: refused at its first bytes (reading a 60 MB one whole to find this took the
+#: operator to a 710 MiB peak at 8,000 GPUs).
+_VM_PARTIAL_HEAD = b'{"status":"success","isPartial":true'
 _SERIES_BOUNDARY = b'},{"metric":'  # cannot occur inside a JSON string: its quote is not escaped
 _VALUE_KEY = b'"value":['
 
@@ -77,6 +80,8 @@ def iter_vector(chunks: Iterable[bytes], chunk_bytes: int = CHUNK_BYTES) -> Iter
         buf += chunk
         if len(buf) >= len(_VM_HEAD) + 1:
             break
+    if buf.startswith(_VM_PARTIAL_HEAD):
+        raise SourceUnavailable(PARTIAL)
     head = next((h for h in (_VECTOR_HEAD, _VM_HEAD) if buf.startswith(h)), None)
     if head is None:
         yield _whole(buf, stream)
