@@ -15,6 +15,7 @@ from kubernetes import client
 
 from gpu_efficiency_sim.runner import RunOptions, run_scenario
 from tests.e2e.harness import Cluster
+from tests.e2e.scenario_driver import scenario_report
 
 HERE = Path(__file__).parent / "report"
 POLICY = HERE / "policy.yaml"
@@ -68,7 +69,7 @@ def test_report_and_explain(cluster: Cluster, k8s: client.ApiClient, tmp_path: P
             before_teardown=take_reports,
         ),
     )
-    assert result.passed, "\n".join(lines)
+    assert result.passed, scenario_report(lines, result)
 
     report = json.loads(out["json"].stdout)
     assert out["json"].returncode == 0, out["json"].stderr

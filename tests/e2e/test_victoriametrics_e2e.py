@@ -32,6 +32,7 @@ from gpu_efficiency.api import names
 from gpu_efficiency_sim.runner import RunOptions, run_scenario
 from tests.e2e import test_operator as op
 from tests.e2e.harness import CLUSTER_SH, Cluster, OperatorIdentity, OperatorProcess, wait_for
+from tests.e2e.scenario_driver import scenario_report
 from tests.e2e.sim_fixtures import GPUNodes, RunningSimulator, gpu_nodes, simulator  # noqa: F401
 from tests.e2e.test_operator import policies  # noqa: F401
 
@@ -107,12 +108,7 @@ def _play(name: str, url: str, cluster: Cluster, identity: OperatorIdentity, tmp
             output=lines.append,
         ),
     )
-    report = "\n".join(lines)
-    if not result.passed and result.operator_log and result.operator_log.exists():
-        report += (
-            "\n----- operator log (tail) -----\n" + result.operator_log.read_text(errors="replace")[-4000:]
-        )
-    assert result.passed, report
+    assert result.passed, scenario_report(lines, result)
 
 
 @pytest.mark.parametrize("name", CORE)
@@ -150,7 +146,7 @@ def test_the_tiered_refresh_on_victoriametrics(
         ),
     )
     log = result.operator_log.read_text(errors="replace") if result.operator_log else ""
-    assert result.passed, "\n".join(lines) + "\n----- operator log (tail) -----\n" + log[-4000:]
+    assert result.passed, scenario_report(lines, result)
     assert "maxQueryLen" not in log
     assert "too long" not in log
     carried = [int(n) for n in re.findall(r"activity window: .* (\d+) carried", log)]
