@@ -5,27 +5,16 @@ only as right as the URL it was measured against)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.unit.test_bench_imports import BENCH, load_script
 
 
 def _load(script: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(script.parent))
-    monkeypatch.syspath_prepend(str(BENCH))
-    name = f"_bench_backends_{script.stem}"
-    spec = importlib.util.spec_from_file_location(name, script)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(script, monkeypatch, BENCH)  # the scale scripts import bench/ modules too
 
 
 @pytest.fixture

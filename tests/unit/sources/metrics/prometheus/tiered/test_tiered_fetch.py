@@ -214,6 +214,17 @@ def _busy_cluster(model: Model, n: int) -> None:
     model.gpus = {f"GPU-{i}": GPU(pod=f"p{i}") for i in range(n)}
 
 
+def _five_go_idle(model: Model) -> tuple[PrometheusSource, list[str]]:
+    """Twelve busy GPUs fetched once (budget 1), then five of them idle: the source and those five."""
+    _busy_cluster(model, 12)
+    source = _source(model, 1)
+    _fetch(source, model)
+    idle = sorted(model.gpus)[:5]
+    for uuid in idle:
+        model.gpus[uuid].sm = 0.0
+    return source, idle
+
+
 def test_budget_zero_sends_todays_queries_and_results(model: Model) -> None:
     _busy_cluster(model, 4)
     model.gpus["GPU-0"].sm = 0.0
@@ -458,12 +469,7 @@ def test_a_refresh_set_too_long_to_list_is_fetched_over_every_gpu_counted_and_lo
         promql, "MAX_QUERY_BYTES", 2600
     )  # the chain alone (2.2 KB) fits; five GPUs' (2.9 KB) not
     monkeypatch.setattr(prom, "MAX_ACTIVITY_QUERIES", 1)
-    _busy_cluster(model, 12)
-    source = _source(model, 1)
-    _fetch(source, model)
-    idle = sorted(model.gpus)[:5]
-    for uuid in idle:
-        model.gpus[uuid].sm = 0.0
+    source, idle = _five_go_idle(model)
     with caplog.at_level("INFO"):
         result, sent = _fetch(source, model, NOW + 200)
     assert [_listed(q) for q in _activity(sent)] == [{"*"}]  # the chain of every GPU, one query
@@ -488,12 +494,7 @@ def test_a_refresh_set_too_long_to_list_is_fetched_over_every_gpu_counted_and_lo
 def test_chain_only_queries_list_more_gpus_than_whole_windows(model: Model) -> None:
     """A chain-only query holds 18 of the whole window's 76 selectors, so each listed GPU costs it
     a quarter of the bytes: five idle GPUs' chains are one query."""
-    _busy_cluster(model, 12)
-    source = _source(model, 1)
-    _fetch(source, model)
-    idle = sorted(model.gpus)[:5]
-    for uuid in idle:
-        model.gpus[uuid].sm = 0.0
+    source, idle = _five_go_idle(model)
     result, sent = _fetch(source, model, NOW + 200)
     assert [_listed(q) for q in _activity(sent)] == [set(idle)]  # one chain-only query
     assert all("FB_USED" not in q for q in _activity(sent))
