@@ -21,6 +21,7 @@ from gpu_efficiency.sources.metrics.labels import GPUKey
 from gpu_efficiency.sources.metrics.prometheus import answers, exporter_inventory, xid_counts
 from gpu_efficiency.sources.metrics.prometheus.answers import Identity
 from gpu_efficiency.sources.metrics.prometheus.exporter_inventory import ExporterView
+from gpu_efficiency.sources.metrics.prometheus.inventory_cache import InventoryCache, InventoryRound
 from gpu_efficiency.sources.metrics.prometheus.promql import (
     FILTERED_WINDOWS,
     MAX_WINDOW_PARTS,
@@ -60,6 +61,7 @@ class PrometheusSource:
         self.refresh_budget = refresh_budget
         self.client = PrometheusClient(config, transport=transport)
         self.tiered = TieredFetch(self)
+        self.inventory = InventoryCache()
 
     @property
     def config(self) -> PrometheusConfig:
@@ -103,12 +105,16 @@ class PrometheusSource:
             return xid_counts.events(series, drops)
         return answers.candidates(series, drops) if query.candidates else answers.identities(series, drops)
 
-    def first_round(self, request: FetchRequest) -> list[Query]:
-        """Identity, the inventory, the unfiltered windows and (with hints) the fault candidates query."""
+    def inventory_round(self, request: FetchRequest) -> InventoryRound:
+        """This fetch's use of the kept exporter inventory (``inventory_cache.py``)."""
+        return InventoryRound(self.inventory, request.now, self.config.matchers)
+
+    def first_round(self, request: FetchRequest, inventory: InventoryRound) -> list[Query]:
+        """Identity, the inventory (when due), the unfiltered windows and (with hints) the fault
+        candidates query."""
         matchers, hints = self.config.matchers, request.hints
-        inventory = exporter_inventory.query(matchers)
         if hints is None:
-            return [*cycle_queries(request.windows, matchers), inventory]
+            return [*cycle_queries(request.windows, matchers), *inventory.first()]
         # filtered windows come second, for the GPUs the candidates query names
         queries = [
             q for q in cycle_queries(request.windows, matchers, hints) if q.window not in FILTERED_WINDOWS
@@ -116,7 +122,7 @@ class PrometheusSource:
         candidates = candidates_query(request.windows, hints, matchers)
         if candidates is not None:
             queries.append(candidates)
-        queries.append(inventory)
+        queries += inventory.first()
         counted = xid_counts.query(hints.xid_windows, matchers)
         if counted is not None:
             queries.append(counted)
@@ -129,31 +135,35 @@ class PrometheusSource:
         started = time.monotonic()
         identity: dict[GPUKey, Identity] = {}
         windows: dict[Window, Rows] = {}
-        views: dict[tuple[str, str], ExporterView] = {}
+        inventory = self.inventory_round(request)
         xids: xid_counts.XidEvents = {}
         drops = DropTally()
 
         def take(query: Query, result: Any) -> list[Query]:
-            nonlocal identity, views, xids
+            nonlocal identity, xids
             if query.window is not None:
                 windows[query.window] = merge_window(windows.get(query.window), result)
             elif query.inventory:
-                views = result
+                inventory.views = result
             elif query.xid_counts:
                 xids = result
             elif not query.candidates:
                 identity = result
+                return inventory.after_identity(result)
             return self.fault_windows(query, result, request)
 
         with gc_paused():
-            queries = self.first_round(request)
+            queries = self.first_round(request, inventory)
             sent = self.run_rounds(
                 queries,
                 request.now,
                 take,
-                workers=len(queries) + len(FILTERED_WINDOWS) * MAX_WINDOW_PARTS,
+                workers=len(queries)
+                + 1
+                + len(FILTERED_WINDOWS) * MAX_WINDOW_PARTS,  # +1: the inventory after identity
                 drops=drops,
             )
+            views: dict[tuple[str, str], ExporterView] = inventory.result()
             gpus = samples(identity, windows, request, views=views, xids=xids, drops=drops)
         return FetchResult(
             gpus=gpus, queries=sent, seconds=time.monotonic() - started, dropped=drops.counts()

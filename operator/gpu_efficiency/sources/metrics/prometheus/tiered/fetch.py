@@ -23,7 +23,7 @@ from gpu_efficiency.sources.metrics.base import DropTally, FetchRequest, FetchRe
 from gpu_efficiency.sources.metrics.labels import GPUKey
 from gpu_efficiency.sources.metrics.prometheus import promql
 from gpu_efficiency.sources.metrics.prometheus.answers import Identity
-from gpu_efficiency.sources.metrics.prometheus.exporter_inventory import ExporterView
+from gpu_efficiency.sources.metrics.prometheus.inventory_cache import InventoryRound
 from gpu_efficiency.sources.metrics.prometheus.promql import (
     MAX_WINDOW_PARTS,
     Query,
@@ -84,19 +84,18 @@ class TieredFetch:
             identity_query(matchers, timestamps=True),
             idle_candidates_query(seconds, idle_below, matchers),
         ]
+        state = TieredRound(inventory=source.inventory_round(request))
         queries += [
             q
-            for q in source.first_round(request)
+            for q in source.first_round(request, state.inventory)
             if q.candidates or q.inventory or q.xid_counts or q.window not in (None, Window.ACTIVITY)
         ]
         cache = self._cache(seconds)
-        state = TieredRound()
         drops = DropTally()
         settle_s = seconds + 2 * request.scrape_interval
 
         def take(query: Query, result: Any) -> list[Query]:
-            state.take(query, result)
-            more = source.fault_windows(query, result, request)
+            more = state.take(query, result) + source.fault_windows(query, result, request)
             if query.idle and state.identity is None:  # the chains the cache already names: now
                 with self._cache_lock:
                     uuids = early_chain(cache.entries, result, idle_below)
@@ -143,7 +142,7 @@ class TieredFetch:
                 request,
                 built={Window.ACTIVITY: state.built},
                 whole={Window.ACTIVITY: whole},
-                views=state.views,
+                views=state.inventory.result(),
                 xids=state.xids,
                 drops=drops,
             )
@@ -261,6 +260,7 @@ class TieredRound:
     """What a tiered fetch has received so far; the refresh plan is made once identity and the idle
     candidates are both in."""
 
+    inventory: InventoryRound
     identity: dict[GPUKey, Identity] | None = None
     idle: set[Key] | None = None
     seen: dict[Key, Seen] = field(default_factory=dict)
@@ -270,7 +270,6 @@ class TieredRound:
     early: frozenset[str] = frozenset()  # UUIDs whose chain was asked for before identity answered
     carried: dict[Key, Entry] = field(default_factory=dict)  # the plan's carried GPUs, as it judged them
     built: dict[Key, dict[Signal, Stats]] = field(default_factory=dict)  # their Stats (build_carried)
-    views: dict[Key, ExporterView] = field(default_factory=dict)  # the inventory's answer
     xids: XidEvents = field(
         default_factory=dict
     )  # XID events counted (sources/metrics/prometheus/xid_counts.py)
@@ -285,7 +284,9 @@ class TieredRound:
             self.built[key] = entry.stats()
         self.carried = {}
 
-    def take(self, query: Query, result: Any) -> None:
+    def take(self, query: Query, result: Any) -> list[Query]:
+        """Keep an answer; the queries it makes necessary (the inventory, when identity names a
+        changed GPU)."""
         if query.window is Window.ACTIVITY:
             for key, rows in result.items():  # chunks list disjoint UUIDs; merged all the same
                 self.fresh.setdefault(key, {}).update(rows)
@@ -294,7 +295,7 @@ class TieredRound:
         elif query.idle:
             self.idle = result
         elif query.inventory:
-            self.views = result
+            self.inventory.views = result
         elif query.xid_counts:
             self.xids = result
         elif not query.candidates:
@@ -302,6 +303,8 @@ class TieredRound:
             self.seen = {
                 (k.uuid, k.instance_id): Seen(i.node, frozenset(i.pods), i.newest) for k, i in result.items()
             }
+            return self.inventory.after_identity(result)
+        return []
 
 
 #: The most listed activity queries of one cycle (each under ``MAX_QUERY_BYTES``): beyond them (or

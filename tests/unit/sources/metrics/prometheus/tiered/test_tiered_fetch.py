@@ -446,7 +446,7 @@ def test_refresh_sets_are_listed_in_queries_that_fit_and_most_gpus_go_unrestrict
     for uuid in moved:  # every aggregate of the window, for every listed GPU
         tags = {t for q in activity if uuid in _listed(q) for t in re.findall(r'"([A-Z_]+:[a-z]+)"', q)}
         assert tags == {f"{s.name}:{a}" for s, aggs in QUERY_PLAN[Window.ACTIVITY].items() for a in aggs}
-    assert result.queries == 4 + len(activity)  # identity, idle and fault candidates, inventory
+    assert result.queries == 3 + len(activity)  # identity, idle and fault candidates (the inventory kept)
     (background,) = [_listed(q) for q in model.background]  # rule 4: five of the seven others, by ending
     assert background == {"GPU-3", "GPU-4", "GPU-5", "GPU-6", "GPU-7"}
     assert 'UUID=~".*(3|4|5|6|7)"' in model.background[0]
@@ -498,7 +498,7 @@ def test_chain_only_queries_list_more_gpus_than_whole_windows(model: Model) -> N
     result, sent = _fetch(source, model, NOW + 200)
     assert [_listed(q) for q in _activity(sent)] == [set(idle)]  # one chain-only query
     assert all("FB_USED" not in q for q in _activity(sent))
-    assert result.queries == 4 + 1
+    assert result.queries == 3 + 1  # identity, idle and fault candidates (the inventory kept), chains
     assert all(_sm(result, uuid).max == 0.0 for uuid in idle)
 
 
