@@ -36,7 +36,8 @@ from gpu_efficiency.settings import (
 #: and this chart's node agent (node-agent). Series another tenant's scrape target publishes carry
 #: its own job and are not read. Set --prometheus-matchers to your exporter's job (and, with
 #: honorLabels false, its namespace, e.g. namespace="gpu-operator"); an explicit empty value reads
-#: every job. Short on purpose: the activity window query repeats it in each of its 67 terms.
+#: every job. Short on purpose: every window term repeats it (67 in the activity window), and
+#: longer matchers cut the windows into more queries to keep each under 16 KiB (promql.py).
 DEFAULT_MATCHERS = 'job=~".*dcgm-exporter.*|dcgm|gpu-metrics|node-agent"'
 #: Default cap on the series of one Prometheus answer (--prometheus-max-series): ~30,000 GPUs'
 #: activity windows (67 series a GPU). More means a flood: the cycle reads "metrics unavailable".

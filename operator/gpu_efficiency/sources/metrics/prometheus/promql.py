@@ -276,6 +276,18 @@ def window_query(window: Window, seconds: float, matchers: str = "", only: str |
     return Query(window=window, text=text)
 
 
+def fitting_window_queries(window: Window, seconds: float, matchers: str = "") -> list[Query]:
+    """``window_query`` over every GPU, in parts of whole signals where it is longer than
+    ``MAX_QUERY_BYTES``: the activity window repeats the matchers in each of its 67 terms, so the
+    default matchers plus a namespace (``namespace="gpu-operator"``, as docs/install.md suggests)
+    took it to 16.7 KB. Sent whole when not even one signal fits a query: Prometheus has no limit,
+    and a store that refuses it says why (the cycle's ``MetricsAvailable`` condition quotes it)."""
+    whole = window_query(window, seconds, matchers)
+    if len(whole.text.encode()) <= MAX_QUERY_BYTES:
+        return [whole]
+    return listed_window_queries(window, seconds, None, matchers) or [whole]
+
+
 def _by_key(expr: str) -> str:
     return f"max by ({', '.join(GPU_KEY_LABELS)}) ({expr})"
 
@@ -425,8 +437,10 @@ def listed_window_queries(
     items = [(sig, aggs) for sig, aggs in QUERY_PLAN[window].items() if not chain_only or sig in chain]
     extra = (f"{matchers}," if matchers else "") + 'UUID=~"\x00"'
 
+    per_target = window in FILTERED_WINDOWS
+
     def text(part: Sequence[tuple[Signal, tuple[str, ...]]], listed: str) -> str:
-        return union([_term(sig, agg, seconds, listed) for sig, aggs in part for agg in aggs])
+        return union([_term(sig, agg, seconds, listed, per_target) for sig, aggs in part for agg in aggs])
 
     best: list[tuple[Sequence[tuple[Signal, tuple[str, ...]]], list[str]]] | None = None
     for count in range(1, len(items) + 1):
@@ -546,12 +560,12 @@ def cycle_queries(
     for window, seconds in windows.items():
         if seconds <= 0:
             continue
-        only: str | None = None
-        if hints is not None and window in FILTERED_WINDOWS:
-            only = window_filter(window, seconds, hints, matchers)
-            if only is None:
-                continue
-        queries.append(window_query(window, seconds, matchers, only))
+        if hints is None or window not in FILTERED_WINDOWS:
+            queries += fitting_window_queries(window, seconds, matchers)
+            continue
+        only = window_filter(window, seconds, hints, matchers)
+        if only is not None:
+            queries.append(window_query(window, seconds, matchers, only))
     return queries
 
 

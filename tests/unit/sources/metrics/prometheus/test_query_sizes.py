@@ -16,12 +16,13 @@ import httpx
 import pytest
 from tests.unit.runtime.cycle_harness import OneSource
 from tests.unit.runtime.test_source_failure import _Reader
+from tests.unit.sources.metrics.fake_http import form
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus
-from gpu_efficiency.config import OperatorConfig
-from gpu_efficiency.engine.model import PodRef, PolicyEvent, Window
+from gpu_efficiency.config import DEFAULT_MATCHERS, OperatorConfig
+from gpu_efficiency.engine.model import PodRef, PolicyEvent, Signal, Window
 from gpu_efficiency.engine.planner import plan_cycle
 from gpu_efficiency.runtime.cycle import CycleRunner
 from gpu_efficiency.sources.metrics.base import FaultHints, FetchRequest, SourceUnavailable
@@ -32,6 +33,7 @@ from gpu_efficiency.sources.metrics.prometheus import (
     xid_counts,
 )
 from gpu_efficiency.sources.metrics.prometheus.promql import (
+    AGG_LABEL,
     FILTERED_WINDOWS,
     MAX_QUERY_BYTES,
     MAX_WINDOW_PARTS,
@@ -42,6 +44,7 @@ from gpu_efficiency.sources.metrics.prometheus.promql import (
     identity_query,
     idle_candidates_query,
     restricted_queries,
+    window_query,
 )
 from gpu_efficiency.sources.metrics.prometheus.tiered.activity_cache import (
     CHAIN_SIGNALS,
@@ -325,3 +328,83 @@ def test_the_refresh_budgets_queries_fit_the_limit_and_bring_every_gpu_round(bud
         assert len(refreshed) == rounds  # one GPU a cycle (its UUID's ending is its own)
     else:
         assert refreshed == set(uuids)
+
+
+# Matchers longer than the defaults: every term of a window repeats them.
+
+LONG_MATCHERS = [
+    DEFAULT_MATCHERS + ',namespace="gpu-operator"',  # as docs/install.md suggests with honorLabels false
+    DEFAULT_MATCHERS + "," + ",".join(f'label{i}="{"x" * 40}"' for i in range(20)),  # ~1 KB
+]
+
+
+@pytest.mark.parametrize("matchers", LONG_MATCHERS, ids=["default and namespace", "1 KB"])
+def test_unfiltered_windows_are_cut_to_fit_long_matchers_and_keep_every_aggregate(matchers: str) -> None:
+    """The default path's whole windows (no hints: the fault windows too) and the tiered fetch's
+    fallback to the whole activity window: cut into parts of whole signals under the limit, each
+    part over every GPU, the fault windows' parts still per scrape target."""
+    assert (
+        len(window_query(Window.ACTIVITY, WINDOWS[Window.ACTIVITY], matchers).text.encode()) > MAX_QUERY_BYTES
+    )
+    sent = cycle_queries(WINDOWS, matchers)[1:]
+    every = _uuids(GPUS)
+    plan = RefreshPlan(full=frozenset(_seen(every)), chain=frozenset(), carried=frozenset())
+    _, tiered = activity_queries(plan, _seen(every), WINDOWS[Window.ACTIVITY], matchers)
+    for queries in (sent, tiered):
+        assert all(len(q.text.encode()) <= MAX_QUERY_BYTES for q in queries)
+        assert all("UUID=~" not in q.text and q.keys is None for q in queries)
+    assert len([q for q in sent if q.window is Window.ACTIVITY]) >= 2
+    for window in WINDOWS:
+        parts = [q.text for q in sent if q.window is window]
+        tags = [set(re.findall(r'"([A-Z_0-9]+:[a-z]+)"', text)) for text in parts]
+        planned = {f"{s.name}:{a}" for s, aggs in QUERY_PLAN[window].items() for a in aggs}
+        assert set().union(*tags) == planned
+        signals = [{tag.split(":")[0] for tag in part} for part in tags]
+        assert all(not (a & b) for i, a in enumerate(signals) for b in signals[i + 1 :])  # whole signals
+        per_target = window in FILTERED_WINDOWS
+        assert all(("by (UUID, GPU_I_ID, instance)" in text) == per_target for text in parts)
+
+
+def test_a_window_no_cut_can_fit_is_sent_whole_for_the_backend_to_answer() -> None:
+    matchers = ",".join(f'label{i}="{"x" * 200}"' for i in range(40))  # 9 KB: one term is too long
+    queries = [q for q in cycle_queries(WINDOWS, matchers)[1:] if q.window is Window.ACTIVITY]
+    assert [q.text for q in queries] == [
+        window_query(Window.ACTIVITY, WINDOWS[Window.ACTIVITY], matchers).text
+    ]
+
+
+def test_the_source_reads_every_signal_through_the_parts_a_limited_backend_accepts() -> None:
+    """Against a backend refusing queries over 16 KiB, as VictoriaMetrics does by default, with the
+    default matchers and a namespace: every activity aggregate of the GPU arrives."""
+    matchers = LONG_MATCHERS[0]
+    sent: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        query = form(request)["query"][0]
+        sent.append(len(query.encode()))
+        if len(query.encode()) > MAX_QUERY_BYTES:
+            return httpx.Response(400, json={"status": "error", "errorType": "400", "error": REFUSAL})
+        if query.startswith("group by (UUID, GPU_I_ID, gpu"):
+            result = [{"metric": {"UUID": "GPU-a", "Hostname": "n1"}, "value": [1, "1"]}]
+        else:
+            tags = re.findall(r'"([A-Z_0-9]+:[a-z]+)"', query)
+            values = {"count": "8", "ts": "1699999990"}
+            result = [
+                {"metric": {"UUID": "GPU-a", AGG_LABEL: t}, "value": [1, values.get(t.split(":")[1], "0.5")]}
+                for t in tags
+            ]
+        return httpx.Response(
+            200, json={"status": "success", "data": {"resultType": "vector", "result": result}}
+        )
+
+    source = PrometheusSource(
+        PrometheusConfig(url="http://vm:8428", matchers=matchers, retries=0),
+        transport=httpx.MockTransport(handler),
+    )
+    result = source.fetch(_request())
+    assert max(sent) <= MAX_QUERY_BYTES
+    (gpu,) = result.gpus
+    assert set(gpu.stats[Window.ACTIVITY]) == set(QUERY_PLAN[Window.ACTIVITY])
+    sm = gpu.get(Window.ACTIVITY, Signal.SM_ACTIVE)
+    assert sm is not None
+    assert (sm.max, sm.count) == (0.5, 8)

@@ -28,11 +28,11 @@ from gpu_efficiency.sources.metrics.prometheus.promql import (
     MAX_WINDOW_PARTS,
     Query,
     ending_alternatives,
+    fitting_window_queries,
     identity_query,
     idle_candidates_query,
     listed_window_queries,
     uuid_alternatives,
-    window_query,
 )
 from gpu_efficiency.sources.metrics.prometheus.tiered.activity_cache import (
     ActivityCache,
@@ -366,7 +366,7 @@ def activity_queries(
     total = len({uuid for uuid, _ in seen})
     full = {uuid for uuid, _ in plan.full}
     chain = {uuid for uuid, _ in plan.chain} - set(chains_sent)
-    whole = [window_query(Window.ACTIVITY, seconds, matchers)]
+    whole = fitting_window_queries(Window.ACTIVITY, seconds, matchers)
     if 2 * len(full) > total:
         return everything(seen, plan), whole
     listed = listed_activity(full, seconds, matchers)
