@@ -1,6 +1,7 @@
 """Which dcgm-exporter generation each GPU speaks, and which signals its exporter serves.
 
-One instant query per cycle, one series per GPU: for each feature (a name family, a node label, a
+One instant query, one series per GPU, sent where an exporter may have changed
+(``inventory_cache.py``): for each feature (a name family, a node label, a
 fault kind's or diagnosis input's signals) ``group by (UUID, GPU_I_ID)`` of its selector times a
 power of two, summed per GPU into a bitmask. Decided per GPU, never per cluster: a fleet mid-upgrade
 serves several generations at once. Names and generations: ``api/exporter_fields.py``.
@@ -97,7 +98,7 @@ def inventory_query(matchers: str = "") -> str:
 
 
 def query(matchers: str = "") -> Query:
-    """The inventory as a cycle query (one per cycle, whatever the number of GPUs)."""
+    """The inventory as a cycle query (one, whatever the number of GPUs)."""
     return Query(window=None, text=inventory_query(matchers), inventory=True)
 
 

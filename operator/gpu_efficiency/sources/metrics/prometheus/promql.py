@@ -4,8 +4,9 @@ Every (signal, aggregation) pair of a window is reduced ``by (UUID, GPU_I_ID)`` 
 ``gpueff_agg`` label, then joined with ``or`` (fault windows also by ``instance``: the scrape target,
 see ``TARGET_LABEL``). Prometheus returns small series (two or three labels), and one
 extra identity query carries the full labels (node, model, pods) once per GPU. Query count stays
-constant: 1 identity + 1 inventory + 1 per window (a filtered window fetched for its candidates is
-split into a fixed ``WINDOW_PARTS`` queries).
+constant: 1 identity + the inventory where an exporter may have changed (``inventory_cache.py``) +
+1 per window (a filtered window fetched for its candidates is split into a fixed ``WINDOW_PARTS``
+queries, and a window whose matchers take it past ``MAX_QUERY_BYTES`` into parts of whole signals).
 
 Every query stays under ``MAX_QUERY_BYTES`` (VictoriaMetrics' default ``-search.maxQueryLen``;
 Thanos, Mimir and Cortex have limits of their own), whatever the number of GPUs, candidates and
