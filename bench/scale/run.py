@@ -1393,9 +1393,8 @@ def main(argv: list[str] | None = None) -> int:
         " victoriametrics-cluster), scraping the same targets every 15 s; the operator queries it at its"
         " Prometheus API URL. A comma list runs the others beside the first (cluster.sh *-up) and, at"
         " each size after the first's steady cycles, an operator against each in turn on the same pods;"
-        " name@budget sets that operator's refresh budget (else --refresh-budget). VictoriaMetrics"
-        " refuses queries over 16 KiB (-search.maxQueryLen): keep the budget 0 there (the tiered"
-        " refresh lists UUIDs)",
+        " name@budget sets that operator's refresh budget (else --refresh-budget); every query fits"
+        " VictoriaMetrics' 16 KiB -search.maxQueryLen at any budget",
     )
     parser.add_argument(
         "--backend-timeout",
