@@ -20,7 +20,6 @@ from gpu_efficiency.sources.metrics.base import DropTally, FetchRequest, FetchRe
 from gpu_efficiency.sources.metrics.labels import GPUKey
 from gpu_efficiency.sources.metrics.prometheus import answers, exporter_inventory, xid_counts
 from gpu_efficiency.sources.metrics.prometheus.answers import Identity
-from gpu_efficiency.sources.metrics.prometheus.exporter_inventory import ExporterView
 from gpu_efficiency.sources.metrics.prometheus.inventory_cache import InventoryCache, InventoryRound
 from gpu_efficiency.sources.metrics.prometheus.promql import (
     FILTERED_WINDOWS,
@@ -154,17 +153,10 @@ class PrometheusSource:
 
         with gc_paused():
             queries = self.first_round(request, inventory)
-            sent = self.run_rounds(
-                queries,
-                request.now,
-                take,
-                workers=len(queries)
-                + 1
-                + len(FILTERED_WINDOWS) * MAX_WINDOW_PARTS,  # +1: the inventory after identity
-                drops=drops,
-            )
-            views: dict[tuple[str, str], ExporterView] = inventory.result()
-            gpus = samples(identity, windows, request, views=views, xids=xids, drops=drops)
+            # later rounds: the inventory after identity, the fault windows' parts
+            later = 1 + len(FILTERED_WINDOWS) * MAX_WINDOW_PARTS
+            sent = self.run_rounds(queries, request.now, take, workers=len(queries) + later, drops=drops)
+            gpus = samples(identity, windows, request, views=inventory.result(), xids=xids, drops=drops)
         return FetchResult(
             gpus=gpus, queries=sent, seconds=time.monotonic() - started, dropped=drops.counts()
         )

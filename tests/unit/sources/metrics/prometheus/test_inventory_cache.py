@@ -79,6 +79,15 @@ def setup(request: pytest.FixtureRequest) -> tuple[FakePrometheus, PrometheusSou
     return fake, source
 
 
+@pytest.fixture
+def read(setup: tuple[FakePrometheus, PrometheusSource]) -> tuple[FakePrometheus, PrometheusSource]:
+    """``setup`` after its first fetch (which read the inventory), the fake's count cleared."""
+    fake, source = setup
+    _fetch(source, NOW)
+    fake.inventories()
+    return setup
+
+
 def _fetch(source: PrometheusSource, now: float) -> FetchResult:
     request = FetchRequest(
         now=now, windows=WINDOWS, scrape_interval=15.0, activity=ActivityHints(idle_below=0.01)
@@ -102,11 +111,9 @@ def test_steady_cycles_keep_the_read_inventory(setup: tuple[FakePrometheus, Prom
 
 
 def test_a_new_gpu_is_inventoried_in_the_cycle_that_first_names_it(
-    setup: tuple[FakePrometheus, PrometheusSource],
+    read: tuple[FakePrometheus, PrometheusSource],
 ) -> None:
-    fake, source = setup
-    _fetch(source, NOW)
-    fake.inventories()
+    fake, source = read
     fake.gpus["GPU-3"] = Exporter("10.0.0.2:9400", V4_9)
     assert _generations(_fetch(source, NOW + 30)) == {"GPU-1": "4.x", "GPU-2": "4.x", "GPU-3": "4.9+"}
     assert fake.inventories() == 1
@@ -115,24 +122,20 @@ def test_a_new_gpu_is_inventoried_in_the_cycle_that_first_names_it(
 
 
 def test_an_exporter_restarted_behind_a_new_address_is_read_again_at_once(
-    setup: tuple[FakePrometheus, PrometheusSource],
+    read: tuple[FakePrometheus, PrometheusSource],
 ) -> None:
     """A rolling upgrade of dcgm-exporter gives its pod a new address: the GPU's new generation
     (4.9: other names, memory in an ambiguous unit) is read in the cycle that first sees it."""
-    fake, source = setup
-    _fetch(source, NOW)
-    fake.inventories()
+    fake, source = read
     fake.gpus["GPU-1"] = Exporter("10.0.0.9:9400", V4_9)
     assert _generations(_fetch(source, NOW + 30)) == {"GPU-1": "4.9+", "GPU-2": "4.x"}
     assert fake.inventories() == 1
 
 
 def test_an_exporter_upgraded_behind_the_same_address_is_read_within_the_refresh_period(
-    setup: tuple[FakePrometheus, PrometheusSource],
+    read: tuple[FakePrometheus, PrometheusSource],
 ) -> None:
-    fake, source = setup
-    _fetch(source, NOW)
-    fake.inventories()
+    fake, source = read
     fake.gpus["GPU-1"].mask = V4_9
     assert _generations(_fetch(source, NOW + INVENTORY_REFRESH_S - 1))["GPU-1"] == "4.x"  # the kept view
     assert fake.inventories() == 0
@@ -141,11 +144,9 @@ def test_an_exporter_upgraded_behind_the_same_address_is_read_within_the_refresh
 
 
 def test_new_matchers_or_a_clock_gone_back_read_it_again(
-    setup: tuple[FakePrometheus, PrometheusSource],
+    read: tuple[FakePrometheus, PrometheusSource],
 ) -> None:
-    fake, source = setup
-    _fetch(source, NOW)
-    fake.inventories()
+    fake, source = read
     source.config = PrometheusConfig(url="http://prometheus.test", matchers='job="dcgm"')
     _fetch(source, NOW + 30)
     assert fake.inventories() == 1
@@ -156,11 +157,9 @@ def test_new_matchers_or_a_clock_gone_back_read_it_again(
 
 
 def test_a_gpu_gone_or_back_behind_its_old_target_needs_no_read(
-    setup: tuple[FakePrometheus, PrometheusSource],
+    read: tuple[FakePrometheus, PrometheusSource],
 ) -> None:
-    fake, source = setup
-    _fetch(source, NOW)
-    fake.inventories()
+    fake, source = read
     del fake.gpus["GPU-2"]  # a node drained: nothing new to learn
     assert _generations(_fetch(source, NOW + 30)) == {"GPU-1": "4.x"}
     assert fake.inventories() == 0
@@ -170,11 +169,9 @@ def test_a_gpu_gone_or_back_behind_its_old_target_needs_no_read(
 
 
 def test_a_read_that_failed_is_tried_again_the_next_cycle(
-    setup: tuple[FakePrometheus, PrometheusSource],
+    read: tuple[FakePrometheus, PrometheusSource],
 ) -> None:
-    fake, source = setup
-    _fetch(source, NOW)
-    fake.inventories()
+    fake, source = read
     fake.gpus["GPU-1"] = Exporter("10.0.0.9:9400", V4_9)
     fake.fail_inventory = True
     with pytest.raises(SourceUnavailable):
