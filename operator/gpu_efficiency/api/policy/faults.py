@@ -134,6 +134,8 @@ class PcieFault(Model):
     Judged over `lookback` on dcgm-exporter's DCGM_FI_DEV_PCIE_LINK_WIDTH/_GEN against _MAX_LINK_WIDTH/_GEN
     (the node agent reads the same from NVML). The GPU works, only its host transfers are slower: the node
     gets GPUDegraded=True and events, and is released automatically once the link is back at full width.
+    From Prometheus, every GPU's link is checked every 90 s, or every lookback when shorter (a link already
+    named: every cycle), so a new down-training is reported up to that much after its lookback has passed.
     """
 
     enabled: bool = True

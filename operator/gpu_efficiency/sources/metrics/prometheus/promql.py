@@ -222,6 +222,7 @@ class Query:
     window: Window | None  # None: the identity (or candidates) query
     text: str
     candidates: bool = False  # names the GPUs whose fault windows to fetch (see ``candidates_query``)
+    checks_links: bool = False  # candidates with the PCIe link terms over every GPU (``link_check.py``)
     idle: bool = False  # names the GPUs that may be idle (see ``idle_candidates_query``)
     inventory: bool = False  # each GPU's generation and served signals (``sources/metrics/prometheus/exporter_inventory.py``)
     xid_counts: bool = False  # XID events per GPU and code (``sources/metrics/prometheus/xid_counts.py``)
@@ -343,14 +344,15 @@ def pcie_filter(window: str, matchers: str) -> list[str]:
     ]
 
 
-def fault_filter(seconds: float, hints: FaultHints, matchers: str) -> str:
-    """GPUs whose fault window can hold a fault: any non-zero fault signal, a down-trained PCIe link,
-    or a held node."""
+def fault_filter(seconds: float, hints: FaultHints, matchers: str, links: bool = True) -> str:
+    """GPUs whose fault window can hold a fault: any non-zero fault signal, a down-trained PCIe link
+    (unless ``links`` is False: ``link_check.py``), or a held node."""
     window = _duration(seconds)
     parts = [_any_key(f"{over(sig, 'max_over_time', window, matchers)} > 0") for sig in FAULT_SIGNALS]
     counted = f'{ef.XID_COUNT}{{{ef.XID_LABEL}!=""' + (f",{matchers}" if matchers else "") + "}"
     parts.append(_any_key(f"max_over_time({counted}[{window}]) > 0"))  # XIDs counted (4.8.3+)
-    parts.extend(pcie_filter(window, matchers))
+    if links:
+        parts.extend(pcie_filter(window, matchers))
     held = _held_nodes(hints.held_nodes, matchers)
     return union(parts + ([held] if held else []))
 
@@ -538,10 +540,13 @@ WINDOW_PARTS: Mapping[Window, int] = {Window.FAULT: 4}
 MAX_WINDOW_PARTS = max(WINDOW_PARTS.values())
 
 
-def window_filter(window: Window, seconds: float, hints: FaultHints, matchers: str) -> str | None:
-    """The GPUs a filtered window must cover (None: the window has no GPU to fetch)."""
+def window_filter(
+    window: Window, seconds: float, hints: FaultHints, matchers: str, links: bool = True
+) -> str | None:
+    """The GPUs a filtered window must cover (None: the window has no GPU to fetch); ``links``: with
+    the fault filter's PCIe link terms."""
     if window is Window.FAULT:
-        return fault_filter(seconds, hints, matchers)
+        return fault_filter(seconds, hints, matchers, links)
     if window is Window.THERMAL_HOLD:
         return thermal_filter(seconds, hints, matchers)
     if window is Window.THERMAL_RECOVERY:
@@ -570,22 +575,29 @@ def cycle_queries(
     return queries
 
 
-def candidates_query(windows: Mapping[Window, float], hints: FaultHints, matchers: str = "") -> Query | None:
+def candidates_query(
+    windows: Mapping[Window, float], hints: FaultHints, matchers: str = "", links: bool = True
+) -> Query | None:
     """One query naming, per filtered window, the GPUs its filter selects (usually none).
 
     Prometheus evaluates both sides of ``window and on (...) filter``, so a filtered window query
     costs as much as an unfiltered one even when the filter is empty (at 8,000 GPUs, seconds).
     Asking for the candidates first and then for each window over only their ``UUID``s
-    (``restricted_queries``) gives the same series for a fraction of the work.
+    (``restricted_queries``) gives the same series for a fraction of the work. ``links`` False
+    leaves out the fault filter's PCIe link terms (the source then adds the GPUs its last link check
+    named: ``link_check.py``).
     """
     parts = []
     for window, seconds in windows.items():
         if seconds <= 0 or window not in FILTERED_WINDOWS:
             continue
-        only = window_filter(window, seconds, hints, matchers)
+        only = window_filter(window, seconds, hints, matchers, links)
         if only is not None:
             parts.append(f'label_replace({_any_key(only)}, "{CANDIDATE_LABEL}", "{window.value}", "", "")')
-    return Query(window=None, text=union(parts), candidates=True) if parts else None
+    if not parts:
+        return None
+    checks = links and windows.get(Window.FAULT, 0.0) > 0
+    return Query(window=None, text=union(parts), candidates=True, checks_links=checks)
 
 
 def window_parts(window: Window) -> list[list[tuple[Signal, tuple[str, ...]]]]:

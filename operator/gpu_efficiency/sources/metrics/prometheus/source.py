@@ -21,6 +21,7 @@ from gpu_efficiency.sources.metrics.labels import GPUKey
 from gpu_efficiency.sources.metrics.prometheus import answers, exporter_inventory, xid_counts
 from gpu_efficiency.sources.metrics.prometheus.answers import Identity
 from gpu_efficiency.sources.metrics.prometheus.inventory_cache import InventoryCache, InventoryRound
+from gpu_efficiency.sources.metrics.prometheus.link_check import LinkCheck
 from gpu_efficiency.sources.metrics.prometheus.promql import (
     FILTERED_WINDOWS,
     MAX_WINDOW_PARTS,
@@ -61,6 +62,7 @@ class PrometheusSource:
         self.client = PrometheusClient(config, transport=transport)
         self.tiered = TieredFetch(self)
         self.inventory = InventoryCache()
+        self.links = LinkCheck()
 
     @property
     def config(self) -> PrometheusConfig:
@@ -118,7 +120,8 @@ class PrometheusSource:
         queries = [
             q for q in cycle_queries(request.windows, matchers, hints) if q.window not in FILTERED_WINDOWS
         ]
-        candidates = candidates_query(request.windows, hints, matchers)
+        links = self.links.due(request.now, matchers, request.windows.get(Window.FAULT, 0.0))
+        candidates = candidates_query(request.windows, hints, matchers, links)
         if candidates is not None:
             queries.append(candidates)
         queries += inventory.first()
@@ -188,10 +191,18 @@ class PrometheusSource:
         return sent
 
     def fault_windows(self, query: Query, result: Any, request: FetchRequest) -> list[Query]:
-        """After the fault candidates query: each filtered window over only the GPUs it named."""
+        """After the fault candidates query: each filtered window over only the GPUs it named, the
+        fault window also over those the last PCIe link check named (``link_check.py``)."""
         hints = request.hints
         if not query.candidates or hints is None:
             return []
+        matchers, seconds = self.config.matchers, request.windows.get(Window.FAULT, 0.0)
+        if query.checks_links:
+            self.links.record(request.now, matchers, seconds, result.get(Window.FAULT, ()))
+        elif seconds > 0:
+            carried = self.links.carried(matchers, seconds)
+            if carried:
+                result = {**result, Window.FAULT: set(result.get(Window.FAULT, ())) | carried}
         return [
             query
             for w, keys in result.items()
