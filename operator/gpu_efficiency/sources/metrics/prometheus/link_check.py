@@ -5,14 +5,15 @@ utilisation of every GPU. At 8,000 GPUs they are ~40 % of the candidates query's
 and that query ends a steady cycle last (bench/scale/RESULTS.md). A link changes rarely. The PCIe
 rule (``engine/quarantine/pcie.py``) already needs it down over the whole fault lookback, and the
 link terms name a GPU on that same condition. So the link terms run at most every LINK_CHECK_S, or
-every fault lookback when that is shorter, per source, matchers and fault window. In the cycles between, the fault candidates are the GPUs this
-cycle's other terms name plus the FAULT candidates the last check named. Those GPUs' fault windows
-are fetched every cycle, as before, so a named link that recovers or gets worse is judged at once.
+every fault lookback when that is shorter, per source, matchers and fault window. In the cycles
+between, the fault candidates are the GPUs this cycle's other terms name plus the FAULT candidates
+the last check named. Those GPUs' fault windows are fetched every cycle, as before, so a named link
+that recovers or gets worse is judged at once.
 
 What this changes: a link that down-trains between two checks is named (and judged) up to
-LINK_CHECK_S (or one lookback) later than with a check every cycle. A node the operator holds keeps every GPU a
-candidate each cycle (``promql._held_nodes``), whatever this says. A check whose answer never
-came (the fetch failed) is not recorded, so the next cycle checks again.
+LINK_CHECK_S (or one lookback) later than with a check every cycle. A node the operator holds keeps
+every GPU a candidate each cycle (``promql._held_nodes``), whatever this says. A check whose answer
+never came (the fetch failed) is not recorded, so the next cycle checks again.
 """
 
 from __future__ import annotations
