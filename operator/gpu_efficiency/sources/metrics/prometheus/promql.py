@@ -13,7 +13,8 @@ Thanos, Mimir and Cortex have limits of their own), whatever the number of GPUs,
 held nodes: a long list is traded for a wider selection that gives the same answer (held nodes:
 every GPU; candidates: the filter over every GPU), never for a refused query. The tiered refresh's
 listed activity queries (``--prometheus-refresh-budget`` > 0, ``prometheus/tiered/fetch.py``) are cut
-to fit too (``listed_window_queries``: the window in parts of whole signals, the list in chunks).
+to fit too (``listed_window_queries``: the window in parts of whole signals, the list in chunks;
+the idle candidates' chain as raw samples, each UUID listed once: ``tiered/chain_samples.py``).
 
 Every exporter generation is read (``api/exporter_fields.py``): a signal served under both DCGM
 name families is selected with one ``__name__`` regex where the units agree, and as ``old or
@@ -226,6 +227,8 @@ class Query:
     idle: bool = False  # names the GPUs that may be idle (see ``idle_candidates_query``)
     inventory: bool = False  # each GPU's generation and served signals (``sources/metrics/prometheus/exporter_inventory.py``)
     xid_counts: bool = False  # XID events per GPU and code (``sources/metrics/prometheus/xid_counts.py``)
+    #: A plain range selector: raw samples, aggregated by the source (``tiered/chain_samples.py``).
+    samples: bool = False
     #: The GPU keys kept from the answer (None: all): a listed window's filter, applied by the source.
     keys: frozenset[tuple[str, str]] | None = None
 
@@ -455,7 +458,7 @@ def listed_window_queries(
                 cut.append((part, [""]))
                 continue
             model = text(part, extra).encode()
-            chunks = _chunks(
+            chunks = chunk_alternatives(
                 alternatives, around, model.count(b"\x00"), limit - len(model) + model.count(b"\x00")
             )
             if chunks is None:
@@ -477,7 +480,7 @@ def listed_window_queries(
     ]
 
 
-def _chunks(
+def chunk_alternatives(
     alternatives: Sequence[str], around: tuple[str, str], selectors: int, room: int
 ) -> list[str] | None:
     """``alternatives`` joined into patterns (``around`` each) that ``selectors`` copies of fit in

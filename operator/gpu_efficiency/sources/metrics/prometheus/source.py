@@ -30,6 +30,7 @@ from gpu_efficiency.sources.metrics.prometheus.promql import (
     cycle_queries,
     restricted_queries,
 )
+from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import decode_matrix, fold_chain_samples
 from gpu_efficiency.sources.metrics.prometheus.tiered.fetch import TieredFetch
 from gpu_efficiency.sources.metrics.prometheus.transport import PrometheusClient, PrometheusConfig
 from gpu_efficiency.sources.metrics.prometheus.vector import iter_vector
@@ -87,7 +88,12 @@ class PrometheusSource:
                 query.text, at, lambda chunks: fold_target_window(iter_vector(chunks), cap)
             )
             return TrustedRows(values if keys is None else {k: v for k, v in values.items() if k in keys})
-        rows = self.client.exchange(query.text, at, lambda chunks: fold_window(iter_vector(chunks), cap))
+        if query.samples:  # the chain's raw samples: small answers (a listed query), read whole
+            rows = self.client.exchange(
+                query.text, at, lambda chunks: fold_chain_samples(decode_matrix(b"".join(chunks), cap))
+            )
+        else:
+            rows = self.client.exchange(query.text, at, lambda chunks: fold_window(iter_vector(chunks), cap))
         return rows if keys is None else {k: v for k, v in rows.items() if k in keys}
 
     def run(self, query: Query, at: float, drops: DropTally | None = None) -> Any:

@@ -58,7 +58,8 @@ class FakePrometheus:
             error = {"status": "error", "errorType": "execution", "error": "query timed out"}
             return json_answer(json.dumps(error).encode(), status=422)
         result = [{"metric": m, "value": [NOW, str(v)]} for m, v in self.answer(query)]
-        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        kind = "matrix" if query.endswith("]") else "vector"  # a range selector: raw chain samples
+        body = {"status": "success", "data": {"resultType": kind, "result": result}}
         return json_answer(json.dumps(body).encode())
 
     def inventories(self) -> int:

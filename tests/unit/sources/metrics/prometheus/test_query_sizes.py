@@ -244,7 +244,8 @@ def _coverage(queries: Sequence[Query], every: Sequence[str]) -> dict[str, set[s
     """Per UUID, the activity aggregates some query fetches for it (``Query.keys`` honoured)."""
     got: dict[str, set[str]] = {}
     for query in queries:
-        tags = {tag for tag in ACTIVITY_TAGS if tag in query.text}
+        # a raw-sample query reads the chain's samples: every chain aggregate is made from them
+        tags = set(CHAIN_TAGS) if query.samples else {tag for tag in ACTIVITY_TAGS if tag in query.text}
         for gpu in _selected(query.text, every):
             if query.keys is None or (gpu, "") in query.keys:
                 got.setdefault(gpu, set()).update(tags)

@@ -45,6 +45,7 @@ from gpu_efficiency.sources.metrics.prometheus.tiered.activity_cache import (
     oldest_cached,
     plan_refresh,
 )
+from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import chain_sample_queries
 from gpu_efficiency.sources.metrics.prometheus.windows import (
     Overlay,
     Rows,
@@ -332,13 +333,15 @@ def worth_listing(queries: int, listed: int, total: int) -> bool:
 def listed_activity(
     uuids: Collection[str], seconds: float, matchers: str, chain_only: bool = False
 ) -> list[Query] | None:
-    """The activity window of these UUIDs (their chain only), each query under ``MAX_QUERY_BYTES``;
-    None when more than MAX_ACTIVITY_QUERIES would be needed (or nothing fits)."""
+    """The activity window of these UUIDs (their chain only: as raw samples, ``chain_samples.py``),
+    each query under ``MAX_QUERY_BYTES``; None when more than MAX_ACTIVITY_QUERIES would be needed
+    (or nothing fits)."""
     if not uuids:
         return []
-    queries = listed_window_queries(
-        Window.ACTIVITY, seconds, uuid_alternatives(uuids), matchers, chain_only=chain_only
-    )
+    if chain_only:  # raw samples: each UUID listed once, not in every aggregate's selector
+        queries = chain_sample_queries(uuids, seconds, matchers)
+    else:
+        queries = listed_window_queries(Window.ACTIVITY, seconds, uuid_alternatives(uuids), matchers)
     return queries if queries is not None and len(queries) <= MAX_ACTIVITY_QUERIES else None
 
 

@@ -3,7 +3,8 @@
 The fake Prometheus below (an ``httpx.MockTransport`` handler, called on the querying thread as a
 threaded server would be) holds a small GPU model and answers the identity (with newest-sample
 times), idle-candidates, fault-candidates and activity queries from it, honouring ``UUID=~`` lists
-and chain-only queries, so the source's cache can be driven through cycles.
+and chain-only queries (a plain range selector of the chain's names: raw samples, a matrix), so the
+source's cache can be driven through cycles.
 """
 
 from __future__ import annotations
@@ -101,6 +102,18 @@ class Model:
             return out
         return []
 
+    def samples(self, query: str) -> list[dict[str, Any]]:
+        """A raw chain query's series: eight samples of SM_ACTIVE, 15 s apart, the newest at ``ts``
+        (the aggregates the aggregated answer gives: max and avg ``sm``, count 8, ts)."""
+        return [
+            {
+                "metric": {"__name__": "DCGM_FI_PROF_SM_ACTIVE", "UUID": uuid, "Hostname": gpu.node},
+                "values": [[gpu.ts - 15 * back, str(gpu.sm)] for back in range(7, -1, -1)],
+            }
+            for uuid in sorted(_matching(query, self.gpus))
+            for gpu in [self.gpus[uuid]]
+        ]
+
 
 def _handle(model: Model, request: httpx.Request) -> httpx.Response:
     fields = form(request)
@@ -110,7 +123,7 @@ def _handle(model: Model, request: httpx.Request) -> httpx.Response:
     listed_whole = "FB_USED:max" in query and "UUID=~" in query
     if query.startswith("max by (UUID, GPU_I_ID, gpu") and model.hold_identity:
         model.chain_before_identity = model.chain_asked.wait(5)
-    elif AGG_LABEL in query and "FB_USED" not in query:
+    elif _is_chain(query):
         model.chain_asked.set()
         if model.hold_chain is not None:
             model.chain_released.append(model.hold_chain.wait(5))
@@ -119,6 +132,12 @@ def _handle(model: Model, request: httpx.Request) -> httpx.Response:
     if model.fail_listed and listed_whole:
         error = {"status": "error", "errorType": "execution", "error": "query timed out"}
         return json_answer(json.dumps(error).encode(), status=422)
+    if _raw(query):
+        return json_answer(
+            json.dumps(
+                {"status": "success", "data": {"resultType": "matrix", "result": model.samples(query)}}
+            ).encode()
+        )
     result = [{"metric": m, "value": [NOW, str(v)]} for m, v in model.answer(query)]
     return json_answer(
         json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
@@ -170,8 +189,18 @@ def _fetch(source: PrometheusSource, model: Model, now: float = NOW) -> tuple[Fe
     return result, sent
 
 
+def _raw(query: str) -> bool:
+    """A raw-sample query: a plain range selector (``tiered/chain_samples.py``)."""
+    return query.startswith("{__name__=~") and query.endswith("s]")
+
+
+def _is_chain(query: str) -> bool:
+    """A chain-only activity query: raw samples, or the aggregated chain without FB_USED."""
+    return _raw(query) or (AGG_LABEL in query and "SM_ACTIVE:max" in query and "FB_USED" not in query)
+
+
 def _activity(sent: list[str]) -> list[str]:
-    return [q for q in sent if AGG_LABEL in q and "SM_ACTIVE:max" in q]
+    return [q for q in sent if _raw(q) or (AGG_LABEL in q and "SM_ACTIVE:max" in q)]
 
 
 def _matching(query: str, uuids: Iterable[str]) -> set[str]:
@@ -465,10 +494,9 @@ def test_a_refresh_set_too_long_to_list_is_fetched_over_every_gpu_counted_and_lo
 ) -> None:
     """Where the GPUs to list take more than MAX_ACTIVITY_QUERIES queries under the size limit,
     the cycle asks for the window over every GPU instead (the same verdicts), and says so."""
-    monkeypatch.setattr(
-        promql, "MAX_QUERY_BYTES", 2600
-    )  # the chain alone (2.2 KB) fits; five GPUs' (2.9 KB) not
-    monkeypatch.setattr(prom, "MAX_ACTIVITY_QUERIES", 1)
+    monkeypatch.setattr(promql, "MAX_QUERY_BYTES", 2600)  # the chain over every GPU (2.2 KB) fits
+    # the five GPUs' raw chain samples would take one short query: no listed query allowed here
+    monkeypatch.setattr(prom, "MAX_ACTIVITY_QUERIES", 0)
     source, idle = _five_go_idle(model)
     with caplog.at_level("INFO"):
         result, sent = _fetch(source, model, NOW + 200)
@@ -479,7 +507,7 @@ def test_a_refresh_set_too_long_to_list_is_fetched_over_every_gpu_counted_and_lo
     assert all(_sm(result, uuid).max == 0.5 for uuid in sorted(model.gpus)[5:])
     assert source.tiered.unlisted == {"activity chain": 1}
     assert (
-        "too long for 1 queries of at most 2600 bytes: the activity chain fetched over every GPU"
+        "too long for 0 queries of at most 2600 bytes: the activity chain fetched over every GPU"
         in caplog.text
     )
     for uuid in idle:

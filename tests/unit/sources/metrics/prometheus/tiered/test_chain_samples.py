@@ -1,0 +1,199 @@
+"""The activity chain read as raw samples: the queries (size, each UUID once, the chain's names and
+window) and the rows made of the answer (Prometheus' rules for each aggregate, NaN, units, ``old or
+new``, several targets, MIG keys, malformed and partial answers)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+import uuid as uuidlib
+from typing import Any
+
+import pytest
+
+from gpu_efficiency.config import DEFAULT_MATCHERS
+from gpu_efficiency.engine.model import Signal, Window
+from gpu_efficiency.sources.metrics.base import SourceUnavailable
+from gpu_efficiency.sources.metrics.prometheus.aggregate_rows import FIELDS
+from gpu_efficiency.sources.metrics.prometheus.promql import MAX_QUERY_BYTES
+from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import (
+    CHAIN_PLAN,
+    NAMES,
+    chain_sample_queries,
+    decode_matrix,
+    fold_chain_samples,
+)
+from gpu_efficiency.sources.metrics.prometheus.vector import PARTIAL
+
+NOW = 1_700_000_000.0
+U = "GPU-11111111-2222-3333-4444-555555555555"
+
+
+def _series(name: str, values: list[Any], uuid: str = U, **labels: str) -> dict[str, Any]:
+    """One raw series: ``values`` 15 s apart, the newest at NOW (a value may be a string: as sent)."""
+    times = [NOW - 15 * (len(values) - 1 - i) for i in range(len(values))]
+    return {
+        "metric": {"__name__": name, "UUID": uuid, "Hostname": "n1", **labels},
+        "values": [
+            [t, v if isinstance(v, str) else repr(float(v))] for t, v in zip(times, values, strict=True)
+        ],
+    }
+
+
+def _get(rows: dict[Signal, list[float]], signal: Signal, agg: str) -> float:
+    return rows[signal][FIELDS.index(agg)]
+
+
+def _uuids(n: int) -> list[str]:
+    return [f"GPU-{uuidlib.UUID(int=i * 7919 + 13)}" for i in range(n)]
+
+
+@pytest.mark.parametrize("count", [1, 2, 20, 350, 809, 8000])
+def test_queries_fit_the_limit_and_list_every_uuid_once(count: int) -> None:
+    uuids = _uuids(count)
+    queries = chain_sample_queries(uuids, 120, DEFAULT_MATCHERS)
+    assert queries is not None
+    listed: list[str] = []
+    for query in queries:
+        assert len(query.text.encode()) <= MAX_QUERY_BYTES
+        assert query.samples
+        assert query.window is Window.ACTIVITY
+        assert query.text.endswith("}[120s]")
+        (names,) = re.findall(r'__name__=~"([^"]+)"', query.text)
+        assert {n for n in NAMES if re.fullmatch(names, n)} == set(NAMES)  # the chain's names, all
+        assert DEFAULT_MATCHERS in query.text
+        (pattern,) = re.findall(r'UUID=~"([^"]+)"', query.text)
+        listed += pattern.replace("\\\\", "\\").split("|")
+    assert sorted(listed) == sorted(uuids)  # each once: no GPU asked twice, none left out
+    if count >= 350:  # ~350 a query, where the aggregated chain lists ~20
+        assert len(queries) <= math.ceil(count / 300)
+
+
+def test_no_uuid_no_query_and_matchers_too_long_none() -> None:
+    assert chain_sample_queries([], 120, DEFAULT_MATCHERS) == []
+    assert chain_sample_queries(_uuids(1), 120, 'x="' + "y" * MAX_QUERY_BYTES + '"') is None
+
+
+def test_aggregates_follow_prometheus_rules() -> None:
+    values = [10.0, 20.0, 60.0, 30.0]
+    rows = fold_chain_samples([_series("DCGM_FI_DEV_GPU_UTIL", values)])[(U, "")]
+    assert set(rows) == {Signal.GPU_UTIL}
+    assert _get(rows, Signal.GPU_UTIL, "max") == 60.0
+    assert _get(rows, Signal.GPU_UTIL, "avg") == pytest.approx(30.0)
+    assert _get(rows, Signal.GPU_UTIL, "count") == 4.0
+    assert _get(rows, Signal.GPU_UTIL, "ts") == NOW
+    assert _get(rows, Signal.GPU_UTIL, "stddev") == pytest.approx(statistics.pstdev(values))
+    assert math.isnan(_get(rows, Signal.GPU_UTIL, "min"))  # not asked of the chain: not returned
+    sm = fold_chain_samples([_series("DCGM_FI_PROF_SM_ACTIVE", [0.5])])[(U, "")]
+    assert math.isnan(_get(sm, Signal.SM_ACTIVE, "stddev"))  # the plan asks no stddev of SM_ACTIVE
+    assert _get(sm, Signal.SM_ACTIVE, "max") == 0.5
+
+
+def test_nan_is_ignored_by_max_and_taken_in_by_avg_and_stddev() -> None:
+    rows = fold_chain_samples([_series("DCGM_FI_DEV_GPU_UTIL", ["NaN", 5.0, "NaN", 3.0])])[(U, "")]
+    assert _get(rows, Signal.GPU_UTIL, "max") == 5.0
+    assert math.isnan(_get(rows, Signal.GPU_UTIL, "avg"))
+    assert math.isnan(_get(rows, Signal.GPU_UTIL, "stddev"))
+    assert _get(rows, Signal.GPU_UTIL, "count") == 4.0
+    every = fold_chain_samples([_series("DCGM_FI_DEV_GPU_UTIL", ["NaN", "NaN"])])[(U, "")]
+    assert math.isnan(_get(every, Signal.GPU_UTIL, "max"))
+
+
+def test_a_ratio_family_is_scaled_to_percent_but_not_its_count_or_time() -> None:
+    rows = fold_chain_samples([_series("DCGM_FI_DEV_GPU_UTIL_RATIO", [0.1, 0.3])])[(U, "")]
+    assert _get(rows, Signal.GPU_UTIL, "max") == pytest.approx(30.0)
+    assert _get(rows, Signal.GPU_UTIL, "avg") == pytest.approx(20.0)
+    assert _get(rows, Signal.GPU_UTIL, "stddev") == pytest.approx(10.0)
+    assert _get(rows, Signal.GPU_UTIL, "count") == 2.0
+    assert _get(rows, Signal.GPU_UTIL, "ts") == NOW
+    renamed = fold_chain_samples([_series("DCGM_FI_PROF_SM_UTIL_RATIO", [0.25])])[(U, "")]
+    assert _get(renamed, Signal.SM_ACTIVE, "max") == 0.25  # same unit under both names: as is
+
+
+def test_old_or_new_reads_the_old_name_where_both_share_labels_and_both_across_targets() -> None:
+    old = _series("DCGM_FI_DEV_GPU_UTIL", [5.0], instance="a:9400")
+    same_target = _series("DCGM_FI_DEV_GPU_UTIL_RATIO", [0.9], instance="a:9400")
+    other_target = _series("DCGM_FI_DEV_GPU_UTIL_RATIO", [0.9], instance="b:9400")
+    assert _get(fold_chain_samples([same_target, old])[(U, "")], Signal.GPU_UTIL, "max") == 5.0
+    both = fold_chain_samples([old, other_target])[(U, "")]
+    assert _get(both, Signal.GPU_UTIL, "max") == pytest.approx(90.0)  # max by (UUID, GPU_I_ID)
+
+
+def test_series_of_one_gpu_combine_with_max_per_aggregate() -> None:
+    a = _series("DCGM_FI_PROF_SM_ACTIVE", [0.2, 0.2, 0.2], instance="a:9400")
+    b = _series("DCGM_FI_PROF_SM_ACTIVE", [0.1, 0.4], instance="b:9400")
+    b["values"][-1][0] = NOW - 5  # b's newest sample is older
+    rows = fold_chain_samples([a, b])[(U, "")]
+    assert _get(rows, Signal.SM_ACTIVE, "max") == pytest.approx(0.4)
+    assert _get(rows, Signal.SM_ACTIVE, "avg") == pytest.approx(0.25)  # b's avg, the larger
+    assert _get(rows, Signal.SM_ACTIVE, "count") == 3.0
+    assert _get(rows, Signal.SM_ACTIVE, "ts") == NOW
+
+
+def test_mig_instances_are_keys_of_their_own_and_strangers_are_ignored() -> None:
+    series = [
+        _series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", [0.3], GPU_I_ID="1"),
+        _series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", [0.7], GPU_I_ID="2"),
+        _series("DCGM_FI_DEV_FB_USED", [100.0]),  # not a chain name
+        {"metric": {"__name__": "DCGM_FI_PROF_SM_ACTIVE"}, "values": [[NOW, "1"]]},  # no UUID
+        _series("DCGM_FI_PROF_SM_ACTIVE", []),  # no sample in the window
+    ]
+    rows = fold_chain_samples(series)
+    assert set(rows) == {(U, "1"), (U, "2")}
+    assert _get(rows[(U, "2")], Signal.GR_ENGINE_ACTIVE, "max") == 0.7
+
+
+def _body(doc: Any) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def test_the_answer_must_be_a_complete_successful_matrix_within_the_cap() -> None:
+    matrix = {
+        "status": "success",
+        "data": {"resultType": "matrix", "result": [_series("DCGM_FI_DEV_GPU_UTIL", [1])]},
+    }
+    assert len(decode_matrix(_body(matrix))) == 1
+    with pytest.raises(SourceUnavailable, match="more than 2 series"):
+        decode_matrix(
+            _body({**matrix, "data": {**matrix["data"], "result": [matrix["data"]["result"][0]] * 3}}), 2
+        )
+    with pytest.raises(SourceUnavailable, match=re.escape(PARTIAL)):
+        decode_matrix(_body({**matrix, "isPartial": True}))
+    with pytest.raises(SourceUnavailable, match="expected a matrix"):
+        decode_matrix(_body({"status": "success", "data": {"resultType": "vector", "result": []}}))
+    with pytest.raises(SourceUnavailable, match="query failed: bad"):
+        decode_matrix(_body({"status": "error", "error": "bad"}))
+    with pytest.raises(SourceUnavailable, match="invalid JSON"):
+        decode_matrix(b"{")
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"metric": ["UUID", U], "values": []},
+        {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": [U]}, "values": [[NOW, "1"]]},
+        {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": U}, "values": [[NOW]]},
+        {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": U}, "values": [["later", "1"]]},
+        {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": U}, "values": 5},
+    ],
+)
+def test_a_malformed_series_is_source_unavailable(item: dict[str, Any]) -> None:
+    with pytest.raises(SourceUnavailable):
+        fold_chain_samples([item])
+
+
+def test_a_value_that_is_no_number_reads_nan_as_prometheus_would_not_send() -> None:
+    rows = fold_chain_samples([_series("DCGM_FI_DEV_GPU_UTIL", ["busy", 4.0])])[(U, "")]
+    assert _get(rows, Signal.GPU_UTIL, "max") == 4.0
+    assert math.isnan(_get(rows, Signal.GPU_UTIL, "avg"))
+
+
+def test_every_chain_signal_has_every_aggregate_the_plan_asks() -> None:
+    series = [_series(name, [0.5, 0.25]) for name, (_, place, _) in NAMES.items() if place == 0]
+    rows = fold_chain_samples(series)[(U, "")]
+    assert set(rows) == set(CHAIN_PLAN)
+    for signal, aggs in CHAIN_PLAN.items():
+        for agg in aggs:
+            assert not math.isnan(_get(rows, signal, agg)), (signal, agg)
