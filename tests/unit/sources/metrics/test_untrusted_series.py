@@ -21,7 +21,8 @@ from gpu_efficiency.engine.trust import DropReason
 from gpu_efficiency.sources.metrics.base import ActivityHints, FaultHints, FetchRequest, SourceUnavailable
 from gpu_efficiency.sources.metrics.labels import valid_uuid
 from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
-from gpu_efficiency.sources.metrics.prometheus.promql import CANDIDATE_LABEL, re_escape
+from gpu_efficiency.sources.metrics.prometheus.promql import CANDIDATE_LABEL
+from gpu_efficiency.sources.metrics.prometheus.regex_lists import re_escape
 from gpu_efficiency.sources.metrics.prometheus.windows import fold_window
 
 WINDOWS = {Window.ACTIVITY: 600.0, Window.FAULT: 120.0}

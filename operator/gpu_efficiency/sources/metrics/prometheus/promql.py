@@ -31,6 +31,7 @@ from gpu_efficiency.api import exporter_fields as ef
 from gpu_efficiency.engine import ACTIVITY_CHAIN, BUSY_UTIL_PERCENT
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.sources.metrics.base import FaultHints
+from gpu_efficiency.sources.metrics.prometheus.regex_lists import chunk_alternatives, re_escape
 
 #: Labels that identify one GPU (or MIG instance) across every metric.
 GPU_KEY_LABELS = ("UUID", "GPU_I_ID")
@@ -320,11 +321,6 @@ def _held_nodes(nodes: frozenset[str], matchers: str) -> str | None:
     return union(terms)
 
 
-def re_escape(name: str) -> str:
-    """Escape a node name for a regex in a PromQL string (see ``_regex_literal``)."""
-    return _regex_literal(name)
-
-
 def _below_max(current: Signal, maximum: Signal, window: str, matchers: str) -> str:
     """GPUs whose ``current`` link value never reached ``maximum`` in the window: a superset of the
     PCIe rule's faults (max current < min maximum), without a flapping link (which is none)."""
@@ -480,29 +476,6 @@ def listed_window_queries(
     ]
 
 
-def chunk_alternatives(
-    alternatives: Sequence[str], around: tuple[str, str], selectors: int, room: int
-) -> list[str] | None:
-    """``alternatives`` joined into patterns (``around`` each) that ``selectors`` copies of fit in
-    ``room`` bytes, greedily in order; None when one alternative alone does not fit."""
-    fixed = len(around[0].encode()) + len(around[1].encode())
-    patterns: list[str] = []
-    chunk: list[str] = []
-    size = fixed
-    for piece in alternatives:
-        grown = size + len(piece.encode()) + (1 if chunk else 0)
-        if chunk and grown * selectors > room:
-            patterns.append(around[0] + "|".join(chunk) + around[1])
-            chunk, grown = [], fixed + len(piece.encode())
-        if grown * selectors > room:
-            return None
-        chunk.append(piece)
-        size = grown
-    if chunk:
-        patterns.append(around[0] + "|".join(chunk) + around[1])
-    return patterns
-
-
 def _cut(
     items: Sequence[tuple[Signal, tuple[str, ...]]], count: int
 ) -> list[Sequence[tuple[Signal, tuple[str, ...]]]]:
@@ -516,17 +489,6 @@ def _cut(
         parts[min(count - 1, start * count // total)].append(item)
         start += weight
     return [part for part in parts if part]
-
-
-def uuid_alternatives(uuids: Iterable[str]) -> list[str]:
-    """These UUIDs as regex pieces for ``listed_window_queries`` (sorted, each once)."""
-    return [_regex_literal(u) for u in sorted(set(uuids))]
-
-
-def ending_alternatives(endings: Iterable[str]) -> tuple[list[str], tuple[str, str]]:
-    """The pieces and wrapper selecting every UUID ending in one of ``endings``: ``.*(a|b)``, a few
-    bytes per ending whatever the number of GPUs behind it (the refresh budget's buckets)."""
-    return [_regex_literal(e) for e in sorted(set(endings))], (".*(", ")")
 
 
 #: Windows fetched only for the GPUs their filter names when the source has hints.
@@ -641,7 +603,7 @@ def restricted_queries(
         ]
 
     if len(listed) <= MAX_LISTED_GPUS:
-        pattern = "|".join(_regex_literal(u) for u in listed)
+        pattern = "|".join(re_escape(u) for u in listed)
         bodies = texts((f"{matchers}," if matchers else "") + f'UUID=~"{pattern}"')
         if all(len(body.encode()) <= MAX_QUERY_BYTES for body in bodies):
             return [Query(window=window, text=body, keys=wanted) for body in bodies]
@@ -650,28 +612,3 @@ def restricted_queries(
         return [Query(window=window, text=body, keys=wanted) for body in texts(matchers)]
     keys_on = ", ".join(GPU_KEY_LABELS)
     return [Query(window=window, text=f"({body}) and on ({keys_on}) ({only})") for body in texts(matchers)]
-
-
-#: Characters that stand for themselves both in a RE2 regex and in a PromQL double-quoted string.
-_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
-#: ASCII punctuation RE2 takes escaped with a backslash (not '"', which would end the PromQL string,
-#: nor the backslash, which PromQL would read as an escape again: both go as hex).
-_PUNCTUATION = frozenset("!#$%&'()*+,./:;<=>?@[]^`{|}~")
-
-
-def _regex_char(char: str) -> str:
-    if char in _PLAIN:
-        return char
-    if char in _PUNCTUATION:
-        return "\\\\" + char
-    return f"\\\\x{{{ord(char):x}}}"
-
-
-def _regex_literal(text: str) -> str:
-    """``text`` as a literal inside a RE2 regex inside a PromQL double-quoted string.
-
-    ASCII punctuation is escaped with a backslash, everything else (quote, space, control and
-    non-ASCII characters) as RE2's ``\\x{hex}``; each backslash is doubled for the PromQL string.
-    Valid for any text, where a bare backslash before a letter or a non-ASCII character makes an
-    escape RE2 or PromQL rejects (``\\c``, ``\\é``) and a raw newline ends the string."""
-    return "".join([_regex_char(char) for char in text])

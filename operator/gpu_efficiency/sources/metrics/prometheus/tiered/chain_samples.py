@@ -36,11 +36,10 @@ from gpu_efficiency.sources.metrics.prometheus.promql import (
     MAX_QUERY_BYTES,
     QUERY_PLAN,
     Query,
-    chunk_alternatives,
     name_regex,
     served_names,
-    uuid_alternatives,
 )
+from gpu_efficiency.sources.metrics.prometheus.regex_lists import chunk_alternatives, uuid_alternatives
 from gpu_efficiency.sources.metrics.prometheus.vector import PARTIAL, check_cap
 from gpu_efficiency.sources.metrics.prometheus.windows import WindowValues
 

@@ -27,13 +27,12 @@ from gpu_efficiency.sources.metrics.prometheus.inventory_cache import InventoryR
 from gpu_efficiency.sources.metrics.prometheus.promql import (
     MAX_WINDOW_PARTS,
     Query,
-    ending_alternatives,
     fitting_window_queries,
     identity_query,
     idle_candidates_query,
     listed_window_queries,
-    uuid_alternatives,
 )
+from gpu_efficiency.sources.metrics.prometheus.regex_lists import ending_alternatives, uuid_alternatives
 from gpu_efficiency.sources.metrics.prometheus.tiered.activity_cache import (
     ActivityCache,
     Entry,
