@@ -15,8 +15,9 @@ from gpu_efficiency.sources.metrics.base import SourceUnavailable
 NAN = math.nan
 
 
-def decode_vector(body: bytes) -> list[tuple[dict[str, str], float]]:
-    """Decode an instant-query response into (labels, value) pairs; raise on an error response."""
+def decode_result(body: bytes, kind: str) -> list[Any]:
+    """The ``result`` list of a complete, successful answer of ``kind`` (vector, matrix);
+    SourceUnavailable on invalid JSON, an error, a partial answer or another kind."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -27,12 +28,18 @@ def decode_vector(body: bytes) -> list[tuple[dict[str, str], float]]:
     if doc.get("isPartial") is True:
         raise SourceUnavailable(PARTIAL)
     data = doc.get("data") or {}
-    if not isinstance(data, dict) or data.get("resultType") != "vector":
+    if not isinstance(data, dict) or data.get("resultType") != kind:
         found = data.get("resultType") if isinstance(data, dict) else type(data).__name__
-        raise SourceUnavailable(f"Prometheus returned {found!r}, expected a vector")
+        raise SourceUnavailable(f"Prometheus returned {found!r}, expected a {kind}")
     result = data.get("result", ())
     if not isinstance(result, list | tuple):
         raise SourceUnavailable(f"Prometheus returned a {type(result).__name__} result, expected a list")
+    return list(result)
+
+
+def decode_vector(body: bytes) -> list[tuple[dict[str, str], float]]:
+    """Decode an instant-query response into (labels, value) pairs; raise on an error response."""
+    result = decode_result(body, "vector")
     out: list[tuple[dict[str, str], float]] = []
     for item in result:
         labels = item.get("metric", {}) if isinstance(item, dict) else None

@@ -26,8 +26,6 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from gpu_efficiency.engine import ACTIVITY_CHAIN
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.sources.metrics.base import SourceUnavailable
@@ -40,7 +38,7 @@ from gpu_efficiency.sources.metrics.prometheus.promql import (
     served_names,
 )
 from gpu_efficiency.sources.metrics.prometheus.regex_lists import chunk_alternatives, uuid_alternatives
-from gpu_efficiency.sources.metrics.prometheus.vector import PARTIAL, check_cap
+from gpu_efficiency.sources.metrics.prometheus.vector import check_cap, decode_result
 from gpu_efficiency.sources.metrics.prometheus.windows import WindowValues
 
 NAN = math.nan
@@ -84,22 +82,7 @@ def chain_sample_queries(
 def decode_matrix(body: bytes, max_series: int = 0) -> list[Any]:
     """The series of a range-selector answer (``{"metric": ..., "values": [[t, "v"], ...]}``);
     SourceUnavailable on an error, a partial answer, anything but a matrix, or past ``max_series``."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise SourceUnavailable(f"Prometheus returned invalid JSON: {exc}") from exc
-    if not isinstance(doc, dict) or doc.get("status") != "success":
-        error = doc.get("error", "unknown error") if isinstance(doc, dict) else "not an object"
-        raise SourceUnavailable(f"Prometheus query failed: {error}")
-    if doc.get("isPartial") is True:
-        raise SourceUnavailable(PARTIAL)
-    data = doc.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "matrix":
-        found = data.get("resultType") if isinstance(data, dict) else type(data).__name__
-        raise SourceUnavailable(f"Prometheus returned {found!r}, expected a matrix")
-    result = data.get("result")
-    if not isinstance(result, list):
-        raise SourceUnavailable(f"Prometheus returned a {type(result).__name__} result, expected a list")
+    result = decode_result(body, "matrix")
     check_cap(len(result), max_series)
     return result
 
