@@ -261,9 +261,10 @@ def _seen(uuids: Sequence[str]) -> dict[tuple[str, str], Seen]:
 SHAPES = ["new", "idle", "new and idle", "idle, half asked early"]
 
 
+@pytest.mark.parametrize("raw", [True, False], ids=["raw chain", "aggregated chain"])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("count", [1, 2, 8, 20, 75, 350, 500, 2500, 4000, GPUS])
-def test_the_tiered_refresh_queries_fit_the_limit_at_8000_gpus(shape: str, count: int) -> None:
+def test_the_tiered_refresh_queries_fit_the_limit_at_8000_gpus(shape: str, count: int, raw: bool) -> None:
     """Rules 1-3's activity queries (whole windows of new GPUs, chains of idle ones) fit
     ``MAX_QUERY_BYTES`` whatever the refresh set, and still fetch every aggregate the plan needs
     for every GPU it refreshes."""
@@ -275,7 +276,7 @@ def test_the_tiered_refresh_queries_fit_the_limit_at_8000_gpus(shape: str, count
     chain = frozenset(picked) - full
     plan = RefreshPlan(full=full, chain=chain, carried=frozenset(keys) - full - chain)
     early = frozenset(u for u, _ in sorted(chain)[: len(chain) // 2]) if "early" in shape else frozenset()
-    planned, queries = activity_queries(plan, seen, 3600, MATCHERS, early)
+    planned, queries = activity_queries(plan, seen, 3600, MATCHERS, early, raw)
     sizes = [len(q.text.encode()) for q in queries]
     assert queries
     assert max(sizes) <= MAX_QUERY_BYTES, sizes

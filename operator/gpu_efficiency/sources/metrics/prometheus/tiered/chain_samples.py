@@ -7,7 +7,8 @@ query lists ~20 GPUs: 42 queries for 809 idle GPUs at 1,000 nodes, each re-readi
 once per aggregate. One plain range selector over the chain's metric names lists each UUID once
 (~350 GPUs a query) and reads every sample once: for 1,020 idle GPUs, 4 queries and 0.05 s of
 Prometheus CPU instead of 53 and 0.26 s (bench/scale/RESULTS.md). Any PromQL store answers it: an
-instant query of a range selector is the Prometheus HTTP API's raw-sample read.
+instant query of a range selector is the Prometheus HTTP API's raw-sample read. Only while a series
+holds at most ``MAX_RAW_SAMPLES`` samples in the window: a raw answer grows with them.
 
 The aggregates follow Prometheus' rules, so a row is what ``window_query`` would have returned:
 ``max_over_time`` and ``max by`` ignore NaN unless every value is NaN; ``avg_over_time`` and
@@ -61,6 +62,16 @@ NAMES: Mapping[str, tuple[Signal, int, float]] = {
 }
 #: The aggregates scaled by a family's factor (count and times are not).
 _SCALED = frozenset({"max", "avg", "stddev"})
+#: Raw samples are read only while a series holds at most this many in the window (30 min at a
+#: 15 s scrape): a query's answer then stays under ~4 MB (350 GPUs x 3 signals x 120 samples),
+#: where a 24 h window would bring ~150 MB read whole. A longer window (or a faster scrape) has
+#: its chain aggregated by Prometheus, whose answer does not grow with the samples.
+MAX_RAW_SAMPLES = 120
+
+
+def raw_fits(seconds: float, scrape_interval: float) -> bool:
+    """Is the chain over ``seconds`` at ``scrape_interval`` short enough to read as raw samples?"""
+    return scrape_interval > 0 and seconds / scrape_interval <= MAX_RAW_SAMPLES
 
 
 def chain_sample_queries(

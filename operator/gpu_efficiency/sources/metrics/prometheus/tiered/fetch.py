@@ -44,7 +44,7 @@ from gpu_efficiency.sources.metrics.prometheus.tiered.activity_cache import (
     oldest_cached,
     plan_refresh,
 )
-from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import chain_sample_queries
+from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import chain_sample_queries, raw_fits
 from gpu_efficiency.sources.metrics.prometheus.windows import (
     Overlay,
     Rows,
@@ -93,6 +93,7 @@ class TieredFetch:
         cache = self._cache(seconds)
         drops = DropTally()
         settle_s = seconds + 2 * request.scrape_interval
+        raw = raw_fits(seconds, request.scrape_interval)
 
         def take(query: Query, result: Any) -> list[Query]:
             more = state.take(query, result) + source.fault_windows(query, result, request)
@@ -100,7 +101,7 @@ class TieredFetch:
                 with self._cache_lock:
                     uuids = early_chain(cache.entries, result, idle_below)
                     cached = len({uuid for uuid, _ in cache.entries})
-                chunks = listed_activity(uuids, seconds, matchers, chain_only=True)
+                chunks = listed_activity(uuids, seconds, matchers, chain_only=True, raw=raw)
                 if chunks is not None and worth_listing(len(chunks), len(uuids), cached):
                     state.early, more = uuids, more + chunks
             if state.plan is None and state.identity is not None and state.idle is not None:
@@ -110,7 +111,7 @@ class TieredFetch:
                     )
                     # the entries the plan judged: a background refresh may replace them from now on
                     carried = {key: cache.entries[key] for key in plan.carried}
-                state.plan, activity = activity_queries(plan, state.seen, seconds, matchers, state.early)
+                state.plan, activity = activity_queries(plan, state.seen, seconds, matchers, state.early, raw)
                 self._count_unlisted(state.plan)
                 state.carried = {key: carried[key] for key in state.plan.carried}
                 more += activity
@@ -330,17 +331,19 @@ def worth_listing(queries: int, listed: int, total: int) -> bool:
 
 
 def listed_activity(
-    uuids: Collection[str], seconds: float, matchers: str, chain_only: bool = False
+    uuids: Collection[str], seconds: float, matchers: str, chain_only: bool = False, raw: bool = False
 ) -> list[Query] | None:
-    """The activity window of these UUIDs (their chain only: as raw samples, ``chain_samples.py``),
-    each query under ``MAX_QUERY_BYTES``; None when more than MAX_ACTIVITY_QUERIES would be needed
-    (or nothing fits)."""
+    """The activity window of these UUIDs (their chain only; with ``raw``, as raw samples:
+    ``chain_samples.py``), each query under ``MAX_QUERY_BYTES``; None when more than
+    MAX_ACTIVITY_QUERIES would be needed (or nothing fits)."""
     if not uuids:
         return []
-    if chain_only:  # raw samples: each UUID listed once, not in every aggregate's selector
+    if chain_only and raw:  # each UUID listed once, not in every aggregate's selector
         queries = chain_sample_queries(uuids, seconds, matchers)
     else:
-        queries = listed_window_queries(Window.ACTIVITY, seconds, uuid_alternatives(uuids), matchers)
+        queries = listed_window_queries(
+            Window.ACTIVITY, seconds, uuid_alternatives(uuids), matchers, chain_only=chain_only
+        )
     return queries if queries is not None and len(queries) <= MAX_ACTIVITY_QUERIES else None
 
 
@@ -359,9 +362,11 @@ def activity_queries(
     seconds: float,
     matchers: str,
     chains_sent: Collection[str] = frozenset(),
+    raw: bool = True,
 ) -> tuple[RefreshPlan, list[Query]]:
     """The activity queries of a refresh plan, each under ``MAX_QUERY_BYTES``: full windows and
-    chain-only windows of its UUIDs (those of ``chains_sent`` already asked for: ``early_chain``).
+    chain-only windows of its UUIDs (those of ``chains_sent`` already asked for: ``early_chain``;
+    with ``raw``, the chains as raw samples: ``chain_samples.raw_fits``).
     When the full windows take too many queries or are most GPUs, the full window over every GPU
     (the plan widened to all); when only the chains do, the chain-only window over every GPU, its
     answer kept for the plan's chain GPUs (a fifth of the whole window's terms)."""
@@ -374,7 +379,7 @@ def activity_queries(
     listed = listed_activity(full, seconds, matchers)
     if listed is None:
         return replace(everything(seen, plan), too_long=True), whole
-    chains = listed_activity(chain, seconds, matchers, chain_only=True)
+    chains = listed_activity(chain, seconds, matchers, chain_only=True, raw=raw)
     if chains is not None and worth_listing(len(listed) + len(chains), len(chain), total):
         return plan, [*listed, *chains]
     every = listed_window_queries(Window.ACTIVITY, seconds, None, matchers, chain_only=True, keys=plan.chain)

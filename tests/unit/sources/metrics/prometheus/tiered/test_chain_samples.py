@@ -24,6 +24,7 @@ from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import (
     chain_sample_queries,
     decode_matrix,
     fold_chain_samples,
+    raw_fits,
 )
 from gpu_efficiency.sources.metrics.prometheus.vector import PARTIAL
 
@@ -197,3 +198,11 @@ def test_every_chain_signal_has_every_aggregate_the_plan_asks() -> None:
     for signal, aggs in CHAIN_PLAN.items():
         for agg in aggs:
             assert not math.isnan(_get(rows, signal, agg)), (signal, agg)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "scrape", "fits"),
+    [(120, 1.0, True), (121, 1.0, False), (1800, 15.0, True), (3600, 15.0, False), (120, 0.0, False)],
+)
+def test_raw_samples_only_while_a_series_holds_at_most_120(seconds: float, scrape: float, fits: bool) -> None:
+    assert raw_fits(seconds, scrape) is fits

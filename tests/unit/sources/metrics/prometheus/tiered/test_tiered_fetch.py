@@ -33,6 +33,7 @@ from gpu_efficiency.sources.metrics.prometheus.promql import (
     Query,
     idle_limit,
 )
+from gpu_efficiency.sources.metrics.prometheus.tiered import chain_samples
 from gpu_efficiency.sources.metrics.prometheus.tiered import fetch as prom
 
 NOW = 1_700_000_000.0
@@ -66,6 +67,7 @@ class Model:
     hold_chain: threading.Event | None = None  # set: chain-only queries wait for it (5 s at most)
     chain_released: list[bool] = field(default_factory=list)  # per held chain query: released in time
     times: list[str] = field(default_factory=list)  # each query's evaluation time, as sent
+    per_series: int = 8  # samples per series in the window: the count answered, the raw samples sent
 
     def answer(self, query: str) -> list[tuple[dict[str, str], Any]]:
         if query.startswith("group by (UUID, GPU_I_ID, gpu") or query.startswith(
@@ -97,18 +99,18 @@ class Model:
                     for agg in QUERY_PLAN[Window.ACTIVITY][signal]:
                         tag = f"{signal.name}:{agg}"
                         if f'"{tag}"' in query:
-                            v = {"count": 8, "ts": gpu.ts}.get(agg, value)
+                            v = {"count": self.per_series, "ts": gpu.ts}.get(agg, value)
                             out.append(({"UUID": uuid, AGG_LABEL: tag}, v))
             return out
         return []
 
     def samples(self, query: str) -> list[dict[str, Any]]:
-        """A raw chain query's series: eight samples of SM_ACTIVE, 15 s apart, the newest at ``ts``
-        (the aggregates the aggregated answer gives: max and avg ``sm``, count 8, ts)."""
+        """A raw chain query's series: ``per_series`` samples of SM_ACTIVE, the newest at ``ts`` (the
+        aggregates the aggregated answer gives: max and avg ``sm``, count ``per_series``, ts)."""
         return [
             {
                 "metric": {"__name__": "DCGM_FI_PROF_SM_ACTIVE", "UUID": uuid, "Hostname": gpu.node},
-                "values": [[gpu.ts - 15 * back, str(gpu.sm)] for back in range(7, -1, -1)],
+                "values": [[gpu.ts - 15 * back, str(gpu.sm)] for back in range(self.per_series - 1, -1, -1)],
             }
             for uuid in sorted(_matching(query, self.gpus))
             for gpu in [self.gpus[uuid]]
@@ -174,13 +176,19 @@ def _source(model: Model, budget: int) -> PrometheusSource:
     return source
 
 
-def _fetch(source: PrometheusSource, model: Model, now: float = NOW) -> tuple[FetchResult, list[str]]:
+def _fetch(
+    source: PrometheusSource, model: Model, now: float = NOW, scrape_interval: float = 15.0
+) -> tuple[FetchResult, list[str]]:
     """One cycle and the background refresh it starts; returns the cycle's queries (the refresh's
     are in ``model.background``)."""
     model.cycle.clear()
     model.background.clear()
     request = FetchRequest(
-        now=now, windows=WINDOWS, scrape_interval=15.0, hints=HINTS, activity=ActivityHints(idle_below=0.01)
+        now=now,
+        windows=WINDOWS,
+        scrape_interval=scrape_interval,
+        hints=HINTS,
+        activity=ActivityHints(idle_below=0.01),
     )
     result = source.fetch(request)
     sent = list(model.cycle)
@@ -389,6 +397,25 @@ def test_gpu_turning_idle_is_refreshed_and_seen_idle(model: Model) -> None:
     result, sent = _fetch(source, model, NOW + 200)
     chain = [q for q in _activity(sent) if "FB_USED" not in q]
     assert [_listed(q) for q in chain] == [{"GPU-2"}]  # only its activity chain
+    assert _sm(result, "GPU-2").max == 0.0
+
+
+@pytest.mark.parametrize(("most", "raw"), [(8, True), (7, False)])
+def test_a_window_of_many_samples_has_its_chain_aggregated_by_prometheus(
+    model: Model, monkeypatch: pytest.MonkeyPatch, most: int, raw: bool
+) -> None:
+    """The chain is read as raw samples only while a series holds at most MAX_RAW_SAMPLES in the
+    window (here 120 s at a 15 s scrape: 8); past it the answer would grow with the samples, so
+    Prometheus aggregates it as before, and the GPU is judged the same."""
+    monkeypatch.setattr(chain_samples, "MAX_RAW_SAMPLES", most)
+    _busy_cluster(model, 8)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.gpus["GPU-2"].sm = 0.0
+    result, sent = _fetch(source, model, NOW + 200)
+    chain = [q for q in _activity(sent) if "FB_USED" not in q]
+    assert [_listed(q) for q in chain] == [{"GPU-2"}]
+    assert [_raw(q) for q in chain] == [raw]
     assert _sm(result, "GPU-2").max == 0.0
 
 
