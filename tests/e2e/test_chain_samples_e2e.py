@@ -63,13 +63,18 @@ def test_raw_chain_samples_give_prometheus_own_aggregates(
     assert raw
     assert aggregated
 
-    def full_windows() -> WindowValues | None:
-        rows = _rows(source, raw or [], time.time())
-        counts = [r[4] for by in rows.values() for r in by.values()]  # FIELDS: count is 5th
-        return rows if len(rows) == len(uuids) and counts and min(counts) >= WINDOW_S / 2 else None
+    count, spread = FIELDS.index("count"), FIELDS.index("stddev")
 
-    wait_for(full_windows, 90, interval=1, what="every simulated GPU with a window of samples")
-    at = round(time.time() - 5, 3)  # every sample up to it ingested (scrapes every 1 s): both read the same
+    def settled() -> float | None:
+        """An instant whose window holds enough samples of every GPU and busy (varying) values:
+        5 s back, so every sample up to it is ingested (scrapes every 1 s) and both forms read the same."""
+        at = round(time.time() - 5, 3)
+        rows = _rows(source, raw or [], at)
+        counts = [r[count] for by in rows.values() for r in by.values()]
+        varied = any(by[Signal.GPU_UTIL][spread] > 0 for by in rows.values() if Signal.GPU_UTIL in by)
+        return at if len(rows) == len(uuids) and counts and min(counts) >= WINDOW_S / 2 and varied else None
+
+    at = wait_for(settled, 120, interval=1, what="every simulated GPU with a window of samples, some busy")
     want, got = _rows(source, aggregated, at), _rows(source, raw, at)
     assert set(got) == set(want) == {(u, "") for u in uuids}
     compared = 0
@@ -84,5 +89,5 @@ def test_raw_chain_samples_give_prometheus_own_aggregates(
             assert not mismatched, (key, signal, mismatched)
             compared += 1
     assert compared == len(uuids) * len(CHAIN_PLAN)
-    spread = [rows[Signal.GPU_UTIL][FIELDS.index("stddev")] for rows in want.values()]
-    assert max(spread) > 0  # busy GPUs' values vary: the spread was compared, not two zeros
+    # Prometheus' own stddev varies too: the spread was compared, not two zeros
+    assert max(rows[Signal.GPU_UTIL][spread] for rows in want.values()) > 0
