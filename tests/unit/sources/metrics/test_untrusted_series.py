@@ -22,7 +22,7 @@ from gpu_efficiency.sources.metrics.base import ActivityHints, FaultHints, Fetch
 from gpu_efficiency.sources.metrics.labels import valid_uuid
 from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
 from gpu_efficiency.sources.metrics.prometheus.promql import CANDIDATE_LABEL
-from gpu_efficiency.sources.metrics.prometheus.regex_lists import re_escape
+from gpu_efficiency.sources.metrics.prometheus.regex_lists import regex_literal
 from gpu_efficiency.sources.metrics.prometheus.windows import fold_window
 
 WINDOWS = {Window.ACTIVITY: 600.0, Window.FAULT: 120.0}
@@ -123,7 +123,7 @@ def test_regex_literal_is_plain_or_hex_escaped_and_round_trips(text: str) -> Non
     every other character as RE2's \\x{hex}, each backslash doubled for the PromQL string (checked
     with promtool 3.x and Go's regexp: quotes, newlines, backslashes and non-ASCII that the old
     escaping broke now parse and match only themselves)."""
-    escaped = re_escape(text)
+    escaped = regex_literal(text)
     assert '"' not in escaped
     assert escaped.isascii()
     assert escaped.isprintable()

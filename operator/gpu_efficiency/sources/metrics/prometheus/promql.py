@@ -31,7 +31,7 @@ from gpu_efficiency.api import exporter_fields as ef
 from gpu_efficiency.engine import ACTIVITY_CHAIN, BUSY_UTIL_PERCENT
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.sources.metrics.base import FaultHints
-from gpu_efficiency.sources.metrics.prometheus.regex_lists import chunk_alternatives, re_escape
+from gpu_efficiency.sources.metrics.prometheus.regex_lists import chunk_alternatives, regex_literal
 
 #: Labels that identify one GPU (or MIG instance) across every metric.
 GPU_KEY_LABELS = ("UUID", "GPU_I_ID")
@@ -311,7 +311,7 @@ def _any_key(condition: str) -> str:
 def _held_nodes(nodes: frozenset[str], matchers: str) -> str | None:
     if not nodes:
         return None
-    pattern = "|".join(sorted(re_escape(n) for n in nodes))
+    pattern = "|".join(sorted(regex_literal(n) for n in nodes))
     if len(pattern) > MAX_HELD_PATTERN_BYTES:  # too many to list: every GPU (see the constant)
         return _any_key(_selector(Signal.GPU_TEMP, matchers))
     terms = [
@@ -603,7 +603,7 @@ def restricted_queries(
         ]
 
     if len(listed) <= MAX_LISTED_GPUS:
-        pattern = "|".join(re_escape(u) for u in listed)
+        pattern = "|".join(regex_literal(u) for u in listed)
         bodies = texts((f"{matchers}," if matchers else "") + f'UUID=~"{pattern}"')
         if all(len(body.encode()) <= MAX_QUERY_BYTES for body in bodies):
             return [Query(window=window, text=body, keys=wanted) for body in bodies]

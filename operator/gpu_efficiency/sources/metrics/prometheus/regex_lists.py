@@ -35,11 +35,6 @@ def regex_literal(text: str) -> str:
     return "".join([_regex_char(char) for char in text])
 
 
-def re_escape(name: str) -> str:
-    """Escape a node name for a regex in a PromQL string (see ``regex_literal``)."""
-    return regex_literal(name)
-
-
 def uuid_alternatives(uuids: Iterable[str]) -> list[str]:
     """These UUIDs as regex pieces for ``listed_window_queries`` (sorted, each once)."""
     return [regex_literal(u) for u in sorted(set(uuids))]

@@ -389,24 +389,13 @@ def test_identity_change_refreshes_in_full(model: Model) -> None:
     assert fb.max == 5.0
 
 
-def test_gpu_turning_idle_is_refreshed_and_seen_idle(model: Model) -> None:
-    _busy_cluster(model, 8)
-    source = _source(model, 1)
-    _fetch(source, model)
-    model.gpus["GPU-2"].sm = 0.0
-    result, sent = _fetch(source, model, NOW + 200)
-    chain = [q for q in _activity(sent) if "FB_USED" not in q]
-    assert [_listed(q) for q in chain] == [{"GPU-2"}]  # only its activity chain
-    assert _sm(result, "GPU-2").max == 0.0
-
-
 @pytest.mark.parametrize(("most", "raw"), [(8, True), (7, False)])
-def test_a_window_of_many_samples_has_its_chain_aggregated_by_prometheus(
+def test_gpu_turning_idle_is_refreshed_and_seen_idle(
     model: Model, monkeypatch: pytest.MonkeyPatch, most: int, raw: bool
 ) -> None:
-    """The chain is read as raw samples only while a series holds at most MAX_RAW_SAMPLES in the
-    window (here 120 s at a 15 s scrape: 8); past it the answer would grow with the samples, so
-    Prometheus aggregates it as before, and the GPU is judged the same."""
+    """Only the idle GPU's activity chain is fetched. It is read as raw samples only while a series
+    holds at most MAX_RAW_SAMPLES in the window (here 120 s at a 15 s scrape: 8); past it the answer
+    would grow with the samples, so Prometheus aggregates it as before, and the GPU is judged the same."""
     monkeypatch.setattr(chain_samples, "MAX_RAW_SAMPLES", most)
     _busy_cluster(model, 8)
     source = _source(model, 1)
@@ -414,7 +403,7 @@ def test_a_window_of_many_samples_has_its_chain_aggregated_by_prometheus(
     model.gpus["GPU-2"].sm = 0.0
     result, sent = _fetch(source, model, NOW + 200)
     chain = [q for q in _activity(sent) if "FB_USED" not in q]
-    assert [_listed(q) for q in chain] == [{"GPU-2"}]
+    assert [_listed(q) for q in chain] == [{"GPU-2"}]  # only its activity chain
     assert [_raw(q) for q in chain] == [raw]
     assert _sm(result, "GPU-2").max == 0.0
 
