@@ -106,8 +106,8 @@ def test_reclaim_actions_default_per_kind_and_reject_actions_that_do_not_fit() -
 
 
 def test_every_owner_kind_field_is_the_action_for_kind_gives() -> None:
-    """``for_kind`` looks a kind's field up in a table: a field added without its row would make
-    that kind Recommend whatever the policy says."""
+    """``for_kind`` looks a kind's field up in a table made from the fields' aliases: a field added
+    without its kind as alias would make that kind Recommend whatever the policy says."""
     from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec, ReclaimAction
 
     fields = type(GPUEfficiencyPolicySpec().reclaim.actions).model_fields
