@@ -14,8 +14,10 @@ import os
 from dataclasses import dataclass
 
 from gpu_efficiency.api.policy import ALWAYS_PROTECTED_NAMESPACES
+from gpu_efficiency.http_headers import HeaderError, parse_headers
 from gpu_efficiency.settings import (
     Setting,
+    SettingError,
     add_arguments,
     computed_setting,
     render_table,
@@ -87,6 +89,13 @@ class OperatorConfig:
         "comma list of Prometheus URL prefixes that may receive the token and basic auth (empty: "
         "--prometheus-url only); a policy's spec.metrics.prometheus.url elsewhere is queried without "
         "credentials",
+        scope="shared",
+    )
+    prometheus_headers: tuple[str, ...] = setting(
+        (),
+        "comma list of 'Name: value' HTTP headers sent with every Prometheus query where the "
+        "credentials go, e.g. the tenant of Mimir or Cortex, 'X-Scope-OrgID: gpu-team' (not "
+        "Authorization: use the token or basic-auth file)",
         scope="shared",
     )
     namespace: str = setting(
@@ -189,6 +198,17 @@ class OperatorConfig:
     def selfservice_links(self) -> bool:
         """Warnings carry a signed link: the page is served and has a public address."""
         return self.selfservice_port > 0 and bool(self.selfservice_url)
+
+    def __post_init__(self) -> None:
+        self.prometheus_header_map  # noqa: B018  # a bad pair stops the process at start-up
+
+    @property
+    def prometheus_header_map(self) -> dict[str, str]:
+        """``prometheus_headers`` as a header map (http_headers.py); SettingError on a bad pair."""
+        try:
+            return parse_headers(self.prometheus_headers)
+        except HeaderError as exc:
+            raise SettingError(f"--prometheus-headers / $GPUEFF_PROMETHEUS_HEADERS: {exc}") from None
 
     @property
     def credential_prefixes(self) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gpu_efficiency.http_headers import parse_headers
 from tests.e2e.harness import CHART, Cluster, built_tool, create_namespace, delete_namespace, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -257,6 +258,7 @@ def test_operator_args_follow_values(helm_bin: str, tmp_path: Path) -> None:
             "matchers": 'job="dcgm"',
             "bearerToken": {"secretName": "prom-token"},
             "ca": {"configMapName": "prom-ca"},
+            "headers": {"X-Scope-OrgID": "gpu-team", "THANOS-TENANT": "gpu-team|ml"},
         },
         "replicaCount": 1,
         "priorityClassName": "system-cluster-critical",
@@ -275,6 +277,12 @@ def test_operator_args_follow_values(helm_bin: str, tmp_path: Path) -> None:
     assert env["GPUEFF_PROMETHEUS_MATCHERS"] == 'job="dcgm"'
     assert env["GPUEFF_PROMETHEUS_TOKEN_FILE"] == "/etc/gpu-efficiency/prometheus-token/token"
     assert env["GPUEFF_PROMETHEUS_CA_FILE"] == "/etc/gpu-efficiency/prometheus-ca/ca.crt"
+    # the operator reads the list back as the map the values gave
+    assert env["GPUEFF_PROMETHEUS_HEADERS"] == "THANOS-TENANT: gpu-team|ml,X-Scope-OrgID: gpu-team"
+    assert parse_headers(env["GPUEFF_PROMETHEUS_HEADERS"].split(",")) == {
+        "X-Scope-OrgID": "gpu-team",
+        "THANOS-TENANT": "gpu-team|ml",
+    }
     assert container["image"] == "gpu-efficiency-operator@sha256:" + "a" * 64
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["prometheus-token"]["secret"]["secretName"] == "prom-token"
@@ -467,6 +475,12 @@ def test_the_reclaim_pending_alert_passes_its_promtool_unit_test(helm_bin: str, 
         (("operator.leaderElection=false",), "operator.leaderElection=true"),
         (("metrics.port=8081",), "metrics.port and health.port must differ"),
         (("image.tag=latest",), "latest is not allowed"),
+        (
+            ("prometheus.headers.Authorization=Bearer x",),
+            "prometheus.headers.Authorization is set by the operator",
+        ),
+        (("prometheus.headers.X Scope=a",), "invalid propertyName 'X Scope'"),
+        (("prometheus.headers.X-Scope-OrgID=a\\,b",), "prometheus/headers/X-Scope-OrgID"),
     ],
 )
 def test_bad_values_fail_with_a_readable_message(helm_bin: str, sets: tuple[str, ...], expected: str) -> None:

@@ -59,6 +59,7 @@ def test_names_and_defaults_are_those_the_chart_and_users_rely_on() -> None:
         "--prometheus-max-series": 2_000_000,
         "--prometheus-refresh-budget": 0,
         "--prometheus-credentials-for": (),
+        "--prometheus-headers": (),
         "--operator-namespace": "gpu-efficiency-system",
         "--protected-namespaces": (),
         "--dry-run": False,

@@ -160,3 +160,20 @@ kueue.x-k8s.io: [workloads]
 {{- fail "set only one of prometheus.bearerToken.secretName and prometheus.basicAuth.secretName" }}
 {{- end }}
 {{- end }}
+
+{{/*
+prometheus.headers as GPUEFF_PROMETHEUS_HEADERS: "Name: value" pairs, comma separated, by name.
+The headers the operator's HTTP client writes itself are refused here, as the operator would
+refuse them at start-up (gpu_efficiency/http_headers.py RESERVED).
+*/}}
+{{- define "gpueff.prometheusHeaders" -}}
+{{- $pairs := list -}}
+{{- $reserved := list "authorization" "connection" "content-encoding" "content-length" "content-type" "host" "transfer-encoding" -}}
+{{- range $name, $value := . -}}
+{{- if has (lower $name) $reserved -}}
+{{- fail (printf "prometheus.headers.%s is set by the operator itself (Authorization: use prometheus.bearerToken or prometheus.basicAuth)" $name) -}}
+{{- end -}}
+{{- $pairs = append $pairs (printf "%s: %s" $name $value) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}

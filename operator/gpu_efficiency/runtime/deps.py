@@ -114,10 +114,12 @@ class SourceCache:
             return source
 
     def _new_prometheus(self, url: str, timeout: float) -> SampleSource:
-        """A source for ``url``, with the operator's credentials only where they are allowed."""
+        """A source for ``url``, with the operator's credentials and extra headers only where they are
+        allowed."""
         config = self.config
         trusted = credentials_allowed(url, config.credential_prefixes)
-        has_credentials = bool(config.prometheus_token_file or config.prometheus_basic_auth_file)
+        headers = config.prometheus_header_map
+        has_credentials = bool(config.prometheus_token_file or config.prometheus_basic_auth_file or headers)
         source = PrometheusSource(
             PrometheusConfig(
                 url=url,
@@ -128,13 +130,15 @@ class SourceCache:
                 timeout=timeout,
                 matchers=config.prometheus_matchers,
                 max_series=config.prometheus_max_series,
+                extra_headers=headers if trusted else {},
             ),
             refresh_budget=config.prometheus_refresh_budget,
         )
         if trusted or not has_credentials:
             return source
         log.warning(
-            "Prometheus %s is not under --prometheus-credentials-for: it is queried without credentials",
+            "Prometheus %s is not under --prometheus-credentials-for: it is queried without credentials"
+            " or --prometheus-headers",
             url,
         )
         return WithoutCredentials(source, url)
@@ -153,7 +157,7 @@ class WithoutCredentials:
             return self.source.fetch(request)
         except SourceUnavailable as exc:
             raise SourceUnavailable(
-                f"{exc} (no credentials sent: {self.url} is not under the operator's "
+                f"{exc} (no credentials or --prometheus-headers sent: {self.url} is not under the operator's "
                 "--prometheus-credentials-for)"
             ) from exc
 

@@ -138,6 +138,11 @@ CHART_ENV = {
     "GPUEFF_PROMETHEUS_CA_FILE": ("/c/ca.crt", "prometheus_ca_file", "/c/ca.crt"),
     "GPUEFF_PROMETHEUS_MATCHERS": ('job="dcgm"', "prometheus_matchers", 'job="dcgm"'),
     "GPUEFF_PROMETHEUS_INSECURE": ("1", "prometheus_insecure", True),
+    "GPUEFF_PROMETHEUS_HEADERS": (
+        "THANOS-TENANT: gpu-team,X-Scope-OrgID: gpu-team",
+        "prometheus_headers",
+        ("THANOS-TENANT: gpu-team", "X-Scope-OrgID: gpu-team"),
+    ),
     "GPUEFF_PROMETHEUS_CREDENTIALS_FOR": (
         "https://prom.example:9091,http://thanos:9090",
         "prometheus_credentials_for",

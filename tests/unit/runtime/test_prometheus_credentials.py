@@ -6,6 +6,7 @@ token and basic auth: a policy author could collect them or aim them at an inter
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from pydantic import ValidationError
 from gpu_efficiency.api.policy import GPUEfficiencyPolicySpec
 from gpu_efficiency.config import add_setting_arguments, config_from_args
 from gpu_efficiency.engine.model import Window
+from gpu_efficiency.http_headers import parse_headers
 from gpu_efficiency.runtime.deps import SourceCache, WithoutCredentials
+from gpu_efficiency.settings import SettingError
 from gpu_efficiency.sources.metrics.base import FetchRequest, SourceUnavailable, StaticSource
 from gpu_efficiency.sources.metrics.prometheus import PrometheusSource
 from gpu_efficiency.sources.metrics.prometheus.credentials import credentials_allowed
@@ -63,6 +66,21 @@ def test_a_policys_other_prometheus_gets_no_credentials(tmp_path: Path, url: str
     assert _headers(tmp_path, url) == {}
 
 
+TENANT = "--prometheus-headers=X-Scope-OrgID: gpu-team,THANOS-TENANT: gpu-team"
+
+
+def test_extra_headers_go_where_the_credentials_go(tmp_path: Path) -> None:
+    """A tenant header may be the only thing a gateway checks: a policy's other URL gets none."""
+    own = _headers(tmp_path, OWN, TENANT)
+    assert own == {
+        "Authorization": "Bearer s3cret",
+        "basic": "user:pass",
+        "X-Scope-OrgID": "gpu-team",
+        "THANOS-TENANT": "gpu-team",
+    }
+    assert _headers(tmp_path, "http://collector.attacker.svc:8080", TENANT) == {}
+
+
 def test_the_allow_list_flag_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     thanos = "https://thanos.monitoring.svc/query"
     assert _headers(tmp_path, thanos + "/tenant", f"--prometheus-credentials-for={OWN},{thanos}")
@@ -103,7 +121,10 @@ def test_a_failure_without_credentials_says_why() -> None:
         StaticSource(error="Prometheus refused the credentials (HTTP 401)"), "http://x"
     )
     request = FetchRequest(now=0.0, windows={Window.ACTIVITY: 60.0}, scrape_interval=15.0)
-    with pytest.raises(SourceUnavailable, match=r"HTTP 401\) \(no credentials sent: http://x is not under"):
+    with pytest.raises(
+        SourceUnavailable,
+        match=r"HTTP 401\) \(no credentials or --prometheus-headers sent: http://x is not under",
+    ):
         source.fetch(request)
 
 
@@ -123,3 +144,42 @@ def test_a_failure_without_credentials_says_why() -> None:
 def test_the_schema_rejects_urls_that_are_not_plain_http_bases(url: str) -> None:
     with pytest.raises(ValidationError, match="url"):
         GPUEfficiencyPolicySpec.model_validate({"metrics": {"prometheus": {"url": url}}})
+
+
+def _config(*flags: str) -> None:
+    parser = argparse.ArgumentParser()
+    add_setting_arguments(parser, "run")
+    config_from_args(parser.parse_args([*flags, "--agent-urls=http://agent:1"]))
+
+
+@pytest.mark.parametrize(
+    ("pairs", "why"),
+    [
+        ("X-Scope-OrgID", "is not 'Name: value'"),
+        (": team", "is not 'Name: value'"),
+        ("X Scope: team", "is not an HTTP header name"),
+        ("X-Scope-OrgID: team\r\nX-Admin: 1", "line break"),
+        ("X-Scope-OrgID: t\u00e9am", "outside printable ASCII"),
+        ("Authorization: Bearer abc", "use the bearer-token or basic-auth file"),
+        ("host: evil.example", "set by the operator itself"),
+        ("X-Scope-OrgID: a,x-scope-orgid: b", "given twice"),
+    ],
+)
+def test_a_bad_header_stops_the_process_at_start_up(
+    pairs: str, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(
+        SettingError, match=r"--prometheus-headers / \$GPUEFF_PROMETHEUS_HEADERS: .*" + re.escape(why)
+    ):
+        _config(f"--prometheus-headers={pairs}")
+    monkeypatch.setenv("GPUEFF_PROMETHEUS_HEADERS", pairs)
+    with pytest.raises(SettingError, match=re.escape(why)):
+        _config()
+
+
+def test_header_values_keep_their_own_colons_and_equals_signs() -> None:
+    assert parse_headers([" X-Api-Key :  a:b==  ", "X-Scope-OrgID: team-a|team-b"]) == {
+        "X-Api-Key": "a:b==",
+        "X-Scope-OrgID": "team-a|team-b",
+    }
+    assert parse_headers([]) == {}

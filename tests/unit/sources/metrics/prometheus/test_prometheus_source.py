@@ -128,6 +128,7 @@ class FakePrometheus:
         self.status = status
         self.queries: list[str] = []
         self.auth: list[str | None] = []
+        self.tenants: list[str | None] = []
 
     def answer(self, query: str) -> bytes:
         if query.startswith("group by (UUID"):
@@ -156,6 +157,7 @@ class FakePrometheus:
         query = form(request)["query"][0]
         self.queries.append(query)
         self.auth.append(request.headers.get("Authorization"))
+        self.tenants.append(request.headers.get("X-Scope-OrgID"))
         if self.status != 200:
             return httpx.Response(self.status, text="unavailable")
         return json_answer(self.answer(query))
@@ -188,6 +190,18 @@ def test_fetch_assembles_samples(tmp_path: Any) -> None:
     assert result.queries == 6 == len(fake.queries)  # identity, inventory, 4 windows
     assert set(fake.auth) == {"Bearer s3cret"}
     _check_assembled(result)
+
+
+def test_every_query_carries_the_extra_headers() -> None:
+    """Mimir and Cortex refuse a query without its tenant (--prometheus-headers): the identity,
+    inventory and every window query carry it, beside the bearer token."""
+    fake = FakePrometheus()
+    fake.source(extra_headers={"X-Scope-OrgID": "gpu-team"}).fetch(
+        FetchRequest(now=1700000000.0, windows=WINDOWS, scrape_interval=15.0)
+    )
+    assert len(fake.tenants) == 6
+    assert set(fake.tenants) == {"gpu-team"}
+    assert set(fake.auth) == {None}
 
 
 class _GzipPrometheus(QuietHandler):
