@@ -160,19 +160,29 @@ def free_port() -> int:
 Samples = list[tuple[dict[str, str], float]]
 
 
-def samples(port: int, name: str) -> Samples | None:
-    """The operator's samples named ``name`` (None while /metrics does not answer)."""
+def scrape(port: int) -> str | None:
+    """The operator's /metrics page (None while it does not answer)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
+            return str(response.read().decode())
     except OSError:
         return None
+
+
+def named(text: str, name: str) -> Samples:
+    """The samples named ``name`` in one /metrics page."""
     return [
         (dict(s.labels), float(s.value))
         for family in text_string_to_metric_families(text)
         for s in family.samples
         if s.name == name
     ]
+
+
+def samples(port: int, name: str) -> Samples | None:
+    """The operator's samples named ``name`` (None while /metrics does not answer)."""
+    text = scrape(port)
+    return None if text is None else named(text, name)
 
 
 def pending(port: int, policy: str, pod: str) -> Samples | None:
@@ -219,10 +229,16 @@ class CycleTimes:
 
 
 def cycle_times(port: int, policy: str) -> CycleTimes | None:
-    """The policy's cycle-duration histogram (None while /metrics does not answer or has none)."""
-    found = samples(port, "gpu_efficiency_cycle_duration_seconds_count")
-    total = samples(port, "gpu_efficiency_cycle_duration_seconds_sum")
-    buckets = samples(port, "gpu_efficiency_cycle_duration_seconds_bucket")
+    """The policy's cycle-duration histogram (None while /metrics does not answer or has none).
+
+    Count, sum and buckets come from one page: read from three, a cycle ending between the reads
+    made "cycles over 5 s" (count minus the 5 s bucket) -1."""
+    text = scrape(port)
+    if text is None:
+        return None
+    found = named(text, "gpu_efficiency_cycle_duration_seconds_count")
+    total = named(text, "gpu_efficiency_cycle_duration_seconds_sum")
+    buckets = named(text, "gpu_efficiency_cycle_duration_seconds_bucket")
     if not found or not total or not buckets:
         return None
     count = next((v for labels, v in found if labels.get("policy") == policy), None)
