@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
+from functools import cached_property
 
 from gpu_efficiency.api.policy import ALWAYS_PROTECTED_NAMESPACES
 from gpu_efficiency.http_headers import HeaderError, parse_headers
@@ -202,9 +203,10 @@ class OperatorConfig:
     def __post_init__(self) -> None:
         self.prometheus_header_map  # noqa: B018  # a bad pair stops the process at start-up
 
-    @property
+    @cached_property
     def prometheus_header_map(self) -> dict[str, str]:
-        """``prometheus_headers`` as a header map (http_headers.py); SettingError on a bad pair."""
+        """``prometheus_headers`` as a header map (http_headers.py), parsed once; SettingError on a
+        bad pair."""
         try:
             return parse_headers(self.prometheus_headers)
         except HeaderError as exc:

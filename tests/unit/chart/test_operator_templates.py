@@ -14,6 +14,7 @@ import yaml
 
 from gpu_efficiency.cli import build_parser
 from gpu_efficiency.config import OperatorConfig, config_from_args
+from gpu_efficiency.http_headers import RESERVED
 
 TEMPLATES = Path(__file__).resolve().parents[3] / "charts" / "gpu-efficiency-operator" / "templates"
 
@@ -190,6 +191,14 @@ def test_every_command_reads_the_chart_environment(command: str, monkeypatch: py
     config = config_from_args(build_parser().parse_args([command, *extra]))
     for name, (_, attr, expected) in CHART_ENV.items():
         assert getattr(config, attr) == expected != getattr(OperatorConfig(), attr), name
+
+
+def test_the_chart_refuses_the_headers_the_operator_refuses() -> None:
+    """helm cannot call the operator's parser: the template keeps its own copy of RESERVED."""
+    helpers = (TEMPLATES / "_helpers.tpl").read_text()
+    match = re.search(r'\$reserved := list ((?:"[a-z-]+" ?)+)', helpers)
+    assert match
+    assert set(re.findall(r'"([a-z-]+)"', match.group(1))) == RESERVED
 
 
 def test_run_reads_the_notify_secret_directory_the_chart_mounts(monkeypatch: pytest.MonkeyPatch) -> None:
