@@ -304,6 +304,20 @@ class OperatorProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
+def live_lease_holder(api: client.ApiClient, name: str = "gpu-efficiency-operator") -> str:
+    """Who leads now: the Lease's holder while its last renewal is younger than its duration, else ""
+    (a killed operator's Lease keeps its holder until it expires)."""
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(name, OPERATOR_NAMESPACE)
+    except ApiException:
+        return ""
+    renewed = lease.spec.renew_time
+    if not lease.spec.holder_identity or renewed is None:
+        return ""
+    age = time.time() - renewed.timestamp()
+    return str(lease.spec.holder_identity) if age < (lease.spec.lease_duration_seconds or 15) else ""
+
+
 def create_namespace(api: client.ApiClient, prefix: str, labels: dict[str, str] | None = None) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(api).create_namespace(

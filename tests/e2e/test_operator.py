@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
-from tests.e2e.harness import CLUSTER_SH, Cluster, pod_events_after, wait_for
+from tests.e2e.harness import CLUSTER_SH, Cluster, live_lease_holder, pod_events_after, wait_for
 from tests.e2e.sim_fixtures import GPUNodes, RunningSimulator, gpu_nodes, simulator  # noqa: F401
 
 PROFILE = "sim.gpuefficiency.io/profile"
@@ -301,11 +301,10 @@ def test_two_replicas_exactly_one_acts_and_the_other_takes_over(
     policies: list[str],
 ) -> None:
     core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
-    coordination = client.CoordinationV1Api(k8s)
     first, second = start_operator(), start_operator()
     # A previous test's killed operator may still hold an unexpired lease: wait for one of ours.
     holder = wait_for(
-        lambda: (h := _lease_holder(coordination)) in (first.name, second.name) and h,
+        lambda: (h := live_lease_holder(k8s)) in (first.name, second.name) and h,
         60,
         what="one of us to lead",
     )
@@ -333,7 +332,7 @@ def test_two_replicas_exactly_one_acts_and_the_other_takes_over(
 
     # The leader dies; the standby takes the lease and carries on with the replacement pod.
     leader.kill()
-    wait_for(lambda: _lease_holder(coordination) == standby.name, 30, what="the standby to take the lease")
+    wait_for(lambda: live_lease_holder(k8s) == standby.name, 30, what="the standby to take the lease")
     fresh = wait_for(
         lambda: (
             (p := running_pod(core, namespace, "notebook")) and p.metadata.name != pod.metadata.name and p
@@ -347,18 +346,6 @@ def test_two_replicas_exactly_one_acts_and_the_other_takes_over(
         what="the standby evicting the idle replacement",
     )
     assert f"policy {name}: cycle" in standby.log()
-
-
-def _lease_holder(api: client.CoordinationV1Api) -> str:
-    try:
-        lease = api.read_namespaced_lease("gpu-efficiency-operator", "gpu-efficiency-system")
-    except ApiException:
-        return ""
-    renewed = lease.spec.renew_time
-    if not lease.spec.holder_identity or renewed is None:
-        return ""
-    age = time.time() - renewed.timestamp()
-    return str(lease.spec.holder_identity) if age < (lease.spec.lease_duration_seconds or 15) else ""
 
 
 # ---- Prometheus down -----------------------------------------------------------------------------

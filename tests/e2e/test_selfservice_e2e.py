@@ -63,18 +63,19 @@ def test_keep_and_release_from_the_warning_link_in_a_browser(
     key = tmp_path / "selfservice-key"
     key.write_text(secrets.token_hex(32) + "\n")
     port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    args = (f"--selfservice-port {port}", f"--selfservice-url {base}", f"--selfservice-key-file {key}")
+    first = f"http://127.0.0.1:{port}"
+    args = (f"--selfservice-port {port}", f"--selfservice-url {first}", f"--selfservice-key-file {key}")
     with (
         BackgroundScenario("selfservice", cluster, operator_identity, tmp_path, operator_args=args) as bg,
         headless_chromium() as browser,
     ):
         ns = bg.namespace("sim-self")
-        # A second replica: it serves the page too, but as a standby it must not write a click.
-        standby_port = free_port()
-        standby = f"http://127.0.0.1:{standby_port}"
+        # A second replica: it serves the page too, but as a standby it must not write a click. Both
+        # start within a second, so either may win the Lease: the links name the leader's URL.
+        second_port = free_port()
+        second = f"http://127.0.0.1:{second_port}"
         start_operator(
-            "--selfservice-port", str(standby_port), "--selfservice-url", standby, "--selfservice-key-file", str(key)
+            "--selfservice-port", str(second_port), "--selfservice-url", second, "--selfservice-key-file", str(key)
         )  # fmt: skip
 
         def pod_of(workload: str) -> client.V1Pod | None:
@@ -90,7 +91,9 @@ def test_keep_and_release_from_the_warning_link_in_a_browser(
         giver = wait_for(lambda: warned("giver"), 30, what="giver warned with a self-service link")
         keep_link = keeper.metadata.annotations[names.SELF_SERVICE]
         release_link = giver.metadata.annotations[names.SELF_SERVICE]
-        assert keep_link.startswith(f"{base}/gpu?t=")
+        leader, standby = (first, second) if keep_link.startswith(f"{first}/") else (second, first)
+        assert keep_link.startswith(f"{leader}/gpu?t="), keep_link
+        assert release_link.startswith(f"{leader}/gpu?t="), release_link
         keeper_deadline = parse_rfc3339(keeper.metadata.annotations[names.EVICT_AFTER])
         giver_deadline = parse_rfc3339(giver.metadata.annotations[names.EVICT_AFTER])
         assert keeper_deadline is not None
@@ -144,7 +147,7 @@ def test_keep_and_release_from_the_warning_link_in_a_browser(
 
         assert "cannot be used" in open_text(tampered(keep_link))
         forged = httpx.post(
-            f"{base}/gpu/release", data={"t": unquote(tampered(release_link).split("t=", 1)[1])}
+            f"{leader}/gpu/release", data={"t": unquote(tampered(release_link).split("t=", 1)[1])}
         )
         assert forged.status_code == 403, forged.text
         for pod in (pod_of("keeper"), pod_of("giver")):
@@ -156,7 +159,7 @@ def test_keep_and_release_from_the_warning_link_in_a_browser(
         # The standby shows the page but answers a click with "try again", writing nothing.
         token = unquote(keep_link.split("t=", 1)[1])
         shown = wait_for(
-            lambda: (r := httpx.get(keep_link.replace(base, standby), timeout=30)).status_code == 200 and r,
+            lambda: (r := httpx.get(keep_link.replace(leader, standby), timeout=30)).status_code == 200 and r,
             60,
             what="the standby serving the page",
         )
