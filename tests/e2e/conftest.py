@@ -16,6 +16,7 @@ from tests.e2e.harness import (
     OperatorProcess,
     create_namespace,
     delete_namespace,
+    drop_lease_of,
     install_crds,
     install_operator_rbac,
     start_cluster,
@@ -133,9 +134,15 @@ def namespace(k8s: client.ApiClient, request: pytest.FixtureRequest) -> Iterator
 
 @pytest.fixture
 def start_operator(
-    operator_identity: OperatorIdentity, prometheus_url: str, tmp_path: Path, request: pytest.FixtureRequest
+    operator_identity: OperatorIdentity,
+    prometheus_url: str,
+    k8s: client.ApiClient,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Callable[..., OperatorProcess]]:
-    """Factory: start_operator(*extra_args) -> a running OperatorProcess; all are stopped at teardown."""
+    """Factory: start_operator(*extra_args) -> a running OperatorProcess; all are stopped at teardown,
+    and a Lease one of them still holds (a killed replica does not release it) is deleted, so the
+    next test's operator does not wait out its term."""
     started: list[OperatorProcess] = []
 
     def start(*extra_args: str) -> OperatorProcess:
@@ -148,6 +155,7 @@ def start_operator(
     yield start
     for op in started:
         op.stop()  # SIGTERM: the operator releases its Lease, so the next test's operator leads at once
+    drop_lease_of(k8s, {op.name for op in started})
     failed = request.node.rep_call.failed if hasattr(request.node, "rep_call") else False
     if failed:
         for op in started:

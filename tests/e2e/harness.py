@@ -318,6 +318,29 @@ def live_lease_holder(api: client.ApiClient, name: str = "gpu-efficiency-operato
     return str(lease.spec.holder_identity) if age < (lease.spec.lease_duration_seconds or 15) else ""
 
 
+def drop_lease_of(api: client.ApiClient, holders: set[str], name: str = "gpu-efficiency-operator") -> bool:
+    """Delete the Lease when one of ``holders`` (stopped operators) still holds it: a test that kills
+    its operator leaves the Lease held until it expires, and the next test's operator would wait for
+    that. Only for processes known to be gone; a live holder's Lease is never touched."""
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(name, OPERATOR_NAMESPACE)
+    except ApiException:
+        return False
+    if (lease.spec.holder_identity or "") not in holders:
+        return False
+    try:
+        client.CoordinationV1Api(api).delete_namespaced_lease(
+            name,
+            OPERATOR_NAMESPACE,
+            body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(resource_version=lease.metadata.resource_version)
+            ),
+        )
+    except ApiException:
+        return False  # changed meanwhile (another holder) or already gone
+    return True
+
+
 def create_namespace(api: client.ApiClient, prefix: str, labels: dict[str, str] | None = None) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(api).create_namespace(
