@@ -3,6 +3,7 @@ operator as a separate process (`gpu-efficiency run`) that tests can kill and re
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -22,6 +23,7 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
+from gpu_efficiency.cleanup import LEASE_NAME
 from gpu_efficiency.sources.metrics.prometheus import PrometheusClient, PrometheusConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -304,41 +306,45 @@ class OperatorProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def live_lease_holder(api: client.ApiClient, name: str = "gpu-efficiency-operator") -> str:
+def read_lease(api: client.ApiClient) -> client.V1Lease | None:
+    """The operators' leader-election Lease in our namespace, or None when it cannot be read."""
+    try:
+        return client.CoordinationV1Api(api).read_namespaced_lease(LEASE_NAME, OPERATOR_NAMESPACE)
+    except ApiException:
+        return None
+
+
+def live_lease_holder(api: client.ApiClient) -> str:
     """Who leads now: the Lease's holder while its last renewal is younger than its duration, else ""
     (a killed operator's Lease keeps its holder until it expires)."""
-    try:
-        lease = client.CoordinationV1Api(api).read_namespaced_lease(name, OPERATOR_NAMESPACE)
-    except ApiException:
+    lease = read_lease(api)
+    spec = lease.spec if lease is not None else None
+    if spec is None or not spec.holder_identity or spec.renew_time is None:
         return ""
-    renewed = lease.spec.renew_time
-    if not lease.spec.holder_identity or renewed is None:
-        return ""
-    age = time.time() - renewed.timestamp()
-    return str(lease.spec.holder_identity) if age < (lease.spec.lease_duration_seconds or 15) else ""
+    age = time.time() - spec.renew_time.timestamp()
+    return str(spec.holder_identity) if age < (spec.lease_duration_seconds or 15) else ""
 
 
-def drop_lease_of(api: client.ApiClient, holders: set[str], name: str = "gpu-efficiency-operator") -> bool:
+def drop_lease_of(api: client.ApiClient, holders: set[str]) -> None:
     """Delete the Lease when one of ``holders`` (stopped operators) still holds it: a test that kills
     its operator leaves the Lease held until it expires, and the next test's operator would wait for
     that. Only for processes known to be gone; a live holder's Lease is never touched."""
-    try:
-        lease = client.CoordinationV1Api(api).read_namespaced_lease(name, OPERATOR_NAMESPACE)
-    except ApiException:
-        return False
-    if (lease.spec.holder_identity or "") not in holders:
-        return False
-    try:
+    lease = read_lease(api)
+    if (
+        lease is None
+        or lease.spec is None
+        or lease.metadata is None
+        or lease.spec.holder_identity not in holders
+    ):
+        return
+    with contextlib.suppress(ApiException):  # changed meanwhile (another holder) or already gone
         client.CoordinationV1Api(api).delete_namespaced_lease(
-            name,
+            LEASE_NAME,
             OPERATOR_NAMESPACE,
             body=client.V1DeleteOptions(
                 preconditions=client.V1Preconditions(resource_version=lease.metadata.resource_version)
             ),
         )
-    except ApiException:
-        return False  # changed meanwhile (another holder) or already gone
-    return True
 
 
 def create_namespace(api: client.ApiClient, prefix: str, labels: dict[str, str] | None = None) -> str:
