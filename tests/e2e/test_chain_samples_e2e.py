@@ -1,8 +1,9 @@
-"""The activity chain read as raw samples (``tiered/chain_samples.py``) against the real Prometheus:
-the rows the source makes of them must be the rows Prometheus' own aggregates give
-(``max_over_time``, ``avg_over_time``, ``count_over_time``, ``stddev_over_time``, ``timestamp``, by
-``UUID, GPU_I_ID``), for the simulator's GPUs as they are scraped now: two busy under pods (noisy
-values: a spread to compare), six free."""
+"""The activity chain, and a restart's whole activity window, read as raw samples
+(``tiered/chain_samples.py``) against the real Prometheus: the rows the source makes of them must be
+the rows Prometheus' own aggregates give (``max_over_time``, ``avg_over_time``, ``min_over_time``,
+``last_over_time``, ``count_over_time``, ``stddev_over_time``, ``timestamp``, by ``UUID, GPU_I_ID``),
+the whole window's to the last bit, for the simulator's GPUs as they are scraped now: two busy under
+pods (noisy values: a spread to compare), six free."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, Promethe
 from gpu_efficiency.sources.metrics.prometheus.aggregate_rows import FIELDS
 from gpu_efficiency.sources.metrics.prometheus.promql import Query, listed_window_queries
 from gpu_efficiency.sources.metrics.prometheus.regex_lists import uuid_alternatives
-from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import CHAIN_PLAN, chain_sample_queries
+from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import (
+    CHAIN_PLAN,
+    WHOLE_PLAN,
+    chain_sample_queries,
+    whole_sample_queries,
+)
 from gpu_efficiency.sources.metrics.prometheus.windows import WindowValues
 from tests.e2e.harness import wait_for
 from tests.e2e.sim_fixtures import GPUNodes, RunningSimulator, gpu_nodes, simulator
@@ -91,3 +97,19 @@ def test_raw_chain_samples_give_prometheus_own_aggregates(
     assert compared == len(uuids) * len(CHAIN_PLAN)
     # Prometheus' own stddev varies too: the spread was compared, not two zeros
     assert max(rows[Signal.GPU_UTIL][spread] for rows in want.values()) > 0
+
+    # the whole window of every GPU (a restart's first cycle), by UUID ending: bit for bit
+    whole = whole_sample_queries(WINDOW_S, matchers)
+    assert whole
+    keys = {(u, "") for u in uuids}
+    want = _rows(source, listed_window_queries(Window.ACTIVITY, WINDOW_S, None, matchers) or [], at)
+    got = _rows(source, whole, at)
+    assert set(got) == set(want) == keys
+    for key, by_signal in want.items():
+        assert set(by_signal) <= set(WHOLE_PLAN)
+        assert set(got[key]) == set(by_signal), key
+        for signal, row in by_signal.items():
+            exact = [(i, a, b) for i, (a, b) in enumerate(zip(row, got[key][signal], strict=True)) if a != b]
+            assert all(math.isnan(a) and math.isnan(b) for _, a, b in exact), (key, signal, exact)
+    served = {signal for by_signal in want.values() for signal in by_signal}
+    assert len(served) >= 10, served  # the simulator serves most of the window's signals

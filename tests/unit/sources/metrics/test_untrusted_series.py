@@ -131,11 +131,19 @@ def test_regex_literal_is_plain_or_hex_escaped_and_round_trips(text: str) -> Non
 
 
 class _Flood(QuietHandler):
-    """Every query answered with 50 series of one GPU (a flood of forged duplicates)."""
+    """Every query answered with 50 series of one GPU (a flood of forged duplicates); a plain range
+    selector (raw samples of the whole activity window) with 50 such series of samples."""
 
     def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.reply_json(_vector([{**GOOD, "pod": f"p{i}"} for i in range(50)]))
+        query = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())["query"][0]
+        series = [{**GOOD, "pod": f"p{i}"} for i in range(50)]
+        if query.startswith("{") and query.endswith("s]"):
+            result = [{"metric": m, "values": [[1700000000.0, "1"]]} for m in series]
+            self.reply_json(
+                json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+            )
+        else:
+            self.reply_json(_vector(series))
 
 
 @pytest.mark.parametrize("tiered", [False, True])

@@ -230,6 +230,8 @@ class Query:
     xid_counts: bool = False  # XID events per GPU and code (``sources/metrics/prometheus/xid_counts.py``)
     #: A plain range selector: raw samples, aggregated by the source (``tiered/chain_samples.py``).
     samples: bool = False
+    #: With ``samples``: the whole activity window's names, not the chain's (``whole_sample_queries``).
+    whole: bool = False
     #: The GPU keys kept from the answer (None: all): a listed window's filter, applied by the source.
     keys: frozenset[tuple[str, str]] | None = None
 

@@ -30,7 +30,11 @@ from gpu_efficiency.sources.metrics.prometheus.promql import (
     cycle_queries,
     restricted_queries,
 )
-from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import decode_matrix, fold_chain_samples
+from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import (
+    decode_matrix,
+    fold_chain_samples,
+    fold_whole_samples,
+)
 from gpu_efficiency.sources.metrics.prometheus.tiered.fetch import TieredFetch
 from gpu_efficiency.sources.metrics.prometheus.transport import PrometheusClient, PrometheusConfig
 from gpu_efficiency.sources.metrics.prometheus.vector import iter_vector
@@ -88,9 +92,10 @@ class PrometheusSource:
                 query.text, at, lambda chunks: fold_target_window(iter_vector(chunks), cap)
             )
             return TrustedRows(values if keys is None else {k: v for k, v in values.items() if k in keys})
-        if query.samples:  # the chain's raw samples: small answers (a listed query), read whole
+        if query.samples:  # raw samples: a listed chain, or one bucket of the whole window; read whole
+            fold = fold_whole_samples if query.whole else fold_chain_samples
             rows = self.client.exchange(
-                query.text, at, lambda chunks: fold_chain_samples(decode_matrix(b"".join(chunks), cap))
+                query.text, at, lambda chunks: fold(decode_matrix(b"".join(chunks), cap))
             )
         else:
             rows = self.client.exchange(query.text, at, lambda chunks: fold_window(iter_vector(chunks), cap))

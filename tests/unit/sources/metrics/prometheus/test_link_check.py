@@ -54,7 +54,9 @@ class FakePrometheus:
             error = {"status": "error", "errorType": "execution", "error": "query timed out"}
             return json_answer(json.dumps(error).encode(), status=422)
         result = [{"metric": m, "value": [NOW, str(v)]} for m, v in self.answer(query)]
-        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        # a plain range selector (the activity window as raw samples) gets a matrix: no series here
+        kind = "matrix" if query.startswith("{") and query.endswith("s]") else "vector"
+        body = {"status": "success", "data": {"resultType": kind, "result": result}}
         return json_answer(json.dumps(body).encode())
 
     def cycle(self) -> tuple[bool, set[str]]:

@@ -231,21 +231,23 @@ CHAIN_TAGS = {
 
 def _selected(text: str, every: Sequence[str]) -> set[str]:
     """The UUIDs of ``every`` a query's selectors select (one UUID pattern in all of them, or none)."""
-    patterns = set(re.findall(r'UUID=~"((?:[^"\\]|\\.)*)"', text))
+    patterns = set(re.findall(r'UUID(=~|!~)"((?:[^"\\]|\\.)*)"', text))
     assert len(patterns) <= 1, "selectors of one query select different GPUs"
     if not patterns:
         return set(every)
-    (pattern,) = patterns
+    ((op, pattern),) = patterns
     regex = re.compile(pattern.replace("\\\\", "\\"))
-    return {u for u in every if regex.fullmatch(u)}
+    return {u for u in every if bool(regex.fullmatch(u)) is (op == "=~")}
 
 
 def _coverage(queries: Sequence[Query], every: Sequence[str]) -> dict[str, set[str]]:
     """Per UUID, the activity aggregates some query fetches for it (``Query.keys`` honoured)."""
     got: dict[str, set[str]] = {}
     for query in queries:
-        # a raw-sample query reads the chain's samples: every chain aggregate is made from them
-        tags = set(CHAIN_TAGS) if query.samples else {tag for tag in ACTIVITY_TAGS if tag in query.text}
+        # a raw-sample query reads the chain's (or the whole window's) samples: every aggregate of
+        # them is made from them
+        raw = ACTIVITY_TAGS if query.whole else CHAIN_TAGS
+        tags = set(raw) if query.samples else {tag for tag in ACTIVITY_TAGS if tag in query.text}
         for gpu in _selected(query.text, every):
             if query.keys is None or (gpu, "") in query.keys:
                 got.setdefault(gpu, set()).update(tags)
@@ -351,10 +353,17 @@ def test_unfiltered_windows_are_cut_to_fit_long_matchers_and_keep_every_aggregat
     sent = cycle_queries(WINDOWS, matchers)[1:]
     every = _uuids(GPUS)
     plan = RefreshPlan(full=frozenset(_seen(every)), chain=frozenset(), carried=frozenset())
-    _, tiered = activity_queries(plan, _seen(every), WINDOWS[Window.ACTIVITY], matchers)
+    _, tiered = activity_queries(plan, _seen(every), WINDOWS[Window.ACTIVITY], matchers, raw=False)
     for queries in (sent, tiered):
         assert all(len(q.text.encode()) <= MAX_QUERY_BYTES for q in queries)
         assert all("UUID=~" not in q.text and q.keys is None for q in queries)
+    # as raw samples (a series holds few enough in the window): one query per UUID ending, each GPU
+    # in one of them with every aggregate, whatever the matchers
+    _, raw = activity_queries(plan, _seen(every), WINDOWS[Window.ACTIVITY], matchers, raw=True)
+    assert all(q.samples and q.whole and len(q.text.encode()) <= MAX_QUERY_BYTES for q in raw)
+    assert all(matchers in q.text for q in raw)
+    assert sum(len(_selected(q.text, every)) for q in raw) == len(every)
+    assert _coverage(raw, every) == dict.fromkeys(every, ACTIVITY_TAGS)
     assert len([q for q in sent if q.window is Window.ACTIVITY]) >= 2
     for window in WINDOWS:
         parts = [q.text for q in sent if q.window is window]

@@ -44,7 +44,12 @@ from gpu_efficiency.sources.metrics.prometheus.tiered.activity_cache import (
     oldest_cached,
     plan_refresh,
 )
-from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import chain_sample_queries, raw_fits
+from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import (
+    WHOLE_IN_FLIGHT,
+    chain_sample_queries,
+    raw_fits,
+    whole_sample_queries,
+)
 from gpu_efficiency.sources.metrics.prometheus.windows import (
     Overlay,
     Rows,
@@ -114,7 +119,10 @@ class TieredFetch:
                 state.plan, activity = activity_queries(plan, state.seen, seconds, matchers, state.early, raw)
                 self._count_unlisted(state.plan)
                 state.carried = {key: carried[key] for key in state.plan.carried}
-                more += activity
+                state.waiting = [q for q in activity if q.whole]  # WHOLE_IN_FLIGHT at a time
+                more += [q for q in activity if not q.whole] + state.next_whole(WHOLE_IN_FLIGHT)
+            elif query.whole:
+                more += state.next_whole(1)
             return more
 
         with gc_paused():
@@ -274,6 +282,12 @@ class TieredRound:
     xids: XidEvents = field(
         default_factory=dict
     )  # XID events counted (sources/metrics/prometheus/xid_counts.py)
+    waiting: list[Query] = field(default_factory=list)  # whole-window buckets not asked for yet
+
+    def next_whole(self, count: int) -> list[Query]:
+        """The next ``count`` whole-window buckets to ask for (``chain_samples.WHOLE_IN_FLIGHT``)."""
+        taken, self.waiting = self.waiting[:count], self.waiting[count:]
+        return taken
 
     def build_carried(self) -> None:
         """The carried GPUs' activity Stats, from the entries the plan judged: each entry's own
@@ -356,6 +370,14 @@ def bucket_queries(endings: Collection[str] | None, seconds: float, matchers: st
     return listed_window_queries(Window.ACTIVITY, seconds, pieces, matchers, around=around)
 
 
+def whole_window_queries(seconds: float, matchers: str, raw: bool) -> list[Query]:
+    """The activity window of every GPU (a restart's first cycle, or most GPUs changed): with
+    ``raw``, as raw samples by UUID ending (``chain_samples.whole_sample_queries``: a quarter of
+    Prometheus' work for the same rows), else Prometheus' aggregates."""
+    queries = whole_sample_queries(seconds, matchers) if raw else None
+    return queries or fitting_window_queries(Window.ACTIVITY, seconds, matchers)
+
+
 def activity_queries(
     plan: RefreshPlan,
     seen: Mapping[Key, Seen],
@@ -368,12 +390,12 @@ def activity_queries(
     chain-only windows of its UUIDs (those of ``chains_sent`` already asked for: ``early_chain``;
     with ``raw``, the chains as raw samples: ``chain_samples.raw_fits``).
     When the full windows take too many queries or are most GPUs, the full window over every GPU
-    (the plan widened to all); when only the chains do, the chain-only window over every GPU, its
+    (the plan widened to all: ``whole_window_queries``); when only the chains do, the chain-only window over every GPU, its
     answer kept for the plan's chain GPUs (a fifth of the whole window's terms)."""
     total = len({uuid for uuid, _ in seen})
     full = {uuid for uuid, _ in plan.full}
     chain = {uuid for uuid, _ in plan.chain} - set(chains_sent)
-    whole = fitting_window_queries(Window.ACTIVITY, seconds, matchers)
+    whole = whole_window_queries(seconds, matchers, raw)
     if 2 * len(full) > total:
         return everything(seen, plan), whole
     listed = listed_activity(full, seconds, matchers)

@@ -1,6 +1,7 @@
-"""The activity chain read as raw samples: the queries (size, each UUID once, the chain's names and
-window) and the rows made of the answer (Prometheus' rules for each aggregate, NaN, units, ``old or
-new``, several targets, MIG keys, malformed and partial answers)."""
+"""The activity chain (and a restart's whole window) read as raw samples: the queries (size, each
+UUID once, the names and window, the whole window's buckets) and the rows made of the answer
+(Prometheus' rules for each aggregate, Kahan sums, NaN, units, ``old or new``, several targets, MIG
+keys, malformed and partial answers)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,20 @@ from gpu_efficiency.config import DEFAULT_MATCHERS
 from gpu_efficiency.engine.model import Signal, Window
 from gpu_efficiency.sources.metrics.base import SourceUnavailable
 from gpu_efficiency.sources.metrics.prometheus.aggregate_rows import FIELDS
-from gpu_efficiency.sources.metrics.prometheus.promql import MAX_QUERY_BYTES
+from gpu_efficiency.sources.metrics.prometheus.promql import MAX_QUERY_BYTES, QUERY_PLAN
 from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import (
     CHAIN_PLAN,
     NAMES,
+    WHOLE_BUCKETS,
+    WHOLE_NAMES,
+    WHOLE_PLAN,
     chain_sample_queries,
     decode_matrix,
     fold_chain_samples,
+    fold_whole_samples,
     raw_fits,
+    series_aggregates,
+    whole_sample_queries,
 )
 from gpu_efficiency.sources.metrics.prometheus.vector import PARTIAL
 
@@ -191,13 +198,88 @@ def test_a_value_that_is_no_number_reads_nan_as_prometheus_would_not_send() -> N
     assert math.isnan(_get(rows, Signal.GPU_UTIL, "avg"))
 
 
-def test_every_chain_signal_has_every_aggregate_the_plan_asks() -> None:
-    series = [_series(name, [0.5, 0.25]) for name, (_, place, _) in NAMES.items() if place == 0]
-    rows = fold_chain_samples(series)[(U, "")]
-    assert set(rows) == set(CHAIN_PLAN)
-    for signal, aggs in CHAIN_PLAN.items():
+@pytest.mark.parametrize(
+    ("names", "plan", "fold"),
+    [(NAMES, CHAIN_PLAN, fold_chain_samples), (WHOLE_NAMES, WHOLE_PLAN, fold_whole_samples)],
+    ids=["chain", "whole window"],
+)
+def test_every_signal_has_every_aggregate_the_plan_asks(names: Any, plan: Any, fold: Any) -> None:
+    series = [_series(name, [0.5, 0.25]) for name, (_, place, _, _) in names.items() if place == 0]
+    rows = fold(series)[(U, "")]
+    assert set(rows) == set(plan)
+    for signal, aggs in plan.items():
         for agg in aggs:
             assert not math.isnan(_get(rows, signal, agg)), (signal, agg)
+        for agg in set(FIELDS) - set(aggs):
+            assert math.isnan(_get(rows, signal, agg)), (signal, agg)  # not asked: not measured
+
+
+def test_the_whole_window_is_the_activity_plan_and_the_chain_a_part_of_it() -> None:
+    assert QUERY_PLAN[Window.ACTIVITY] == WHOLE_PLAN
+    assert set(NAMES) < set(WHOLE_NAMES)
+    assert all(WHOLE_NAMES[name] == found for name, found in NAMES.items())
+
+
+def test_min_and_last_follow_prometheus_rules() -> None:
+    rows = fold_whole_samples([_series("DCGM_FI_DEV_FB_USED", ["NaN", 7.0, 3.0, "NaN", 5.0])])[(U, "")]
+    assert _get(rows, Signal.FB_USED, "min") == 3.0  # NaN ignored unless every value is
+    assert _get(rows, Signal.FB_USED, "last") == 5.0
+    assert math.isnan(
+        _get(
+            fold_whole_samples([_series("DCGM_FI_DEV_FB_USED", [1.0, "NaN"])])[(U, "")],
+            Signal.FB_USED,
+            "last",
+        )
+    )
+    every = fold_whole_samples([_series("DCGM_FI_DEV_FB_USED", ["NaN", "NaN"])])[(U, "")]
+    assert math.isnan(_get(every, Signal.FB_USED, "min"))
+    unordered = _series("DCGM_FI_DEV_FB_FREE", [1.0, 2.0, 3.0])
+    unordered["values"].reverse()  # the newest sample first: last is still the newest's value
+    assert _get(fold_whole_samples([unordered])[(U, "")], Signal.FB_FREE, "last") == 3.0
+    ratio = fold_whole_samples([_series("DCGM_FI_DEV_GPU_UTIL_RATIO", [0.2, 0.1])])[(U, "")]
+    assert _get(ratio, Signal.GPU_UTIL, "max") == pytest.approx(20.0)  # min and last are scaled too
+    assert math.isnan(_get(ratio, Signal.GPU_UTIL, "min"))  # (GPU_UTIL's plan asks neither)
+
+
+def test_avg_and_stddev_add_as_prometheus_does_to_the_last_bit() -> None:
+    """Kahan-Neumaier sums (Prometheus 3's ``kahansum.Inc``): a plain sum loses the small terms
+    beside 1e16 and reads 0.25; an overflowing sum switches to the incremental mean."""
+    assert series_aggregates([[NOW + i, str(v)] for i, v in enumerate([1e16, 1.0, -1e16, 1.0])])["avg"] == 0.5
+    assert series_aggregates([[NOW, "1e308"], [NOW + 1, "1e308"]])["avg"] == 1e308
+    assert series_aggregates([[NOW + i, "0.1"] for i in range(8)])["stddev"] == 0.0
+    values = [0.1, 0.7, 0.2, 0.9, 0.4]
+    found = series_aggregates([[NOW + i, repr(v)] for i, v in enumerate(values)])
+    assert found["stddev"] == pytest.approx(statistics.pstdev(values), rel=1e-15)
+    assert found["avg"] == pytest.approx(statistics.fmean(values), rel=1e-15)
+    assert math.isnan(series_aggregates([[NOW, "1"]], spread=False)["stddev"])  # not asked
+
+
+def _endings(n: int) -> list[str]:
+    """UUIDs ending in every hex digit, in both cases, and in characters no bucket names."""
+    return [*_uuids(n), "GPU-ABCDEF", "GPU-x", "GPU-", "GPU-7.", "GPU-\u00e9", "1"]
+
+
+@pytest.mark.parametrize("matchers", ["", DEFAULT_MATCHERS, DEFAULT_MATCHERS + ',namespace="gpu-operator"'])
+def test_the_whole_window_buckets_select_every_uuid_once_and_fit(matchers: str) -> None:
+    queries = whole_sample_queries(120, matchers)
+    assert queries is not None
+    assert len(queries) == len(WHOLE_BUCKETS) + 1
+    counts = dict.fromkeys(_endings(300), 0)
+    for query in queries:
+        assert query.samples
+        assert query.whole
+        assert query.window is Window.ACTIVITY
+        assert len(query.text.encode()) <= MAX_QUERY_BYTES
+        assert query.text.endswith("[120s]")
+        assert matchers in query.text
+        op, pattern = re.findall(r'UUID(=~|!~)"([^"]*)"', query.text)[0]
+        regex = re.compile(pattern)
+        for uuid in counts:
+            counts[uuid] += bool(regex.fullmatch(uuid)) is (op == "=~")
+        named = re.findall(r'__name__=~"([^"]*)"', query.text)[0]
+        assert {name for name in WHOLE_NAMES if re.fullmatch(named, name)} == set(WHOLE_NAMES)
+    assert set(counts.values()) == {1}
+    assert whole_sample_queries(120, 'x="' + "y" * MAX_QUERY_BYTES + '"') is None
 
 
 @pytest.mark.parametrize(

@@ -105,15 +105,23 @@ class Model:
         return []
 
     def samples(self, query: str) -> list[dict[str, Any]]:
-        """A raw chain query's series: ``per_series`` samples of SM_ACTIVE, the newest at ``ts`` (the
-        aggregates the aggregated answer gives: max and avg ``sm``, count ``per_series``, ts)."""
+        """A raw query's series: ``per_series`` samples of SM_ACTIVE (and of FB_USED where the query
+        names it: the whole window), the newest at ``ts`` (the aggregates the aggregated answer
+        gives: max and avg ``sm``, count ``per_series``, ts)."""
+        names = {"DCGM_FI_PROF_SM_ACTIVE": "sm"} | (
+            {"DCGM_FI_DEV_FB_USED": "fb"} if "FB_USED" in query else {}
+        )
         return [
             {
-                "metric": {"__name__": "DCGM_FI_PROF_SM_ACTIVE", "UUID": uuid, "Hostname": gpu.node},
-                "values": [[gpu.ts - 15 * back, str(gpu.sm)] for back in range(self.per_series - 1, -1, -1)],
+                "metric": {"__name__": name, "UUID": uuid, "Hostname": gpu.node},
+                "values": [
+                    [gpu.ts - 15 * back, str(getattr(gpu, field))]
+                    for back in range(self.per_series - 1, -1, -1)
+                ],
             }
             for uuid in sorted(_matching(query, self.gpus))
             for gpu in [self.gpus[uuid]]
+            for name, field in names.items()
         ]
 
 
@@ -203,8 +211,9 @@ def _raw(query: str) -> bool:
 
 
 def _is_chain(query: str) -> bool:
-    """A chain-only activity query: raw samples, or the aggregated chain without FB_USED."""
-    return _raw(query) or (AGG_LABEL in query and "SM_ACTIVE:max" in query and "FB_USED" not in query)
+    """A chain-only activity query: raw samples or the aggregated chain, without FB_USED (raw
+    samples with it: a bucket of the whole window, ``chain_samples.whole_sample_queries``)."""
+    return (_raw(query) or (AGG_LABEL in query and "SM_ACTIVE:max" in query)) and "FB_USED" not in query
 
 
 def _activity(sent: list[str]) -> list[str]:
@@ -212,18 +221,28 @@ def _activity(sent: list[str]) -> list[str]:
 
 
 def _matching(query: str, uuids: Iterable[str]) -> set[str]:
-    """The UUIDs a query's ``UUID=~`` pattern selects (every one without a pattern); the
+    """The UUIDs a query's ``UUID=~`` pattern selects (``UUID!~``: the others; every one without a pattern); the
     pattern is unescaped from its PromQL string and matched whole, as Prometheus does."""
-    found = re.search(r'UUID=~"((?:[^"\\]|\\.)*)"', query)
+    found = re.search(r'UUID(=~|!~)"((?:[^"\\]|\\.)*)"', query)
     if not found:
         return set(uuids)
-    regex = re.compile(found.group(1).replace("\\\\", "\\"))
-    return {u for u in uuids if regex.fullmatch(u)}
+    regex = re.compile(found.group(2).replace("\\\\", "\\"))
+    return {u for u in uuids if bool(regex.fullmatch(u)) is (found.group(1) == "=~")}
 
 
 def _listed(query: str) -> set[str]:
     """The model's GPUs a query selects ({"*"} without a pattern: every GPU)."""
-    return _matching(query, MODELS[-1].gpus) if "UUID=~" in query else {"*"}
+    return _matching(query, MODELS[-1].gpus) if "UUID=~" in query or "UUID!~" in query else {"*"}
+
+
+def _whole_buckets(sent: list[str]) -> set[str]:
+    """The GPUs of a whole window read as raw samples by UUID ending, checking that it is one query
+    per ``WHOLE_BUCKETS`` ending and one for the rest, each GPU in exactly one of them."""
+    assert len(sent) == len(chain_samples.WHOLE_BUCKETS) + 1
+    assert all(_raw(q) and "FB_USED" in q for q in sent)
+    listed = [uuid for q in sent for uuid in _listed(q)]
+    assert len(listed) == len(set(listed))
+    return set(listed)
 
 
 def _gpu(result: FetchResult, uuid: str) -> GPUSample:
@@ -282,9 +301,10 @@ def test_first_cycle_fetches_everything_then_carries_busy_gpus(model: Model) -> 
     _busy_cluster(model, 6)
     source = _source(model, 1)
     first, sent = _fetch(source, model)
-    assert _listed(_activity(sent)[0]) == {"*"}  # the cache is empty: the unrestricted query
+    whole = _activity(sent)  # the cache is empty: every GPU's whole window, as raw samples
+    assert _whole_buckets(whole) == set(model.gpus)
     assert (first.refreshed, first.carried, model.started) == (6, 0, 0)  # all just refreshed
-    assert len(sent) == 5  # identity, idle candidates, fault candidates, inventory, activity
+    assert len(sent) == 4 + len(whole)  # identity, idle candidates, fault candidates, inventory, activity
     assert model.background == []
     second, sent = _fetch(source, model, NOW + 200)
     assert (second.refreshed, second.carried, model.started) == (0, 6, 1)
@@ -529,9 +549,9 @@ def test_a_refresh_set_too_long_to_list_is_fetched_over_every_gpu_counted_and_lo
     for uuid in idle:
         model.gpus[uuid].pod = "moved"  # their whole windows now: five do not fit one query
     result, sent = _fetch(source, model, NOW + 230)
-    whole = [q for q in sent if AGG_LABEL in q and "instance" not in q]  # over every GPU, cut to fit
-    assert all(_listed(q) == {"*"} and len(q.encode()) <= 2600 for q in whole)
-    assert any("FB_USED:max" in q for q in whole)
+    whole = [q for q in sent if _raw(q) and "FB_USED" in q]  # over every GPU, by UUID ending
+    assert _whole_buckets(whole) == set(model.gpus)
+    assert all(len(q.encode()) <= 2600 for q in whole)
     assert (result.refreshed, result.carried) == (12, 0)
     assert source.tiered.unlisted == {"activity chain": 1, "whole window": 1}
 
@@ -597,5 +617,5 @@ def test_one_shot_commands_get_an_empty_cache(model: Model) -> None:
     _busy_cluster(model, 2)
     result, sent = _fetch(_source(model, 1), model)
     assert result.carried == 0
-    assert _listed(_activity(sent)[0]) == {"*"}
+    assert _whole_buckets(_activity(sent)) == set(model.gpus)
     assert math.isfinite(_sm(result, "GPU-0").max)
