@@ -13,6 +13,11 @@ from urllib.parse import parse_qs
 import httpx
 
 
+def range_selector(query: str) -> bool:
+    """A plain range selector (``{...}[120s]``): the raw-sample read, answered with a matrix."""
+    return query.startswith("{") and query.endswith("s]")
+
+
 class QuietHandler(BaseHTTPRequestHandler):
     """A handler that does not log each request to stderr."""
 

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.unit.sources.metrics.fake_http import QuietHandler, serving
+from tests.unit.sources.metrics.fake_http import QuietHandler, range_selector, serving
 
 from gpu_efficiency.engine.model import Window
 from gpu_efficiency.engine.trust import DropReason
@@ -137,7 +137,7 @@ class _Flood(QuietHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server dispatches on this name
         query = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())["query"][0]
         series = [{**GOOD, "pod": f"p{i}"} for i in range(50)]
-        if query.startswith("{") and query.endswith("s]"):
+        if range_selector(query):
             result = [{"metric": m, "values": [[1700000000.0, "1"]]} for m in series]
             self.reply_json(
                 json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.unit.sources.metrics.fake_http import form, json_answer
+from tests.unit.sources.metrics.fake_http import form, json_answer, range_selector
 
 from gpu_efficiency.engine.model import Window
 from gpu_efficiency.sources.metrics.base import ActivityHints, FaultHints, FetchRequest, SourceUnavailable
@@ -55,7 +55,7 @@ class FakePrometheus:
             return json_answer(json.dumps(error).encode(), status=422)
         result = [{"metric": m, "value": [NOW, str(v)]} for m, v in self.answer(query)]
         # a plain range selector (the activity window as raw samples) gets a matrix: no series here
-        kind = "matrix" if query.startswith("{") and query.endswith("s]") else "vector"
+        kind = "matrix" if range_selector(query) else "vector"
         body = {"status": "success", "data": {"resultType": kind, "result": result}}
         return json_answer(json.dumps(body).encode())
 

@@ -12,7 +12,7 @@ instant query of a range selector is the Prometheus HTTP API's raw-sample read. 
 holds at most ``MAX_RAW_SAMPLES`` samples in the window: a raw answer grows with them.
 
 The whole window of every GPU (a restart's first cycle: the cache is empty) is read the same way,
-in ``WHOLE_BUCKETS`` queries by the UUID's last character: its 67 aggregates each select every GPU's
+in ``WHOLE_BUCKETS`` queries by the UUID's last character: its 71 aggregates each select every GPU's
 series again, where one range selector per bucket reads each sample once. At 1,000 nodes x 8 GPUs,
 Prometheus 3.10 spent 3.5 s on the raw read against 14.2 s on the aggregates, and the rows folded
 here were the same (bench/scale/RESULTS.md, "A restart's whole window as raw samples").
@@ -82,6 +82,8 @@ NAMES = _names(CHAIN_PLAN)
 WHOLE_NAMES = _names(WHOLE_PLAN)
 #: The aggregates scaled by a family's factor (count and times are not).
 _SCALED = frozenset({"max", "avg", "min", "last", "stddev"})
+#: Where each computed aggregate goes in a row.
+_INDEX = {agg: FIELDS.index(agg) for agg in COMPUTED}
 #: A restart's whole window of every GPU is read in one query per UUID ending (hex; one more takes
 #: any other ending): each answer ~1/16 of ~80 MB at 8,000 GPUs, and ``WHOLE_IN_FLIGHT`` at a time.
 WHOLE_BUCKETS = (*"0123456789", "[aA]", "[bB]", "[cC]", "[dD]", "[eE]", "[fF]")
@@ -262,7 +264,6 @@ def fold_samples(series: Sequence[Any], plan: Mapping[Signal, tuple[str, ...]], 
     parsed.sort(key=lambda entry: entry[0])  # the old family first: ``old or new``
     first: dict[Signal, set[frozenset[tuple[str, str]] | None]] = {}
     out: WindowValues = {}
-    indices = {agg: FIELDS.index(agg) for agg in COMPUTED}
     for place, signal, factor, key, same, aggregates in parsed:
         if place == 0:
             if same is not None:
@@ -272,6 +273,6 @@ def fold_samples(series: Sequence[Any], plan: Mapping[Signal, tuple[str, ...]], 
         row = out.setdefault(key, {}).setdefault(signal, [NAN] * WIDTH)
         for agg in plan[signal]:
             value = aggregates[agg] * factor if agg in _SCALED and factor != 1.0 else aggregates[agg]
-            index = indices[agg]
+            index = _INDEX[agg]
             row[index] = _max(row[index], value)
     return out

@@ -390,21 +390,21 @@ def activity_queries(
     chain-only windows of its UUIDs (those of ``chains_sent`` already asked for: ``early_chain``;
     with ``raw``, the chains as raw samples: ``chain_samples.raw_fits``).
     When the full windows take too many queries or are most GPUs, the full window over every GPU
-    (the plan widened to all: ``whole_window_queries``); when only the chains do, the chain-only window over every GPU, its
-    answer kept for the plan's chain GPUs (a fifth of the whole window's terms)."""
+    (the plan widened to all: ``whole_window_queries``, built only then); when only the chains do,
+    the chain-only window over every GPU, its answer kept for the plan's chain GPUs (a fifth of the
+    whole window's terms)."""
     total = len({uuid for uuid, _ in seen})
     full = {uuid for uuid, _ in plan.full}
     chain = {uuid for uuid, _ in plan.chain} - set(chains_sent)
-    whole = whole_window_queries(seconds, matchers, raw)
     if 2 * len(full) > total:
-        return everything(seen, plan), whole
+        return everything(seen, plan), whole_window_queries(seconds, matchers, raw)
     listed = listed_activity(full, seconds, matchers)
     if listed is None:
-        return replace(everything(seen, plan), too_long=True), whole
+        return replace(everything(seen, plan), too_long=True), whole_window_queries(seconds, matchers, raw)
     chains = listed_activity(chain, seconds, matchers, chain_only=True, raw=raw)
     if chains is not None and worth_listing(len(listed) + len(chains), len(chain), total):
         return plan, [*listed, *chains]
     every = listed_window_queries(Window.ACTIVITY, seconds, None, matchers, chain_only=True, keys=plan.chain)
     if every is None:  # matchers too long even for the chain alone: as the default path does
-        return everything(seen, plan), whole
+        return everything(seen, plan), whole_window_queries(seconds, matchers, raw)
     return replace(plan, chain_unlisted=True, too_long=2 * len(chain) <= total), [*listed, *every]

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.unit.sources.metrics.fake_http import form, json_answer
+from tests.unit.sources.metrics.fake_http import form, json_answer, range_selector
 
 from gpu_efficiency.engine.model import GPUSample, Signal, Window
 from gpu_efficiency.engine.reclaim.activity import DataBounds, carried_bounds, gpu_activity
@@ -207,7 +207,7 @@ def _fetch(
 
 def _raw(query: str) -> bool:
     """A raw-sample query: a plain range selector (``tiered/chain_samples.py``)."""
-    return query.startswith("{__name__=~") and query.endswith("s]")
+    return range_selector(query)
 
 
 def _is_chain(query: str) -> bool:
