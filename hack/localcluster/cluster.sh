@@ -93,14 +93,26 @@ running_pid() {
   [[ -f "$f" ]] || return 1
   pid="$(cat "$f" 2>/dev/null || true)"
   [[ "$pid" =~ ^[0-9]+$ ]] || { rm -f "$f"; return 1; }
-  if [[ -r "/proc/$pid/cmdline" ]]; then
-    cmd="$(tr '\0' ' ' < "/proc/$pid/cmdline")"
-    if [[ "$cmd" == *"$name"* && "$cmd" == *"$STATE"* ]]; then
-      echo "$pid"; return 0
-    fi
+  cmd="$(cmdline_of "$pid")"
+  if [[ "$cmd" == *"$name"* && "$cmd" == *"$STATE"* ]]; then
+    echo "$pid"; return 0
   fi
   rm -f "$f"
   return 1
+}
+
+# cmdline_of PID: its command line, space-separated; empty once it has exited. A live process reads
+# empty for an instant while it execs (setsid execing the component: measured 2 reads in 6,000), so
+# an empty read of a live process is read again rather than taken for an exit ("exited while
+# waiting" for a component that was up, seen in CI and in the scale bench).
+cmdline_of() {
+  local pid=$1 cmd i
+  for ((i = 0; i < 20; i++)); do
+    cmd="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null || true)"
+    if [[ -n "$cmd" ]] || ! alive "$pid"; then break; fi
+    sleep 0.05
+  done
+  echo "$cmd"
 }
 
 # start NAME ARGS...: run in its own session (process group), log to $LOGS/NAME.log
@@ -111,10 +123,13 @@ start_proc() {
   # 8>&-: do not leak the state lock (see lock_state) into the long-running child
   setsid "$@" >> "$LOGS/$name.log" 2>&1 < /dev/null 8>&- &
   local pid=$! i
-  # Until the forked shell has exec'd the component its cmdline is this script's, and running_pid
-  # would take it for a stale pid and drop the pidfile ("exited while waiting"); seen once under load.
+  # Until the forked shell has exec'd setsid and setsid the component, its cmdline is this
+  # script's, then setsid's, and running_pid would take it for a stale pid and drop the pidfile
+  # ("exited while waiting"); seen once under load. Wait for the component itself.
+  local cmd
   for ((i = 0; i < 100; i++)); do
-    [[ "$(tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null)" == *"$name"* ]] && break
+    cmd="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null || true)"
+    [[ "$cmd" == *"$name"* && "$cmd" != "setsid "* ]] && break
     alive "$pid" || break
     sleep 0.05
   done
