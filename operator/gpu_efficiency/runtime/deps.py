@@ -44,7 +44,13 @@ from gpu_efficiency.sources.kube.dra_cache import DraCache, WatchedDraReader
 from gpu_efficiency.sources.kube.owner_cache import OwnerCache, WatchedOwnerReader
 from gpu_efficiency.sources.kube.owners import OwnerReader, OwnerSource, api_fetch
 from gpu_efficiency.sources.metrics.agent import AgentSource, pod_endpoints, static_endpoints
-from gpu_efficiency.sources.metrics.base import FetchRequest, FetchResult, SampleSource, SourceUnavailable
+from gpu_efficiency.sources.metrics.base import (
+    FetchRequest,
+    FetchResult,
+    SampleSource,
+    SourceUnavailable,
+    read_early,
+)
 from gpu_efficiency.sources.metrics.combined import CombinedSource
 from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource
 from gpu_efficiency.sources.metrics.prometheus.credentials import credentials_allowed
@@ -151,6 +157,10 @@ class WithoutCredentials:
 
     source: SampleSource
     url: str
+
+    def read_early(self, request: FetchRequest) -> None:
+        """The wrapped source's early read (its failures reach the fetch, which says why)."""
+        read_early(self.source, request)
 
     def fetch(self, request: FetchRequest) -> FetchResult:
         try:

@@ -25,6 +25,7 @@ from gpu_efficiency.sources.metrics.base import (
     FetchResult,
     SampleSource,
     SourceUnavailable,
+    read_early,
 )
 from gpu_efficiency.sources.metrics.targets import address_book
 
@@ -67,9 +68,13 @@ class Observer:
         (``FetchResult.then``) a cycle starts once it has made its writes.
 
         Nodes first (the fetch's fault hints need them), then the pods are listed while the metrics
-        are fetched: at thousands of pods both take seconds, mostly waiting on the servers.
+        are fetched: at thousands of pods both take seconds, mostly waiting on the servers. What the
+        fetch reads whatever the nodes say starts before them (``base.EarlyReads``: a restart's
+        whole activity window, while the informers' first LIST runs).
         """
         now = self.clock()
+        source = self.source_for(name, spec)
+        read_early(source, early_request(spec, now))
         nodes = self.reader.read_nodes()
         reads = engine.reads(spec, nodes=nodes.nodes)
         request = FetchRequest(
@@ -88,7 +93,7 @@ class Observer:
         available, error = True, ""
         result: FetchResult | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fetch") as pool:
-            fetching = pool.submit(self.source_for(name, spec).fetch, request)
+            fetching = pool.submit(source.fetch, request)
             cluster = self.reader.read_pods(nodes)
             try:
                 result = fetching.result()
@@ -189,6 +194,17 @@ class Observer:
         if owners is None and not error:
             return None, 0
         return replace(snapshot, **owner_fields(owners, error)), owners.requests if owners is not None else 0
+
+
+def early_request(spec: GPUEfficiencyPolicySpec, now: float) -> FetchRequest:
+    """The fetch request as far as it is known before the nodes are read: no fault hints, no targets."""
+    reads = engine.reads(spec, nodes=())
+    return FetchRequest(
+        now=now,
+        windows=reads.windows,
+        scrape_interval=reads.scrape_interval_s,
+        activity=ActivityHints(idle_below=reads.idle_below),
+    )
 
 
 def no_series_message(matchers: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gpu_efficiency.engine.model import GPUSample, Window
 
@@ -95,6 +95,22 @@ class SampleSource(Protocol):
     """Anything that yields per-GPU samples for a cycle. Raises SourceUnavailable when it cannot."""
 
     def fetch(self, request: FetchRequest) -> FetchResult: ...
+
+
+@runtime_checkable
+class EarlyReads(Protocol):
+    """A source that can start, before the cluster is read, what its next fetch reads whatever the
+    cluster holds (the Prometheus source: every GPU's whole activity window when its cache is
+    empty, ``sources/metrics/prometheus/tiered/early_window.py``). ``request`` has no hints or
+    targets (they come from the nodes); the fetch at the same ``now`` takes what it started."""
+
+    def read_early(self, request: FetchRequest) -> None: ...
+
+
+def read_early(source: SampleSource, request: FetchRequest) -> None:
+    """``source.read_early(request)`` where the source can (wrappers pass it on); else nothing."""
+    if isinstance(source, EarlyReads):
+        source.read_early(request)
 
 
 @dataclass

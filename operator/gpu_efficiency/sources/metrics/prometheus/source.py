@@ -141,9 +141,19 @@ class PrometheusSource:
             queries.append(counted)
         return queries
 
+    def _tiered(self, request: FetchRequest) -> bool:
+        """Is the activity window fetched tiered (a refresh budget, an activity window and its hints)?"""
+        has_window = request.windows.get(Window.ACTIVITY, 0.0) > 0
+        return self.refresh_budget > 0 and has_window and request.activity is not None
+
+    def read_early(self, request: FetchRequest) -> None:
+        """Start the tiered fetch's whole-window read of an empty cache before the cluster is read
+        (``tiered/early_window.py``); nothing without a refresh budget (``base.EarlyReads``)."""
+        if self._tiered(request):
+            self.tiered.read_early(request)
+
     def fetch(self, request: FetchRequest) -> FetchResult:
-        tiered = self.refresh_budget > 0 and request.windows.get(Window.ACTIVITY, 0.0) > 0
-        if tiered and request.activity is not None:
+        if self._tiered(request) and request.activity is not None:
             return self.tiered.fetch(request, request.activity.idle_below)
         started = time.monotonic()
         identity: dict[GPUKey, Identity] = {}

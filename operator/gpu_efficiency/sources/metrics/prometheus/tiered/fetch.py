@@ -50,6 +50,7 @@ from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import (
     raw_fits,
     whole_sample_queries,
 )
+from gpu_efficiency.sources.metrics.prometheus.tiered.early_window import EarlyWindow
 from gpu_efficiency.sources.metrics.prometheus.windows import (
     Overlay,
     Rows,
@@ -72,6 +73,8 @@ class TieredFetch:
         self.source = source
         self.caches: dict[tuple[float, str], ActivityCache] = {}
         self._cache_lock = threading.Lock()
+        #: Whole-window reads started before their fetch (``early_window.py``), by cache key.
+        self.early: dict[tuple[float, str], EarlyWindow] = {}
         #: Cycles whose refresh set was too large to list, by what was fetched over every GPU instead.
         self.unlisted: Counter[str] = Counter()
 
@@ -80,11 +83,14 @@ class TieredFetch:
         identity (with newest-sample times), idle candidates and fault candidates first; then the
         activity window of the refresh set, in listed queries run concurrently (the chains
         the idle filter and the cache name as soon as the filter answers, beside identity). The refresh
-        budget's whole windows for later cycles (rule 4) are the result's ``then``."""
+        budget's whole windows for later cycles (rule 4) are the result's ``then``. An empty
+        cache's whole window starts at once, beside identity, unless the cycle started it earlier
+        (``read_early``)."""
         started = time.monotonic()
         source = self.source
         matchers = source.config.matchers
         seconds = request.windows[Window.ACTIVITY]
+        early = self._early(request, seconds)
         queries = [
             identity_query(matchers, timestamps=True),
             idle_candidates_query(seconds, idle_below, matchers),
@@ -120,22 +126,34 @@ class TieredFetch:
                 self._count_unlisted(state.plan)
                 state.carried = {key: carried[key] for key in state.plan.carried}
                 state.waiting = [q for q in activity if q.whole]  # WHOLE_IN_FLIGHT at a time
+                if early is not None and state.waiting == early.queries:  # read already: take it
+                    state.prefetched, state.waiting = early, []
+                elif early is not None:
+                    early.cancel()
                 more += [q for q in activity if not q.whole] + state.next_whole(WHOLE_IN_FLIGHT)
             elif query.whole:
                 more += state.next_whole(1)
             return more
 
         with gc_paused():
-            sent = source.run_rounds(
-                queries,
-                request.now,
-                take,
-                workers=ACTIVITY_WORKERS + 8 + 2 * MAX_WINDOW_PARTS,
-                meanwhile=state.build_carried,
-                drops=drops,
-            )
-            if state.identity is None or state.plan is None:
-                raise SourceUnavailable("Prometheus answered no identity or idle-candidates query")
+            try:
+                sent = source.run_rounds(
+                    queries,
+                    request.now,
+                    take,
+                    workers=ACTIVITY_WORKERS + 8 + 2 * MAX_WINDOW_PARTS,
+                    meanwhile=state.build_carried,
+                    drops=drops,
+                )
+                if state.identity is None or state.plan is None:
+                    raise SourceUnavailable("Prometheus answered no identity or idle-candidates query")
+                if state.prefetched is not None:
+                    for query, answer in state.prefetched.answers():
+                        state.take(query, answer)
+                    sent += len(state.prefetched.queries)
+            finally:
+                if early is not None:
+                    early.cancel()
             plan = state.plan
             state.build_carried()
             with self._cache_lock:
@@ -178,6 +196,38 @@ class TieredFetch:
             then=functools.partial(self.refresh_oldest, cache, request.now, settle_s, seconds),
             dropped=drops.counts(),
         )
+
+    def read_early(self, request: FetchRequest) -> None:
+        """Start reading every GPU's whole activity window at ``request.now`` when the cache of its
+        window is empty and the window is read as raw samples (``early_window.py``): the fetch at
+        the same time takes it. One read per cache: a second call for the same time starts none."""
+        seconds = request.windows.get(Window.ACTIVITY, 0.0)
+        if seconds <= 0 or not raw_fits(seconds, request.scrape_interval):
+            return
+        matchers = self.source.config.matchers
+        cache = self._cache(seconds)
+        with self._cache_lock:
+            running = self.early.get((seconds, matchers))
+            if cache.entries or (running is not None and running.at == request.now):
+                return
+            queries = whole_sample_queries(seconds, matchers)
+            if not queries:
+                return
+            if running is not None:
+                running.cancel()
+            self.early[(seconds, matchers)] = EarlyWindow(self.source.run, request.now, queries)
+        log.debug("reading every GPU's activity window early: %d queries", len(queries))
+
+    def _early(self, request: FetchRequest, seconds: float) -> EarlyWindow | None:
+        """This fetch's early whole-window read (started now if the caller did not): None when the
+        cache is not empty; one started for another time is cancelled and dropped."""
+        self.read_early(request)
+        with self._cache_lock:
+            early = self.early.pop((seconds, self.source.config.matchers), None)
+        if early is not None and early.at != request.now:
+            early.cancel()
+            return None
+        return early
 
     def refresh_oldest(self, cache: ActivityCache, at: float, settle_s: float, seconds: float) -> int:
         """Rule 4 (activity_cache.py; the tiered fetch's ``FetchResult.then``): start fetching, in the
@@ -283,6 +333,7 @@ class TieredRound:
         default_factory=dict
     )  # XID events counted (sources/metrics/prometheus/xid_counts.py)
     waiting: list[Query] = field(default_factory=list)  # whole-window buckets not asked for yet
+    prefetched: EarlyWindow | None = None  # the whole window read before the plan (early_window.py)
 
     def next_whole(self, count: int) -> list[Query]:
         """The next ``count`` whole-window buckets to ask for (``chain_samples.WHOLE_IN_FLIGHT``)."""

@@ -23,7 +23,13 @@ from tests.unit.sources.metrics.fake_http import form, json_answer, range_select
 
 from gpu_efficiency.engine.model import GPUSample, Signal, Window
 from gpu_efficiency.engine.reclaim.activity import DataBounds, carried_bounds, gpu_activity
-from gpu_efficiency.sources.metrics.base import ActivityHints, FaultHints, FetchRequest, FetchResult
+from gpu_efficiency.sources.metrics.base import (
+    ActivityHints,
+    FaultHints,
+    FetchRequest,
+    FetchResult,
+    SourceUnavailable,
+)
 from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource, promql
 from gpu_efficiency.sources.metrics.prometheus.promql import (
     AGG_LABEL,
@@ -64,6 +70,13 @@ class Model:
     hold_identity: bool = False  # answer identity only once a chain-only query came (or after 5 s)
     chain_asked: threading.Event = field(default_factory=threading.Event)
     chain_before_identity: bool = False
+    hold_identity_for_whole: bool = (
+        False  # answer identity only once a whole-window bucket came (or after 5 s)
+    )
+    whole_asked: threading.Event = field(default_factory=threading.Event)
+    whole_before_identity: bool = False
+    fail_whole: bool = False  # whole-window buckets (raw samples) get a PromQL error
+    hold_whole: threading.Event | None = None  # set: whole-window buckets wait for it (5 s at most)
     hold_chain: threading.Event | None = None  # set: chain-only queries wait for it (5 s at most)
     chain_released: list[bool] = field(default_factory=list)  # per held chain query: released in time
     times: list[str] = field(default_factory=list)  # each query's evaluation time, as sent
@@ -131,6 +144,12 @@ def _handle(model: Model, request: httpx.Request) -> httpx.Response:
     model.queries.append(query)
     model.times.append(fields.get("time", [""])[0])
     listed_whole = "FB_USED:max" in query and "UUID=~" in query
+    if _raw(query) and "FB_USED" in query:
+        model.whole_asked.set()
+        if model.hold_whole is not None:
+            model.hold_whole.wait(5)
+    if query.startswith("max by (UUID, GPU_I_ID, gpu") and model.hold_identity_for_whole:
+        model.whole_before_identity = model.whole_asked.wait(5)
     if query.startswith("max by (UUID, GPU_I_ID, gpu") and model.hold_identity:
         model.chain_before_identity = model.chain_asked.wait(5)
     elif _is_chain(query):
@@ -139,7 +158,7 @@ def _handle(model: Model, request: httpx.Request) -> httpx.Response:
             model.chain_released.append(model.hold_chain.wait(5))
     if model.release is not None and listed_whole:
         model.release.wait(5)
-    if model.fail_listed and listed_whole:
+    if (model.fail_listed and listed_whole) or (model.fail_whole and _raw(query) and "FB_USED" in query):
         error = {"status": "error", "errorType": "execution", "error": "query timed out"}
         return json_answer(json.dumps(error).encode(), status=422)
     if _raw(query):
@@ -619,3 +638,118 @@ def test_one_shot_commands_get_an_empty_cache(model: Model) -> None:
     assert result.carried == 0
     assert _whole_buckets(_activity(sent)) == set(model.gpus)
     assert math.isfinite(_sm(result, "GPU-0").max)
+
+
+def _request(now: float = NOW) -> FetchRequest:
+    return FetchRequest(
+        now=now, windows=WINDOWS, scrape_interval=15.0, hints=HINTS, activity=ActivityHints(idle_below=0.01)
+    )
+
+
+def test_an_empty_caches_whole_window_goes_out_before_identity_answers(model: Model) -> None:
+    """Every GPU is new to an empty cache, so its whole window is read whatever identity says: the
+    buckets must not wait for it (the restart's longest read, early_window.py)."""
+    _busy_cluster(model, 6)
+    model.gpus["GPU-5"].sm = 0.0
+    model.hold_identity_for_whole = True
+    result, sent = _fetch(_source(model, 1), model)
+    assert model.whole_before_identity
+    assert _whole_buckets(_activity(sent)) == set(model.gpus)  # each bucket once
+    assert result.queries == len(sent) == 4 + len(_activity(sent))
+    today = _plain(model).fetch(FetchRequest(now=NOW, windows=WINDOWS, scrape_interval=15.0, hints=HINTS))
+    assert _values(result.gpus) == _values(today.gpus)
+
+
+def test_a_cycles_early_read_is_taken_by_its_fetch_and_each_bucket_sent_once(model: Model) -> None:
+    """The cycle starts the read before it reads the nodes (``read_early``); the fetch at the same
+    time takes its answers instead of asking again, and a second early call starts nothing."""
+    _busy_cluster(model, 6)
+    source = _source(model, 1)
+    source.read_early(replace(_request(), hints=None))
+    source.read_early(replace(_request(), hints=None))
+    early = source.tiered.early[(120.0, "")]
+    assert len(early.answers()) == len(chain_samples.WHOLE_BUCKETS) + 1  # all in before the fetch
+    model.cycle.clear()
+    model.gpus["GPU-0"].sm = 0.9  # moved after the early read: the fetch must not read it again
+    result = source.fetch(_request())
+    assert _activity(model.cycle) == []  # the buckets came from the early read
+    assert len(model.cycle) == 4  # identity, idle and fault candidates, inventory
+    assert result.queries == 4 + len(early.queries)
+    assert _sm(result, "GPU-0").max == 0.5
+    assert source.tiered.early == {}
+    model.gpus["GPU-0"].sm = 0.5
+    fresh = _fetch(_source(model, 1), model)[0]
+    assert _values(result.gpus) == _values(fresh.gpus)
+
+
+def test_an_early_read_for_another_time_is_dropped(model: Model) -> None:
+    """An early read is taken only by the fetch at its evaluation time (a failed cycle's read is
+    not carried to the next one): the fetch reads the window again, at its own time."""
+    _busy_cluster(model, 4)
+    source = _source(model, 1)
+    source.read_early(replace(_request(NOW - 30), hints=None))
+    source.tiered.early[(120.0, "")].answers()
+    model.gpus["GPU-0"].sm = 0.7
+    model.times.clear()
+    result, sent = _fetch(source, model)
+    assert _whole_buckets(_activity(sent)) == set(model.gpus)
+    assert _sm(result, "GPU-0").max == 0.7
+    assert all(float(t) == NOW for t in model.times)
+
+
+def test_no_early_read_once_the_cache_holds_windows(model: Model) -> None:
+    """After the first cycle the cache decides what is read: an early call sends nothing."""
+    _busy_cluster(model, 4)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.queries.clear()
+    source.read_early(replace(_request(NOW + 200), hints=None))
+    assert source.tiered.early == {}
+    assert model.queries == []
+
+
+def test_no_early_read_without_a_budget_or_for_a_window_too_long_for_raw_samples(model: Model) -> None:
+    """Without a refresh budget, or where the window is aggregated by Prometheus (``raw_fits``), the
+    fetch sends its own queries as before: nothing is read early."""
+    _busy_cluster(model, 2)
+    _plain(model).read_early(_request())
+    source = _source(model, 1)
+    long_window = replace(_request(), windows={**WINDOWS, Window.ACTIVITY: 121 * 15.0})
+    source.read_early(long_window)
+    assert source.tiered.early == {}
+    assert model.queries == []
+
+
+def test_a_failed_early_read_fails_the_fetch_as_its_own_query_would(model: Model) -> None:
+    """A bucket that fails fails the fetch (the window is missing: Unknown, never idle), as the same
+    query sent by the fetch would; the next cycle reads the window again."""
+    _busy_cluster(model, 3)
+    source = _source(model, 1)
+    model.fail_whole = True
+    source.read_early(replace(_request(), hints=None))
+    with pytest.raises(SourceUnavailable, match="query timed out"):
+        source.fetch(_request())
+    assert source.tiered.early == {}
+    model.fail_whole = False
+    result, sent = _fetch(source, model, NOW + 30)
+    assert _whole_buckets(_activity(sent)) == set(model.gpus)
+    assert (result.refreshed, result.carried) == (3, 0)
+
+
+def test_an_early_read_the_plan_does_not_ask_for_is_cancelled(model: Model) -> None:
+    """No GPU in identity: the plan asks for no whole window, so the early read sends no more
+    buckets than those already in flight, and the fetch does not wait for them."""
+    source = _source(model, 1)
+    model.hold_whole = threading.Event()
+    source.read_early(replace(_request(), hints=None))
+    early = source.tiered.early[(120.0, "")]
+    try:
+        result = source.fetch(_request())
+        assert result.gpus == ()
+        assert source.tiered.early == {}
+    finally:
+        model.hold_whole.set()
+    with pytest.raises(RuntimeError, match="cancelled"):
+        early.answers()
+    whole = [q for q in model.queries if _raw(q) and "FB_USED" in q]
+    assert len(whole) == chain_samples.WHOLE_IN_FLIGHT
