@@ -128,7 +128,7 @@ start_proc() {
   # ("exited while waiting"); seen once under load. Wait for the component itself.
   local cmd
   for ((i = 0; i < 100; i++)); do
-    cmd="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null || true)"
+    cmd="$(cmdline_of "$pid")"
     [[ "$cmd" == *"$name"* && "$cmd" != "setsid "* ]] && break
     alive "$pid" || break
     sleep 0.05

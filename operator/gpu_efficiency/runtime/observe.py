@@ -74,20 +74,18 @@ class Observer:
         """
         now = self.clock()
         source = self.source_for(name, spec)
-        read_early(source, early_request(spec, now))
+        early = early_request(spec, now)
+        read_early(source, early)
         nodes = self.reader.read_nodes()
         reads = engine.reads(spec, nodes=nodes.nodes)
-        request = FetchRequest(
-            now=now,
-            windows=reads.windows,
-            scrape_interval=reads.scrape_interval_s,
+        request = replace(
+            early,
             hints=FaultHints(
                 gpu_temperature_above=reads.gpu_temperature_above,
                 memory_temperature_above=reads.memory_temperature_above,
                 held_nodes=reads.held_nodes,
                 xid_windows=reads.xid_windows,
             ),
-            activity=ActivityHints(idle_below=reads.idle_below),
             targets=address_book(nodes.nodes, nodes.pod_addresses),
         )
         available, error = True, ""

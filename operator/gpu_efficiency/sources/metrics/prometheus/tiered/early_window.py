@@ -15,29 +15,22 @@ there would. A read the fetch does not take stops sending (``cancel``) and is fo
 
 from __future__ import annotations
 
-import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
 from gpu_efficiency.cyclic_gc import gc_paused
 from gpu_efficiency.sources.metrics.prometheus.promql import Query
 from gpu_efficiency.sources.metrics.prometheus.tiered.chain_samples import WHOLE_IN_FLIGHT
-
-log = logging.getLogger(__name__)
-
-
-class Runner(Protocol):
-    """What runs one query at an evaluation time (``PrometheusSource.run``)."""
-
-    def __call__(self, query: Query, at: float) -> Any: ...
 
 
 class EarlyWindow:
     """The whole-window buckets at ``at``, read in a thread of their own, ``WHOLE_IN_FLIGHT`` at a
     time (the fetch's own limit: the operator holds two answers, not seventeen)."""
 
-    def __init__(self, run: Runner, at: float, queries: list[Query]) -> None:
+    def __init__(self, run: Callable[[Query, float], Any], at: float, queries: list[Query]) -> None:
+        """``run``: one query at an evaluation time (``PrometheusSource.run``)."""
         self.at = at
         self.queries = queries
         self._run = run
