@@ -171,7 +171,7 @@ def test_cache_syncs_with_the_charts_rbac_and_follows_changes_within_seconds(
     delays.append(delivered("pod deleted", lambda: pod_view("trainer") is None, timeout=30))
     assert all(p.uid != uid for p in reader.read().pods)
     assert reader.read().requests == 0
-    assert reader.cache.pods.relists == 1  # one LIST at start, then only the watch
+    assert reader.cache.bound.relists == 1  # one LIST at start, then only the watch
 
 
 def test_dra_watches_sync_with_the_charts_rbac_and_follow_slices_and_rules_within_seconds(
@@ -250,13 +250,13 @@ def test_cache_survives_server_side_stream_ends_and_a_resume_from_an_old_version
     node = gpu_node(core)
     # The API server ends every watch after 3-4 s (with a bookmark 2 s before its deadline).
     reader = caches(watch_seconds=(3, 4))
-    wait_for(lambda: reader.cache.pods.watches >= 4 or None, 30, what="the server to end several watches")
+    wait_for(lambda: reader.cache.bound.watches >= 4 or None, 30, what="the server to end several watches")
     core.create_namespaced_pod(namespace, bare_pod(namespace, "after-ends", node, gpus=1))
     delivered(
         "pod created across stream ends",
         lambda: any(p.name == "after-ends" for p in reader.read().pods),
     )
-    assert reader.cache.pods.relists == 1, "a watch the server ended must resume, not relist"
+    assert reader.cache.bound.relists == 1, "a watch the server ended must resume, not relist"
 
     # Resume from resourceVersion 1: the server answers 410 Gone (we relist) or, while its watch
     # cache still reaches that far back, replays history; either way the cache must converge.
@@ -279,7 +279,7 @@ def test_cache_notices_a_watch_the_server_never_serves_lists_meanwhile_and_relis
     core = client.CoreV1Api(k8s)
     # Short watches: a served one ends with its pre-deadline bookmark, an unserved one empty.
     reader = caches(watch_seconds=(3, 4), max_broken=2.0)
-    pods = reader.cache.pods
+    pods = reader.cache.bound
     wait_for(lambda: pods.watches >= 2 or None, 30, what="a served watch to end and resume")
     assert pods.relists == 1
     pods.restart_watch(from_version=str(int(pods.resource_version or "0") + 10**9))
@@ -302,7 +302,7 @@ def test_cache_notices_a_watch_the_server_never_serves_lists_meanwhile_and_relis
     wait_for(lambda: pods.relists >= 2 or None, 30, what="a relist after two silent watches")
     delivered(
         "pod seen by the relisted cache",
-        lambda: any(p.name == "while-stalled" for p in pods.snapshot() or ()),
+        lambda: any(p.name == "while-stalled" for p in reader.cache.pods.snapshot() or ()),
     )
 
 

@@ -1,6 +1,6 @@
 """The cluster as the long-running operator reads it: pods, nodes and namespaces kept by watches.
 
-One ``ClusterCache`` (five informers, ``sources/kube/watch.py``) is shared by every policy's cycle and
+One ``ClusterCache`` (four informers, ``sources/kube/watch.py``) is shared by every policy's cycle and
 started on every replica, leader or not, so a failover starts warm. ``CachedClusterReader`` has
 ``ClusterReader``'s interface: a steady cycle reads three immutable snapshots and makes no API
 request (``requests`` == 0), where the LIST path made one per 500 pods. A resource whose cache is
@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -36,7 +37,7 @@ from gpu_efficiency.sources.kube.cluster import (
     pod_address,
     pod_view,
 )
-from gpu_efficiency.sources.kube.watch import Informer, InformerSet
+from gpu_efficiency.sources.kube.watch import Informer, InformerSet, Projection
 from gpu_efficiency.sources.metrics.targets import PodAddress
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,32 @@ T = TypeVar("T")
 #: keeps. At 8,000 pods and 1,000 nodes, 100 a page took the operator's RSS after the first sync
 #: from 115 to 94 MiB (measured in a bare process; 50 a page: 91 MiB).
 CACHE_PAGE_SIZE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPod:
+    """One pod on a node as the cache keeps it: its GPU view (None: it requests no GPU) and its
+    address (None: no IP, or finished). Both are read from one LIST and one watch of the pods."""
+
+    gpu: PodView | None
+    address: PodAddress | None
+
+
+def bound_pod(obj: Mapping[str, Any]) -> BoundPod:
+    view, address = pod_view(obj), pod_address(obj)
+    return BoundPod(view if view.gpu_request > 0 else None, address if address.ips else None)
+
+
+def _kept(pod: BoundPod) -> bool:
+    return pod.gpu is not None or pod.address is not None
+
+
+def _gpu(pod: BoundPod) -> PodView | None:
+    return pod.gpu
+
+
+def _address(pod: BoundPod) -> PodAddress | None:
+    return pod.address
 
 
 def _pod_order(view: PodView) -> tuple[str, str]:
@@ -61,19 +88,36 @@ def _name(view: NodeView | NamespaceView) -> str:
     return view.name
 
 
+def _deleting(pod: BoundPod) -> BoundPod:
+    return (
+        pod if pod.gpu is None else dataclasses.replace(pod, gpu=dataclasses.replace(pod.gpu, deleting=True))
+    )
+
+
 class ClusterCache(InformerSet):
-    """Informers for GPU pods (on nodes, and pending), nodes and namespaces, started and stopped together."""
+    """Informers for the pods on nodes, GPU pods pending, nodes and namespaces, started and stopped
+    together.
+
+    The pods on nodes are listed and watched once and read twice: ``pods`` (those that request GPUs,
+    the cycle's subjects) and ``addresses`` (every live pod's IP and node, for the scrape targets'
+    addresses: ``sources/metrics/targets.py``). Two informers of the same field selector listed,
+    decoded and watched every pod twice, and a restart's first cycle waits for both LISTs.
+    """
 
     def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
         core = client.CoreV1Api(api_client)
         options.setdefault("page_size", CACHE_PAGE_SIZE)
-        self.pods: Informer[PodView] = Informer(
+        #: The pods on nodes; the resource keeps the name "pods" in the cache's metrics.
+        self.bound: Informer[BoundPod] = Informer(
             "pods",
             partial(core.list_pod_for_all_namespaces, field_selector=POD_FIELD_SELECTOR),
-            pod_view,
-            keep=lambda v: v.gpu_request > 0,
-            order=_pod_order,
+            bound_pod,
+            keep=_kept,
             **options,
+        )
+        self.pods: Projection[BoundPod, PodView] = Projection(self.bound, _gpu, order=_pod_order)
+        self.addresses: Projection[BoundPod, PodAddress] = Projection(
+            self.bound, _address, order=lambda v: v.uid
         )
         self.pending: Informer[PendingPod] = Informer(
             "pending-pods",
@@ -83,15 +127,6 @@ class ClusterCache(InformerSet):
             order=_pending_order,
             **options,
         )
-        #: Every live pod's IP and node, for the scrape targets' addresses (``sources/metrics/targets.py``).
-        self.addresses: Informer[PodAddress] = Informer(
-            "pod-addresses",
-            partial(core.list_pod_for_all_namespaces, field_selector=POD_FIELD_SELECTOR),
-            pod_address,
-            keep=lambda v: bool(v.ips),
-            order=lambda v: v.uid,
-            **options,
-        )
         self.nodes: Informer[NodeView] = Informer("nodes", core.list_node, node_view, order=_name, **options)
         self.namespaces: Informer[NamespaceView] = Informer(
             "namespaces", core.list_namespace, namespace_view, order=_name, **options
@@ -99,7 +134,13 @@ class ClusterCache(InformerSet):
 
     @property
     def informers(self) -> tuple[Informer[Any], ...]:
-        return (self.pods, self.pending, self.nodes, self.namespaces, self.addresses)
+        return (self.bound, self.pending, self.nodes, self.namespaces)
+
+    def pod_written(self, obj: Mapping[str, Any]) -> None:
+        self.bound.observe_written(obj)
+
+    def pod_evicted(self, uid: str) -> None:
+        self.bound.update(uid, _deleting)
 
 
 class CachedClusterReader:
@@ -128,7 +169,7 @@ class CachedClusterReader:
         self._started_at = self._clock()
         self.cache.start()
 
-    def _snapshot(self, informer: Informer[T]) -> tuple[T, ...] | None:
+    def _snapshot(self, informer: Informer[T] | Projection[Any, T]) -> tuple[T, ...] | None:
         if not informer.synced and self._started_at is not None:
             left = self._started_at + self.first_sync_wait - self._clock()
             if left > 0:
@@ -187,10 +228,10 @@ class CachedClusterReader:
         return calls
 
     def pod_written(self, obj: Mapping[str, Any]) -> None:
-        self.cache.pods.observe_written(obj)
+        self.cache.pod_written(obj)
 
     def node_written(self, obj: Mapping[str, Any]) -> None:
         self.cache.nodes.observe_written(obj)
 
     def pod_evicted(self, uid: str) -> None:
-        self.cache.pods.update(uid, lambda view: dataclasses.replace(view, deleting=True))
+        self.cache.pod_evicted(uid)

@@ -482,6 +482,51 @@ class Informer(Generic[V]):
             metrics.CACHE_OBJECTS.labels(self.resource).set(len(self._items))
 
 
+W = TypeVar("W")
+
+
+class Projection(Generic[V, W]):
+    """One part of an informer's views, read like an informer of its own: two readers of one LIST
+    and one watch (the GPU pods and every pod's address come from the same pods).
+
+    ``part`` picks a view's part (None: this view has none); the snapshot is rebuilt only when the
+    informer's own snapshot changed, so a steady cycle reads the same tuple without a pass over it.
+    """
+
+    def __init__(
+        self, informer: Informer[V], part: Callable[[V], W | None], *, order: Callable[[W], Any]
+    ) -> None:
+        self.informer = informer
+        self._part = part
+        self._order = order
+        self._lock = threading.Lock()
+        self._source: tuple[V, ...] | None = None
+        self._snapshot: tuple[W, ...] = ()
+
+    @property
+    def resource(self) -> str:
+        return self.informer.resource
+
+    @property
+    def synced(self) -> bool:
+        return self.informer.synced
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self.informer.wait_synced(timeout)
+
+    def snapshot(self) -> tuple[W, ...] | None:
+        """The parts, ordered; None whenever the informer's snapshot is (not synced, or broken)."""
+        source = self.informer.snapshot()
+        if source is None:
+            return None
+        with self._lock:
+            if source is not self._source:
+                parts = [part for view in source if (part := self._part(view)) is not None]
+                parts.sort(key=self._order)
+                self._source, self._snapshot = source, tuple(parts)
+            return self._snapshot
+
+
 class InformerSet(ABC):
     """The informers of one watch cache, started, stopped and awaited together (the cluster's and
     the DRA objects' caches); a subclass names them in ``informers`` (abstract: a cache that names

@@ -3,6 +3,7 @@ fallback to LIST, read-your-writes (an in-memory list/watch API; the real client
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -24,8 +25,9 @@ from gpu_efficiency import metrics
 from gpu_efficiency.engine.model import NamespaceView, NodeView, PendingPod, PodView, Toleration
 from gpu_efficiency.engine.reclaim.pressure import waiting_for_gpus
 from gpu_efficiency.sources.kube.cluster import ClusterState, pending_view, pod_view
-from gpu_efficiency.sources.kube.cluster_cache import CachedClusterReader
-from gpu_efficiency.sources.kube.watch import RELIST_AFTER_FAILURES, Backoff, Informer, iter_lines
+from gpu_efficiency.sources.kube.cluster_cache import BoundPod, CachedClusterReader, bound_pod
+from gpu_efficiency.sources.kube.watch import RELIST_AFTER_FAILURES, Backoff, Informer, Projection, iter_lines
+from gpu_efficiency.sources.metrics.targets import PodAddress
 
 FAST = Backoff(initial=0.001, maximum=0.002)
 
@@ -418,6 +420,12 @@ class FakeCache:
         for informer in (self.pods, self.pending, self.nodes, self.namespaces):
             informer.start()
 
+    def pod_written(self, obj: dict[str, Any]) -> None:
+        self.pods.observe_written(obj)
+
+    def pod_evicted(self, uid: str) -> None:
+        self.pods.update(uid, lambda view: dataclasses.replace(view, deleting=True))
+
 
 def node_obj(name: str, uid: str, rv: int) -> dict[str, Any]:
     return {
@@ -599,3 +607,62 @@ def test_reader_serves_pending_gpu_pods_from_their_informer_and_lists_them_until
     assert waiting.tolerations == (Toleration("dedicated", "Exists", "", "NoSchedule"),)
     assert waiting_for_gpus(waiting)
     assert [p.name for p in state.pods] == ["a"]  # the pending pod is never judged as a bound one
+
+
+def with_ip(obj: dict[str, Any], ip: str) -> dict[str, Any]:
+    obj["status"]["podIP"] = ip
+    return obj
+
+
+def test_one_informer_of_bound_pods_serves_the_gpu_pods_and_every_address(
+    started: list[Informer[Any]],
+) -> None:
+    """GPU pods and pod addresses are two projections of one LIST and one watch: each is rebuilt
+    only when the pods changed, and is None (LIST instead) whenever the informer cannot be read."""
+    clock = Clock()
+    api = FakeListApi(
+        [
+            with_ip(pod("b-gpu", "u1", 50), "10.0.0.1"),
+            with_ip(pod("cpu", "u2", 51, gpus=0), "10.0.0.2"),
+            pod("a-gpu-no-ip", "u3", 52),
+            pod("cpu-no-ip", "u4", 53, gpus=0),  # neither part: not held at all
+        ]
+    )
+    bound: Informer[BoundPod] = Informer(
+        "pods",
+        api,
+        bound_pod,
+        keep=lambda p: p.gpu is not None or p.address is not None,
+        clock=clock,
+        max_broken=30.0,
+        backoff=Backoff(initial=60, maximum=60),
+    )
+    gpu_pods = Projection(bound, lambda p: p.gpu, order=lambda v: (v.namespace, v.name))
+    addresses = Projection(bound, lambda p: p.address, order=lambda a: a.uid)
+    assert gpu_pods.snapshot() is None
+    assert addresses.snapshot() is None
+    stream = api.next_watch()
+    start(bound, started)
+    assert gpu_pods.synced
+    assert gpu_pods.wait_synced(0)
+    assert [v.name for v in gpu_pods.snapshot() or ()] == ["a-gpu-no-ip", "b-gpu"]
+    assert addresses.snapshot() == (
+        PodAddress("u1", ("10.0.0.1",), "n1"),
+        PodAddress("u2", ("10.0.0.2",), "n1"),
+    )
+    assert len(bound.snapshot() or ()) == 3
+    first = gpu_pods.snapshot()
+    assert gpu_pods.snapshot() is first  # nothing changed: the same tuple, no pass over the pods
+
+    stream.put(event("MODIFIED", with_ip(pod("cpu", "u2", 60, gpus=0), "10.0.0.9")))
+    wait_until(lambda: PodAddress("u2", ("10.0.0.9",), "n1") in (addresses.snapshot() or ()))
+    assert gpu_pods.snapshot() == first  # a pod without GPUs moved: the GPU pods read the same
+
+    errors = metric("gpu_efficiency_cache_watch_restarts_total", resource="pods", reason="error")
+    stream.fail(ConnectionResetError("reset"))
+    wait_until(
+        lambda: metric("gpu_efficiency_cache_watch_restarts_total", resource="pods", reason="error") > errors
+    )
+    clock.now += 31
+    assert gpu_pods.snapshot() is None
+    assert addresses.snapshot() is None

@@ -17,9 +17,20 @@ from tests.unit.sources.kube.fake_watch_api import pod, wait_until
 
 from gpu_efficiency.sources.kube.cluster import ClusterReader
 from gpu_efficiency.sources.kube.cluster_cache import CACHE_PAGE_SIZE, CachedClusterReader, ClusterCache
+from gpu_efficiency.sources.metrics.targets import PodAddress
+
+
+def _with_ip(obj: dict[str, Any], ip: str) -> dict[str, Any]:
+    obj["status"]["podIP"] = ip
+    return obj
+
 
 LISTS: dict[str, list[dict[str, Any]]] = {
-    "/api/v1/pods": [pod("listed", "u1", 5), pod("cpu-only", "u2", 6, gpus=0)],
+    "/api/v1/pods": [
+        _with_ip(pod("listed", "u1", 5), "10.0.0.5"),
+        _with_ip(pod("cpu-only", "u2", 6, gpus=0), "10.0.0.6"),
+        pod("cpu-no-ip", "u4", 7, gpus=0),
+    ],
     "/api/v1/nodes": [{"metadata": {"name": "n1", "uid": "n1", "resourceVersion": "3"}}],
     "/api/v1/namespaces": [{"metadata": {"name": "ns", "uid": "ns", "resourceVersion": "2"}}],
 }
@@ -84,7 +95,7 @@ def test_cache_lists_then_watches_through_the_real_client(api: client.ApiClient)
     reader.start()
     try:
         assert cache.wait_synced(10)
-        wait_until(lambda: cache.pods.resource_version == "12")
+        wait_until(lambda: cache.bound.resource_version == "12")
         state = reader.read()
         assert [p.name for p in state.pods] == ["listed", "watched"]
         assert [n.name for n in state.nodes] == ["n1"]
@@ -103,8 +114,40 @@ def test_cache_lists_then_watches_through_the_real_client(api: client.ApiClient)
         assert watches[0]["allowWatchBookmarks"] == ["true"]
         lists = [q for q in bound if "watch" not in q]
         assert lists[0]["limit"] == [str(CACHE_PAGE_SIZE)]
+        # One LIST and one watch of the bound pods serve both the GPU pods and every pod's address.
+        assert (len(lists), len(watches)) == (1, 1), bound
+        assert state.pod_addresses == (
+            PodAddress("u1", ("10.0.0.5",), "n1"),
+            PodAddress("u2", ("10.0.0.6",), "n1"),
+        )
+        assert cache.bound.snapshot() is not None
+        assert len(cache.bound.snapshot() or ()) == 3
     finally:
         started = time.monotonic()
         reader.stop()
         took = time.monotonic() - started
     assert took < 3.0, f"stop() took {took:.1f}s while the watches were silent"
+
+
+def test_writes_and_evictions_reach_the_gpu_pods_and_leave_the_addresses(api: client.ApiClient) -> None:
+    cache = ClusterCache(api)
+    reader = CachedClusterReader(cache, ClusterReader(api))
+    reader.start()
+    try:
+        assert cache.wait_synced(10)
+        wait_until(lambda: cache.bound.resource_version == "12")
+        before = reader.read()
+        written = _with_ip(
+            pod("listed", "u1", 50, annotations={"gpuefficiency.io/state": "Idle"}), "10.0.0.5"
+        )
+        reader.pod_written(written)
+        reader.pod_evicted("u1")
+        reader.pod_evicted("u2")  # a pod without GPUs: its address stays as it is
+        after = reader.read()
+        listed = next(p for p in after.pods if p.name == "listed")
+        assert listed.annotations == {"gpuefficiency.io/state": "Idle"}
+        assert listed.deleting
+        assert after.pod_addresses == before.pod_addresses
+        assert after.requests == 0
+    finally:
+        reader.stop()
