@@ -89,13 +89,19 @@ def api() -> Iterator[client.ApiClient]:
         server.server_close()
 
 
-def test_cache_lists_then_watches_through_the_real_client(api: client.ApiClient) -> None:
-    cache = ClusterCache(api)
-    reader = CachedClusterReader(cache, ClusterReader(api))
+def _synced_reader(api: client.ApiClient) -> CachedClusterReader:
+    """A started reader whose caches hold the LIST and the pods' watched event and bookmark."""
+    reader = CachedClusterReader(ClusterCache(api), ClusterReader(api))
     reader.start()
+    assert reader.cache.wait_synced(10)
+    wait_until(lambda: reader.cache.bound.resource_version == "12")
+    return reader
+
+
+def test_cache_lists_then_watches_through_the_real_client(api: client.ApiClient) -> None:
+    reader = _synced_reader(api)
+    cache = reader.cache
     try:
-        assert cache.wait_synced(10)
-        wait_until(lambda: cache.bound.resource_version == "12")
         state = reader.read()
         assert [p.name for p in state.pods] == ["listed", "watched"]
         assert [n.name for n in state.nodes] == ["n1"]
@@ -130,12 +136,8 @@ def test_cache_lists_then_watches_through_the_real_client(api: client.ApiClient)
 
 
 def test_writes_and_evictions_reach_the_gpu_pods_and_leave_the_addresses(api: client.ApiClient) -> None:
-    cache = ClusterCache(api)
-    reader = CachedClusterReader(cache, ClusterReader(api))
-    reader.start()
+    reader = _synced_reader(api)
     try:
-        assert cache.wait_synced(10)
-        wait_until(lambda: cache.bound.resource_version == "12")
         before = reader.read()
         written = _with_ip(
             pod("listed", "u1", 50, annotations={"gpuefficiency.io/state": "Idle"}), "10.0.0.5"
