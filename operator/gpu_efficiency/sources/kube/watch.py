@@ -490,7 +490,8 @@ class Projection(Generic[V, W]):
     and one watch (the GPU pods and every pod's address come from the same pods).
 
     ``part`` picks a view's part (None: this view has none); the snapshot is rebuilt only when the
-    informer's own snapshot changed, so a steady cycle reads the same tuple without a pass over it.
+    informer's own snapshot changed, so a steady cycle reads the same tuple without a pass over it,
+    and stays the same tuple when only other parts changed.
     """
 
     def __init__(
@@ -523,7 +524,11 @@ class Projection(Generic[V, W]):
             if source is not self._source:
                 parts = [part for view in source if (part := self._part(view)) is not None]
                 parts.sort(key=self._order)
-                self._source, self._snapshot = source, tuple(parts)
+                fresh = tuple(parts)
+                # Another part moved (a CPU pod's IP): this one reads as the very same tuple.
+                self._source = source
+                if fresh != self._snapshot:
+                    self._snapshot = fresh
             return self._snapshot
 
 

@@ -656,7 +656,15 @@ def test_one_informer_of_bound_pods_serves_the_gpu_pods_and_every_address(
 
     stream.put(event("MODIFIED", with_ip(pod("cpu", "u2", 60, gpus=0), "10.0.0.9")))
     wait_until(lambda: PodAddress("u2", ("10.0.0.9",), "n1") in (addresses.snapshot() or ()))
-    assert gpu_pods.snapshot() == first  # a pod without GPUs moved: the GPU pods read the same
+    assert gpu_pods.snapshot() is first  # a pod without GPUs moved: the GPU pods read the same
+    stream.put(
+        event(
+            "MODIFIED",
+            with_ip(pod("b-gpu", "u1", 61, annotations={"gpuefficiency.io/state": "Idle"}), "10.0.0.1"),
+        )
+    )
+    wait_until(lambda: gpu_pods.snapshot() != first)
+    assert [v.annotations for v in gpu_pods.snapshot() or ()] == [{}, {"gpuefficiency.io/state": "Idle"}]
 
     errors = metric("gpu_efficiency_cache_watch_restarts_total", resource="pods", reason="error")
     stream.fail(ConnectionResetError("reset"))
