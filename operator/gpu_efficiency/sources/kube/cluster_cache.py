@@ -18,7 +18,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -50,7 +49,7 @@ T = TypeVar("T")
 CACHE_PAGE_SIZE = 100
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class BoundPod:
     """One pod on a node as the cache keeps it: its GPU view (None: it requests no GPU) and its
     address (None: no IP, or finished). Both are read from one LIST and one watch of the pods."""

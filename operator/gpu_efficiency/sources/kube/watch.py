@@ -505,10 +505,6 @@ class Projection(Generic[V, W]):
         self._snapshot: tuple[W, ...] = ()
 
     @property
-    def resource(self) -> str:
-        return self.informer.resource
-
-    @property
     def synced(self) -> bool:
         return self.informer.synced
 
@@ -524,10 +520,9 @@ class Projection(Generic[V, W]):
             if source is not self._source:
                 parts = [part for view in source if (part := self._part(view)) is not None]
                 parts.sort(key=self._order)
-                fresh = tuple(parts)
-                # Another part moved (a CPU pod's IP): this one reads as the very same tuple.
                 self._source = source
-                if fresh != self._snapshot:
+                # Another part moved (a CPU pod's IP): this one reads as the very same tuple.
+                if (fresh := tuple(parts)) != self._snapshot:
                     self._snapshot = fresh
             return self._snapshot
 
