@@ -8,7 +8,7 @@ A constant number of PromQL queries per cycle (``sources/metrics/prometheus/prom
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -192,12 +192,13 @@ class PrometheusSource:
         take: Callable[[Query, Any], list[Query]],
         *,
         workers: int,
-        meanwhile: Callable[[], None] | None = None,
+        meanwhile: Callable[[Collection[Query]], None] | None = None,
         drops: DropTally | None = None,
     ) -> int:
         """Run ``queries`` concurrently; ``take`` gets each answer as it arrives and returns the
         queries it makes necessary (a later round), which run on the same pool; ``meanwhile`` is
-        called whenever queries are still in flight after that. Returns how many were sent."""
+        called with the queries still in flight whenever some are after that. Returns how many
+        were sent."""
         with ThreadPoolExecutor(max_workers=workers) as pool:
             pending = {pool.submit(self.run, q, at, drops): q for q in queries}
             sent = len(pending)
@@ -208,7 +209,7 @@ class PrometheusSource:
                         pending[pool.submit(self.run, more, at, drops)] = more
                         sent += 1
                 if pending and meanwhile is not None:
-                    meanwhile()
+                    meanwhile(pending.values())
         return sent
 
     def fault_windows(self, query: Query, result: Any, request: FetchRequest) -> list[Query]:

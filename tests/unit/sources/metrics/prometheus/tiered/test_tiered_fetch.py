@@ -13,6 +13,7 @@ import json
 import math
 import re
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -81,6 +82,8 @@ class Model:
     chain_released: list[bool] = field(default_factory=list)  # per held chain query: released in time
     times: list[str] = field(default_factory=list)  # each query's evaluation time, as sent
     per_series: int = 8  # samples per series in the window: the count answered, the raw samples sent
+    faulty: dict[str, float] = field(default_factory=dict)  # UUID -> XID its fault window holds
+    hold_candidates: threading.Event | None = None  # set: the fault candidates query waits for it
 
     def answer(self, query: str) -> list[tuple[dict[str, str], Any]]:
         if query.startswith("group by (UUID, GPU_I_ID, gpu") or query.startswith(
@@ -94,8 +97,16 @@ class Model:
                 )
                 for u, g in self.gpus.items()
             ]
-        if CANDIDATE_LABEL in query or "gpueff_has" in query:  # fault candidates, inventory
+        if CANDIDATE_LABEL in query:  # fault candidates
+            return [({"UUID": u, CANDIDATE_LABEL: Window.FAULT.value}, 1) for u in sorted(self.faulty)]
+        if "gpueff_has" in query:  # the exporter inventory
             return []
+        if '"XID:max"' in query:  # a fault window, of the candidates it lists
+            return [
+                ({"UUID": u, AGG_LABEL: f"XID:{agg}", "instance": "t1"}, value)
+                for u in sorted(_matching(query, self.faulty))
+                for agg, value in (("max", self.faulty[u]), ("last", self.faulty[u]), ("count", 8))
+            ]
         if AGG_LABEL not in query and "DCGM_FI_PROF_SM_(ACTIVE|UTIL_RATIO)" in query:  # idle candidates
             limit = float(re.findall(r"< ([0-9.e-]+)", query)[0])  # the first term: SM_ACTIVE
             assert limit == idle_limit(0.01, 1.0)
@@ -148,6 +159,8 @@ def _handle(model: Model, request: httpx.Request) -> httpx.Response:
         model.whole_asked.set()
         if model.hold_whole is not None:
             model.hold_whole.wait(5)
+    if CANDIDATE_LABEL in query and model.hold_candidates is not None:
+        model.hold_candidates.wait(5)
     if query.startswith("max by (UUID, GPU_I_ID, gpu") and model.hold_identity_for_whole:
         model.whole_before_identity = model.whole_asked.wait(5)
     if query.startswith("max by (UUID, GPU_I_ID, gpu") and model.hold_identity:
@@ -504,6 +517,81 @@ def test_carried_gpus_are_built_while_the_chains_are_in_flight_from_the_entries_
     assert cache.entries[("GPU-5", "")].refreshed_at == NOW + 200  # the replacement, kept for later
 
 
+def _joins_while_candidates_held(model: Model, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Hold the fault candidates query until the samples are joined; returns, per join, whether
+    the candidates were still held (unanswered) when it began."""
+    model.hold_candidates = held = threading.Event()
+    joins: list[bool] = []
+    join = prom.samples
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        joins.append(not held.is_set())
+        held.set()
+        return join(*args, **kwargs)
+
+    monkeypatch.setattr(prom, "samples", recorded)
+    return joins
+
+
+def test_a_steady_cycle_joins_its_samples_while_the_fault_candidates_run(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a steady cycle the samples are joined while the fault candidates query is still in
+    flight (it names no GPU: that join is the cycle's), and they are those of a join made after
+    it, as before: the same values, carried times and drops."""
+    _busy_cluster(model, 8)
+    overlapping, after = _source(model, 1), _source(model, 1)
+    _fetch(overlapping, model)
+    _fetch(after, model)
+    model.gpus["GPU-2"].sm = 0.0  # its chain is fetched; the other 7 are carried
+    joins = _joins_while_candidates_held(model, monkeypatch)
+    result, sent = _fetch(overlapping, model, NOW + 200)
+    assert joins == [True]  # one join, made while the candidates were unanswered
+    assert sum(CANDIDATE_LABEL in q for q in sent) == 1
+    monkeypatch.setattr(prom.TieredRound, "joinable", lambda self, pending: False)
+    model.hold_candidates = None
+    expected, _ = _fetch(after, model, NOW + 200)
+    assert _values(result.gpus) == _values(expected.gpus)
+    assert [g.carried_newest for g in result.gpus] == [g.carried_newest for g in expected.gpus]
+    assert (result.dropped, result.refreshed, result.carried) == (expected.dropped, 1, 7)
+    assert _sm(result, "GPU-2").max == 0.0
+
+
+def test_a_fault_candidate_named_after_the_join_gets_its_fault_window(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Safety: when the candidates query names a GPU, the join made while it ran lacks that GPU's
+    fault window; the cycle's samples are joined again once the window has come."""
+    _busy_cluster(model, 8)
+    source = _source(model, 1)
+    _fetch(source, model)
+    model.faulty = {"GPU-4": 79.0}
+    joins = _joins_while_candidates_held(model, monkeypatch)
+    result, sent = _fetch(source, model, NOW + 200)
+    assert joins == [True, False]  # the early join, then the cycle's
+    assert any('"XID:max"' in q and _listed(q) == {"GPU-4"} for q in sent)
+    assert _gpu(result, "GPU-4").get(Window.FAULT, Signal.XID).max == 79.0
+    assert all(g.get(Window.FAULT, Signal.XID) is None for g in result.gpus if g.uuid != "GPU-4")
+    assert (result.refreshed, result.carried) == (0, 8)
+
+
+def test_the_first_cycle_joins_its_samples_after_every_answer(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty cache (the first cycle, a restart): nothing is joined before the candidates have
+    answered (8,000 fresh windows' rows and Stats would be held at once)."""
+    _busy_cluster(model, 4)
+    source = _source(model, 1)
+    joins = _joins_while_candidates_held(model, monkeypatch)
+    assert model.hold_candidates is not None
+    release = threading.Timer(0.3, model.hold_candidates.set)
+    release.start()
+    result, _ = _fetch(source, model)
+    release.join()
+    assert joins == [False]
+    assert len(result.gpus) == 4
+
+
 def test_idle_gpu_turning_active_is_refreshed(model: Model) -> None:
     """Safety: a GPU cached idle is refreshed every cycle, so it is seen active the cycle it is."""
     _busy_cluster(model, 8)
@@ -743,6 +831,10 @@ def test_an_early_read_the_plan_does_not_ask_for_is_cancelled(model: Model) -> N
     model.hold_whole = threading.Event()
     source.read_early(replace(_request(), hints=None))
     early = source.tiered.early[(120.0, "")]
+    deadline = time.monotonic() + 5  # both buckets in flight (a bucket not yet started is not sent)
+    while len([q for q in model.queries if _raw(q)]) < chain_samples.WHOLE_IN_FLIGHT:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     try:
         result = source.fetch(_request())
         assert result.gpus == ()
