@@ -579,15 +579,17 @@ def test_the_first_cycle_joins_its_samples_after_every_answer(
     model: Model, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An empty cache (the first cycle, a restart): nothing is joined before the candidates have
-    answered (8,000 fresh windows' rows and Stats would be held at once)."""
+    answered (8,000 fresh windows' rows and Stats would be held at once). A scrape interval too
+    short for raw samples: no early whole-window read, whose answers are taken after the rounds."""
     _busy_cluster(model, 4)
     source = _source(model, 1)
     joins = _joins_while_candidates_held(model, monkeypatch)
     assert model.hold_candidates is not None
     release = threading.Timer(0.3, model.hold_candidates.set)
     release.start()
-    result, _ = _fetch(source, model)
+    result, _ = _fetch(source, model, scrape_interval=0.5)
     release.join()
+    assert source.tiered.early == {}
     assert joins == [False]
     assert len(result.gpus) == 4
 
