@@ -31,7 +31,7 @@ from gpu_efficiency.sources.metrics.base import (
     FetchResult,
     SourceUnavailable,
 )
-from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource, promql
+from gpu_efficiency.sources.metrics.prometheus import PrometheusConfig, PrometheusSource, promql, windows
 from gpu_efficiency.sources.metrics.prometheus.promql import (
     AGG_LABEL,
     CANDIDATE_LABEL,
@@ -522,7 +522,7 @@ def _joins_while_candidates_held(model: Model, monkeypatch: pytest.MonkeyPatch) 
     the candidates were still held (unanswered) when it began."""
     model.hold_candidates = held = threading.Event()
     joins: list[bool] = []
-    join = prom.samples
+    join = windows.samples
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
         joins.append(not held.is_set())
@@ -570,7 +570,9 @@ def test_a_fault_candidate_named_after_the_join_gets_its_fault_window(
     result, sent = _fetch(source, model, NOW + 200)
     assert joins == [True, False]  # the early join, then the cycle's
     assert any('"XID:max"' in q and _listed(q) == {"GPU-4"} for q in sent)
-    assert _gpu(result, "GPU-4").get(Window.FAULT, Signal.XID).max == 79.0
+    xid = _gpu(result, "GPU-4").get(Window.FAULT, Signal.XID)
+    assert xid is not None
+    assert xid.max == 79.0
     assert all(g.get(Window.FAULT, Signal.XID) is None for g in result.gpus if g.uuid != "GPU-4")
     assert (result.refreshed, result.carried) == (0, 8)
 
