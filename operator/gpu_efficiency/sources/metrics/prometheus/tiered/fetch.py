@@ -176,7 +176,6 @@ class TieredFetch:
                     drops.add(reason, count)
             else:
                 gpus = self._join(state, cache, request, drops, keep=False)
-            state.joined = None
         log.debug(
             "activity window: %d in full%s, %d chain only%s (new %d, idle %d, not busy %d, settling %d),"
             " %d carried, %d queries",
@@ -370,7 +369,9 @@ class TieredRound:
     )  # XID events counted (sources/metrics/prometheus/xid_counts.py)
     waiting: list[Query] = field(default_factory=list)  # whole-window buckets not asked for yet
     prefetched: EarlyWindow | None = None  # the whole window read before the plan (early_window.py)
-    overlap: bool = False  # a steady cycle (the cache held windows): ``joinable`` may say yes
+    #: A steady cycle: the cache held windows and no early whole window is read (so none is
+    #: ``prefetched``); only then may ``joinable`` say yes.
+    overlap: bool = False
     #: The samples joined while only the fault candidates were in flight, with their drops.
     joined: tuple[tuple[GPUSample, ...], DropTally] | None = None
     stored: bool = False  # the cycle's windows are in the activity cache (``TieredFetch._join``)
@@ -387,7 +388,6 @@ class TieredRound:
             self.overlap
             and self.identity is not None
             and self.plan is not None
-            and self.prefetched is None
             and not self.waiting
             and not self.windows
             and bool(pending)
