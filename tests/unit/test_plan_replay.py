@@ -3,7 +3,9 @@ tells two plans apart (what the bench's "the same plan" across commits rests on)
 
 from __future__ import annotations
 
+import hashlib
 import pickle
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -50,3 +52,18 @@ def test_the_digest_tells_two_plans_apart(replay: ModuleType, tmp_path: Path) ->
     idle = replay.replay(save(tmp_path / "b.pkl", cluster(b.idle()), engine.Memory()), 1)
     assert busy["digest"] != idle["digest"]
     assert busy["verdicts"] == idle["verdicts"] == 2
+
+
+def test_steady_times_the_unchanged_cycle_after_the_saved_one(replay: ModuleType, tmp_path: Path) -> None:
+    first = cluster(b.compute_bound())
+    memory = engine.Memory()
+    _, made = engine.plan(first, memory)
+    after = b.apply_plan(first, made)  # annotated as the first plan asked; windows carried from here on
+    snap = replace(after, gpus=tuple(replace(g, carried_newest=after.now - 10.0) for g in after.gpus))
+    saved = save(tmp_path / "plan-2.pkl", snap, memory)
+    steady = replay.replay(saved, 2, steady=True)
+    assert (steady["kept"], steady["judged"], steady["quiet"]) == (2, 0, 1)  # p1 (Efficient) is quiet
+    _, again = engine.plan(snap, engine.Memory())  # the same snapshot planned from scratch
+    made_again = repr((again.verdicts, again.actions, again.status, again.notes)).encode()
+    assert steady["digest"] == hashlib.sha256(made_again).hexdigest()[:16]
+    assert steady["verdicts"] == 2

@@ -34,7 +34,7 @@ from gpu_efficiency.engine.params import CycleParams, cycle_params
 from gpu_efficiency.engine.policy_status import policy_status, unattributed
 from gpu_efficiency.engine.quarantine.evaluate import evaluate_faults
 from gpu_efficiency.engine.quarantine.kinds import FaultKind
-from gpu_efficiency.engine.reclaim.actions import act
+from gpu_efficiency.engine.reclaim.actions import act, is_quiet, stay_quiet
 from gpu_efficiency.engine.reclaim.activity import evidence_reach
 from gpu_efficiency.engine.reclaim.annotations import cleanup_patch
 from gpu_efficiency.engine.reclaim.budgets import EvictionCandidate, recent_within_hour, select_evictions
@@ -211,18 +211,23 @@ def evaluate(
             record.owner_label = group.owner.label
             notes.append(f"{pod.namespace}/{pod.name}: {record.owner}")
         verdicts.append(record.verdict)
-        act(
-            record,
-            params,
-            now=now,
-            policy_name=policy_name,
-            notes=notes,
-            reach=evidence_reach(pod_gpus[key], record.activities, now + params.scrape_interval_s)
-            if record.verdict.verdict is Verdict.IDLE
-            else None,
-            remembered=ledger.get(pod.uid) if ledger is not None else None,
-            group=group,
-        )
+        if memo is not None and memo.still_quiet(key, pod, record.verdict):
+            stay_quiet(record)  # unchanged and quiet: its actions are nothing again (judgememo.py)
+        else:
+            act(
+                record,
+                params,
+                now=now,
+                policy_name=policy_name,
+                notes=notes,
+                reach=evidence_reach(pod_gpus[key], record.activities, now + params.scrape_interval_s)
+                if record.verdict.verdict is Verdict.IDLE
+                else None,
+                remembered=ledger.get(pod.uid) if ledger is not None else None,
+                group=group,
+            )
+            if memo is not None and is_quiet(record):
+                memo.mark_quiet(key, pod, record.verdict)
         straggler_patch = stragglers.patches.get(key)
         if straggler_patch:
             record.patch = {**record.patch, **straggler_patch}

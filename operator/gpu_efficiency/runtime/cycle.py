@@ -203,7 +203,11 @@ class CycleRunner(Observer):
                 plan = self.links(plan, snapshot)
         memo = memory.memo
         log.debug(
-            "policy %s: %d verdicts kept from the previous cycle, %d judged", name, memo.hits, memo.misses
+            "policy %s: %d verdicts kept from the previous cycle, %d judged; %d quiet pods not acted on again",
+            name,
+            memo.hits,
+            memo.misses,
+            memo.quiet,
         )
         # apply
         writes_before = self.applier.writes

@@ -2,6 +2,8 @@
 
 The judge (judge.py) only decides; this turns the decision into writes, quiet while nothing changes
 (annotations.py) and with an event only when the state changes. The planner orders them in the plan.
+A quiet pod's actions (``is_quiet``) are nothing again while its view and verdict stay the same
+(judgememo.py), so the planner may skip them (``stay_quiet``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from gpu_efficiency.engine.reclaim.acknowledge import ending_with, keep_command
 from gpu_efficiency.engine.reclaim.activity import EvidenceReach
 from gpu_efficiency.engine.reclaim.annotations import annotation_patch, desired_annotations, state_value
 from gpu_efficiency.engine.reclaim.budgets import permanent_blocker
-from gpu_efficiency.engine.reclaim.idle import idle_lifecycle
+from gpu_efficiency.engine.reclaim.idle import NO_LIFECYCLE, idle_lifecycle
 from gpu_efficiency.engine.reclaim.idleledger import IdleClock
 from gpu_efficiency.engine.reclaim.judge import PLAIN_VALUE
 from gpu_efficiency.engine.reclaim.owners import action_words
@@ -124,3 +126,16 @@ def act(
             )
         )
     record.events = tuple(events)
+
+
+def is_quiet(record: PodRecord) -> bool:
+    """True when the pod's actions wrote nothing and had no idle lifecycle to run: they then read
+    only its view, its verdict and the parameters, never the clock, its owner or the idle ledger."""
+    return record.lifecycle is NO_LIFECYCLE and not record.patch and not record.events
+
+
+def stay_quiet(record: PodRecord) -> None:
+    """What ``act`` gives a pod that was quiet last cycle with the same view and verdict."""
+    record.lifecycle = NO_LIFECYCLE
+    record.patch = {}
+    record.events = ()

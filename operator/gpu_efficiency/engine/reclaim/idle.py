@@ -154,7 +154,7 @@ class Lifecycle:
 
 
 #: Shared result for active pods without lifecycle state (most pods): callers must not mutate it.
-_NOTHING = Lifecycle()
+NO_LIFECYCLE = Lifecycle()
 
 
 def keep_for_problem(annotations: Mapping[str, str], params: CycleParams) -> str:
@@ -278,7 +278,7 @@ def idle_lifecycle(
         and names.EVICTION_BLOCKED not in ann
         and names.RELEASE not in ann
     ):
-        return _NOTHING  # the common case: an active pod without any lifecycle state
+        return NO_LIFECYCLE  # the common case: an active pod without any lifecycle state
     out = Lifecycle()
     book = _Book(ann, now, out)
     seen: float | None = None

@@ -138,3 +138,58 @@ def test_windows_fetched_this_cycle_are_neither_reused_nor_kept() -> None:
     assert (memo.hits, memo.misses) == (0, 0)
     both(next_cycle(fetched, plan), memo)  # carried from now on: judged, since nothing was kept
     assert (memo.hits, memo.misses) == (0, len(PROFILES))
+
+
+def quiet_verdicts(plan: Plan) -> int:
+    """Pods judged Active, Efficient or Underutilized alone on their GPU: those that can be quiet."""
+    return sum(
+        1
+        for v in plan.verdicts
+        if v.verdict not in (Verdict.IDLE, Verdict.UNKNOWN) and v.name.startswith("p")
+    )
+
+
+def test_a_quiet_pod_is_not_acted_on_again_while_its_view_and_verdict_stay() -> None:
+    memo = JudgeMemo()
+    snap = cluster()
+    plan = both(snap, memo)  # the first annotations: no pod is quiet yet
+    snap = next_cycle(snap, plan)
+    plan = both(snap, memo)  # new views (annotated): acted on, and found quiet
+    assert memo.quiet == 0
+    snap = next_cycle(snap, plan)
+    plan = both(snap, memo)
+    assert memo.quiet == quiet_verdicts(plan) >= 3
+    assert not [a for a in plan.actions if isinstance(a, AnnotatePod)]
+
+    # an owner removes p1's state annotation: a new view, acted on again, and the state comes back
+    edited = tuple(
+        replace(p, annotations={k: v for k, v in p.annotations.items() if k != names.STATE})
+        if p.name == "p1"
+        else p
+        for p in snap.pods
+    )
+    snap = replace(next_cycle(snap, plan), pods=edited)
+    plan = both(snap, memo)
+    assert memo.quiet == quiet_verdicts(plan) - 1
+    restored = [a for a in plan.actions if isinstance(a, AnnotatePod) and a.name == "p1"]
+    assert [a.annotations for a in restored] == [{names.STATE: "Efficient"}]
+
+
+def test_a_new_verdict_on_the_same_view_is_acted_on_and_a_failed_write_is_retried() -> None:
+    memo = JudgeMemo()
+    snap = cluster()
+    for _ in range(3):
+        plan = both(snap, memo)
+        snap = next_cycle(snap, plan)
+    assert {v.name: v.verdict for v in plan.verdicts}["p1"] is Verdict.EFFICIENT
+    # GPU-1 is refetched idle: the same view of p1, a new verdict, so its actions are recomputed
+    refetched = carried(
+        b.shift_stats(gpu("GPU-1", b.idle(), ("team-a", "p1")), snap.now + 60.0), snap.now + 60.0
+    )
+    snap = next_cycle(snap, plan, GPU_1=refetched)
+    for _ in range(2):  # the write fails: the next cycle has the same view, and patches it again
+        plan = both(snap, memo)
+        assert {v.name: v.verdict for v in plan.verdicts}["p1"] is Verdict.IDLE
+        patch = next(a for a in plan.actions if isinstance(a, AnnotatePod) and a.name == "p1")
+        assert patch.annotations[names.STATE] == "Idle"
+        snap = replace(snap, now=snap.now + 60.0, gpus=tuple(carried(g, snap.now + 60.0) for g in snap.gpus))
