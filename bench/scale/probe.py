@@ -12,7 +12,8 @@ The operator code runs unchanged; this launcher only wraps a few functions befor
   fetch after a cycle, not part of it).
 - ``cycle``: one per evaluation cycle: wall time, process CPU time, time per phase (observe =
   node read, then the pod read alongside the Prometheus fetch; plan, apply, status), verdicts,
-  actions, writes, queries, RSS and peak RSS; with ``GPUEFF_PROBE_PROMETHEUS_URL``, also the CPU
+  actions, writes, queries, RSS and peak RSS, the judge memo's counts (``memo``: verdicts kept,
+  pods judged, quiet pods not acted on again; zeros on a commit whose memo lacks a count); with ``GPUEFF_PROBE_PROMETHEUS_URL``, also the CPU
   seconds Prometheus spent meanwhile (its ``process_cpu_seconds_total``, scrapes included). Both
   processes' CPU totals at the cycle's start too, so that what a whole interval costs (background
   refresh included) is the difference between two cycles.
@@ -222,6 +223,7 @@ def install(trace_path: str) -> None:
             phases = _PHASES["current"] or {}
             _PHASES["current"] = None
             plan = getattr(report, "plan", None)
+            memo = getattr(getattr(self, "_memory", {}).get(kwargs.get("name", "")), "memo", None)
             _emit(
                 out,
                 {
@@ -239,6 +241,8 @@ def install(trace_path: str) -> None:
                     "verdicts": len(plan.verdicts) if plan else 0,
                     "actions": len(plan.actions) if plan else 0,
                     "writes": int(getattr(report, "writes", 0)),
+                    # the judge memo's last plan: verdicts kept and judged, quiet pods not acted on
+                    "memo": [getattr(memo, n, 0) for n in ("hits", "misses", "quiet")],
                     "queries": int(getattr(report, "queries", 0)),
                     "rss_kib": _status_kib("VmRSS"),
                     "hwm_kib": _status_kib("VmHWM"),

@@ -836,6 +836,7 @@ def cycle_summary(op: Operator, cycle: dict[str, Any], flipped: set[str] | None 
         "actions": cycle["actions"],
         "writes": cycle["writes"],
         "queries": cycle["queries"],
+        "memo": cycle.get("memo", [0, 0, 0]),  # verdicts kept, pods judged, quiet pods not acted on
         "promql": [{k: q[k] for k in ("q", "s", "http", "decode", "bytes", "series", "ok")} for q in queries],
         "background_promql": [
             {k: q[k] for k in ("q", "s", "http", "decode", "bytes", "series", "ok")} for q in after
@@ -1270,6 +1271,9 @@ def table(results: list[dict[str, Any]]) -> str:
             *(statistics.median(c["phases_s"].get(p, 0.0) for c in r["steady_cycles"])
               for p in ("observe", "read_pods", "fetch")))),
         ("plan s", lambda r: f"{statistics.median(c['phases_s'].get('plan', 0.0) for c in r['steady_cycles']):.2f}"),
+        ("plan: verdicts kept / judged / quiet pods (median)", lambda r: " / ".join(
+            str(int(statistics.median(c.get("memo", [0, 0, 0])[i] for c in r["steady_cycles"])))
+            for i in range(3))),
         ("PromQL queries per cycle", lambda r: ",".join(str(q) for q in r["steady"]["queries"])),
         ("background refresh after a cycle: queries, slowest s", lambda r: ",".join(
             str(q) for q in r["steady"]["background_queries"]) + f"; {r['steady']['background_s_max']:.2f}"),
