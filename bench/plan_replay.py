@@ -37,6 +37,12 @@ from pathlib import Path
 from typing import Any
 
 
+def digest(plan: Any) -> str:
+    """Names the plan made (verdicts, actions, status and notes): equal digests, equal plans."""
+    made = repr((plan.verdicts, plan.actions, plan.status, plan.notes)).encode()
+    return hashlib.sha256(made).hexdigest()[:16]
+
+
 def replay(path: Path, repeat: int, steady: bool = False) -> dict[str, Any]:
     """Plan the saved cycle ``repeat`` times (``steady``: the unchanged cycle after it); its times,
     size and digest."""
@@ -61,7 +67,6 @@ def replay(path: Path, repeat: int, steady: bool = False) -> dict[str, Any]:
             times.append(time.perf_counter() - started)
         finally:
             gc.enable()
-    made = repr((plan.verdicts, plan.actions, plan.status, plan.notes)).encode()
     return {
         "median_s": statistics.median(times),
         "min_s": min(times),
@@ -71,7 +76,7 @@ def replay(path: Path, repeat: int, steady: bool = False) -> dict[str, Any]:
         "kept": memory.memo.hits,
         "judged": memory.memo.misses,
         "quiet": getattr(memory.memo, "quiet", 0),  # 0 where the memo does not keep quiet pods
-        "digest": hashlib.sha256(made).hexdigest()[:16],
+        "digest": digest(plan),
         "code": str(Path(engine.__file__).parents[2]),
     }
 

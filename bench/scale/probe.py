@@ -13,8 +13,9 @@ The operator code runs unchanged; this launcher only wraps a few functions befor
 - ``cycle``: one per evaluation cycle: wall time, process CPU time, time per phase (observe =
   node read, then the pod read alongside the Prometheus fetch; plan, apply, status), verdicts,
   actions, writes, queries, RSS and peak RSS, the judge memo's counts (``memo``: verdicts kept,
-  pods judged, quiet pods not acted on again; zeros on a commit whose memo lacks a count); with ``GPUEFF_PROBE_PROMETHEUS_URL``, also the CPU
-  seconds Prometheus spent meanwhile (its ``process_cpu_seconds_total``, scrapes included). Both
+  pods judged, quiet pods not acted on again; zeros on a commit whose memo lacks a count); with
+  ``GPUEFF_PROBE_PROMETHEUS_URL``, also the CPU seconds Prometheus spent meanwhile (its
+  ``process_cpu_seconds_total``, scrapes included). Both
   processes' CPU totals at the cycle's start too, so that what a whole interval costs (background
   refresh included) is the difference between two cycles.
 - ``mem``: RSS and peak RSS each time the peak has grown by 2 MiB (sampled every 0.2 s), so the
