@@ -23,6 +23,7 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
+from gpu_efficiency.api import names
 from gpu_efficiency.cleanup import LEASE_NAME
 from gpu_efficiency.sources.metrics.prometheus import PrometheusClient, PrometheusConfig
 
@@ -304,6 +305,12 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def gpu_condition(core: client.CoreV1Api, node: str) -> Any:
+    """The node's GPUHealthy condition (the agent's or the operator's), or None."""
+    conditions = core.read_node(node).status.conditions or []
+    return next((c for c in conditions if c.type == names.GPU_HEALTHY), None)
 
 
 def read_lease(api: client.ApiClient) -> client.V1Lease | None:

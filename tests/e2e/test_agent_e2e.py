@@ -23,7 +23,7 @@ from kubernetes import client
 from gpu_efficiency.api import names
 from gpu_efficiency.api.policy import GROUP, PLURAL, VERSION
 from gpu_efficiency_sim.targets import register, targets_dir, unregister
-from tests.e2e.harness import Cluster, wait_for
+from tests.e2e.harness import Cluster, gpu_condition, wait_for
 from tests.e2e.sim_fixtures import GPUNodes, gpu_nodes  # noqa: F401
 
 
@@ -217,11 +217,6 @@ def _our_taint(core: client.CoreV1Api, node: str) -> str | None:
     return next((t.value for t in taints if t.key == names.FAULT_TAINT_KEY), None)
 
 
-def _healthy_reason(core: client.CoreV1Api, node: str) -> str | None:
-    conditions = core.read_node(node).status.conditions or []
-    return next((c.reason for c in conditions if c.type == names.GPU_HEALTHY), None)
-
-
 def test_an_agent_fault_taints_at_once_and_a_forged_condition_taints_nothing(
     k8s: client.ApiClient,
     gpu_nodes: GPUNodes,  # noqa: F811
@@ -269,7 +264,9 @@ def test_an_agent_fault_taints_at_once_and_a_forged_condition_taints_nothing(
         # The operator's reason, taken over from the agent's report: written after the taint, in the
         # same cycle, so it may land a moment after the taint is seen.
         wait_for(
-            lambda: _healthy_reason(core, node) == "GPUFaultXID", 10, what="the operator's GPUHealthy reason"
+            lambda: getattr(gpu_condition(core, node), "reason", None) == "GPUFaultXID",
+            10,
+            what="the operator's GPUHealthy reason",
         )
     finally:
         _delete(k8s, name)

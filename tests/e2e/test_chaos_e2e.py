@@ -159,8 +159,9 @@ class Reference:
             len(status.get("recentEvictions") or []),
         )
 
-    def cycles(self) -> int:
-        return sum(op.log().count(f"policy {self.policy}: cycle ") for op in self.operators)
+    def cycles(self, *ops: OperatorProcess) -> int:
+        """Cycle lines logged by ``ops`` (every replica when none is named)."""
+        return sum(op.log().count(f"policy {self.policy}: cycle ") for op in ops or self.operators)
 
     def warned(self) -> list[str]:
         return [
@@ -370,9 +371,9 @@ def first_eviction(ref: Reference, timeout: float = 90) -> None:
 def cycle_after(ref: Reference, op: OperatorProcess | None = None, timeout: float = 90) -> float:
     """Seconds until the next completed cycle (of ``op``, or of any replica)."""
     ops = [op] if op is not None else ref.operators
-    start, began = sum(o.log().count(f"policy {ref.policy}: cycle ") for o in ops), time.monotonic()
+    start, began = ref.cycles(*ops), time.monotonic()
     wait_for(
-        lambda: sum(o.log().count(f"policy {ref.policy}: cycle ") for o in ops) > start,
+        lambda: ref.cycles(*ops) > start,
         timeout,
         interval=0.2,
         what="a completed cycle",
@@ -691,16 +692,14 @@ def test_leader_stopped_past_its_lease_and_a_skewed_standby(
     cycle_after(reference, standby)
     recovery = time.monotonic() - stopped
     time.sleep(max(0.0, 10 - (time.monotonic() - stopped)))  # well past the 6 s lease
-    resumed = leader.log().count(f"policy {reference.policy}: cycle ")
+    resumed = reference.cycles(leader)
     written = events_by(reference, leader.name)  # stopped: it cannot write until SIGCONT
     assert written, "no event names the old leader as its reporting instance: it made the first eviction"
     os.killpg(leader.proc.pid, signal.SIGCONT)
     got = reference.settle()
     # The stop may land mid-cycle: that cycle then ends after SIGCONT and logs its line, its writes
     # left skipped by the applier's leadership guard. A second line would be a cycle begun as leader.
-    assert leader.log().count(f"policy {reference.policy}: cycle ") - resumed <= 1, (
-        "the resumed old leader led"
-    )
+    assert reference.cycles(leader) - resumed <= 1, "the resumed old leader led"
     assert events_by(reference, leader.name) == written, "the resumed old leader wrote events"
     assert sum(evicted_events(reference).values()) == EXPECTED_EVICTIONS
     assert all(n == 1 for n in evicted_events(reference).values()), evicted_events(reference)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.e2e.harness import Cluster, OperatorIdentity, prom_query, wait_for
+from tests.e2e.harness import Cluster, OperatorIdentity, gpu_condition, prom_query, wait_for
 from tests.e2e.scenario_driver import BackgroundScenario, node_events, node_taints
 
 pytestmark = pytest.mark.e2e
@@ -28,11 +28,6 @@ SCENARIO_LABEL = "sim.gpuefficiency.io/scenario"
 
 def ours(core: client.CoreV1Api, node: str) -> list[tuple[str, str, str]]:
     return [t for t in node_taints(core, node) if t[0] == KEY]
-
-
-def gpu_condition(core: client.CoreV1Api, node: str) -> Any:
-    conditions = core.read_node(node).status.conditions or []
-    return next((c for c in conditions if c.type == "GPUHealthy"), None)
 
 
 def unhealthy(core: client.CoreV1Api, node: str) -> Any:
