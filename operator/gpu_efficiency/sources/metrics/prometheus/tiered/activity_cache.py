@@ -11,10 +11,14 @@ aggregates and fetches fresh, per cycle, only:
    only, the rest of their window reused: idleness reads nothing else);
 3. GPUs whose cached aggregates are not clearly busy (``clearly_busy``), and GPUs without a newest
    sample time in the identity query (the chain's signals only, as 2);
-3b. GPUs that were new, re-attributed, idle or not clearly busy less than a window (plus two
-   scrape intervals) ago (whole window): their window still holds samples from before the change, so
-   their figures (a pod that woke up: from Underutilized to Efficient) and their sample count (a new
-   pod: from too sparse to known) still move; carrying them would freeze the transition;
+3b. GPUs whose last whole window was fetched less than a window (plus two scrape intervals) after
+   they were new, re-attributed, idle or not clearly busy (whole window; ``settling``): that window
+   still holds samples from before the change, so their figures (a pod that woke up: from
+   Underutilized to Efficient) and their sample count (a new pod: from too sparse to known) still
+   move; carrying them would freeze the transition. Judged by when the window was fetched, not by
+   the clock: a cycle slower than the window (a first cycle labelling thousands of pods) or an
+   interval longer than it must not carry a window fetched right after the change as settled (it
+   read Unknown until rule 4 came round: 16 cycles at 8,000 GPUs and a budget of 500);
 4. and, after the cycle, about ``budget`` least recently refreshed cached GPUs, idle ones included,
    taken by buckets of UUID endings so that the query names them in a few bytes (whole window,
    evaluated at the cycle's time; ``oldest_cached``, ``ActivityCache.refreshed``): every GPU's
@@ -126,6 +130,13 @@ def clearly_busy(entry: Entry, idle_below: float) -> bool:
     return found
 
 
+def settling(entry: Entry, settle_s: float) -> bool:
+    """Rule 3b: does the entry's last whole window (fetched at ``refreshed_at``) still hold samples
+    from before the GPU last changed (``unsettled_at``)? ``settle_s``: the window plus two scrape
+    intervals. A GPU first seen with a window full of samples never changed (``-inf``)."""
+    return entry.refreshed_at - entry.unsettled_at < settle_s
+
+
 @dataclass(frozen=True, slots=True)
 class RefreshPlan:
     """The cycle's split of the GPUs seen: ``full`` gets the whole activity window fresh, ``chain``
@@ -155,18 +166,18 @@ def plan_refresh(
     idle_candidates: Iterable[Key],
     idle_below: float,
     *,
-    now: float = math.inf,
     settle_s: float = 0.0,
 ) -> RefreshPlan:
-    """Rules 1-3 (module docstring): new or re-attributed GPUs, and GPUs that changed within
-    ``settle_s`` before ``now``, in full; idle candidates and GPUs not clearly busy by their cache
-    at least their activity chain; the rest carried (rule 4 runs after the cycle).
+    """Rules 1-3 (module docstring): new or re-attributed GPUs, and GPUs whose last whole window
+    was fetched within ``settle_s`` after they changed (``settling``), in full; idle candidates and
+    GPUs not clearly busy by their cache at least their activity chain; the rest carried (rule 4
+    runs after the cycle).
 
     A listed UUID returns every MIG instance of it, so the instances of one UUID share the most
     thorough treatment any of them gets.
     """
     idle = set(idle_candidates)
-    new, candidates, not_busy, settling = set(), set(), set(), set()
+    new, candidates, not_busy, settles = set(), set(), set(), set()
     for key, ident in seen.items():
         entry = cache.get(key)
         if entry is None or entry.node != ident.node or entry.pods != ident.pods:
@@ -175,9 +186,9 @@ def plan_refresh(
             candidates.add(key)
         elif not math.isfinite(ident.newest) or not clearly_busy(entry, idle_below):
             not_busy.add(key)
-        elif now - entry.unsettled_at <= settle_s:
-            settling.add(key)
-    full = _by_uuid(new | settling, seen)
+        elif settling(entry, settle_s):
+            settles.add(key)
+    full = _by_uuid(new | settles, seen)
     chain = _by_uuid(candidates | not_busy, seen) - full
     return RefreshPlan(
         full=full,
@@ -186,7 +197,7 @@ def plan_refresh(
         new=len(new),
         idle=len(candidates),
         not_busy=len(not_busy),
-        settling=len(settling),
+        settling=len(settles),
         unsettled=frozenset(new | candidates | not_busy),
     )
 
@@ -233,7 +244,7 @@ def oldest_cached(
     eligible = [
         (entry.refreshed_at, key)
         for key, entry in cache.items()
-        if entry.refreshed_at < now and now - entry.unsettled_at > settle_s
+        if entry.refreshed_at < now and not settling(entry, settle_s)
     ]
     if budget <= 0 or not eligible:
         return {}, frozenset()

@@ -126,9 +126,7 @@ class TieredFetch:
                     state.early, more = uuids, more + chunks
             if state.plan is None and state.identity is not None and state.idle is not None:
                 with self._cache_lock:
-                    plan = plan_refresh(
-                        cache.entries, state.seen, state.idle, idle_below, now=request.now, settle_s=settle_s
-                    )
+                    plan = plan_refresh(cache.entries, state.seen, state.idle, idle_below, settle_s=settle_s)
                     # the entries the plan judged: a background refresh may replace them from now on
                     carried = {key: cache.entries[key] for key in plan.carried}
                 state.plan, activity = activity_queries(plan, state.seen, seconds, matchers, state.early, raw)

@@ -294,7 +294,7 @@ def test_gpus_settle_for_a_window_after_a_change() -> None:
     cache = ActivityCache()
 
     def cycle(at: float, rows: dict[Signal, list[float]], idle: set[Key]) -> Any:
-        plan = plan_refresh(cache.entries, seen, idle, IDLE, now=at, settle_s=150.0)
+        plan = plan_refresh(cache.entries, seen, idle, IDLE, settle_s=150.0)
         cache.update(seen, plan, {key: rows}, at)
         return plan
 
@@ -313,14 +313,41 @@ def test_first_sight_with_a_full_window_is_settled() -> None:
     is carried at once, one with a short window (a new pod) settles first."""
     seen = {("GPU-1", ""): Seen("n1", POD, NOW), ("GPU-2", ""): Seen("n1", POD, NOW)}
     cache = ActivityCache()
-    plan = plan_refresh(cache.entries, seen, (), IDLE, now=0.0, settle_s=150.0)
+    plan = plan_refresh(cache.entries, seen, (), IDLE, settle_s=150.0)
     rows = {
         ("GPU-1", ""): {Signal.SM_ACTIVE: row(0.9, count=8)},
         ("GPU-2", ""): {Signal.SM_ACTIVE: row(0.9, count=3)},
     }
     cache.update(seen, plan, rows, 0.0, full_count=7)
-    plan = plan_refresh(cache.entries, seen, (), IDLE, now=30.0, settle_s=150.0)
+    plan = plan_refresh(cache.entries, seen, (), IDLE, settle_s=150.0)
     assert (plan.carried, plan.full) == ({("GPU-1", "")}, {("GPU-2", "")})
+
+
+def test_a_slow_cycle_does_not_settle_a_window_fetched_right_after_the_change() -> None:
+    """Settling is judged by when the GPU's last whole window was fetched, not by the clock: a new
+    pod's short window, fetched at 0, is fetched whole again by the next cycle however late it comes
+    (a first cycle that labelled thousands of pods took 166 s; an interval of 5 min against a 2 min
+    window), and only a window fetched 150 s or more after the change is carried."""
+    key, seen = ("GPU-1", ""), {("GPU-1", ""): Seen("n1", POD, NOW)}
+    cache = ActivityCache()
+
+    def cycle(at: float, count: float) -> Any:
+        plan = plan_refresh(cache.entries, seen, (), IDLE, settle_s=150.0)
+        cache.update(seen, plan, {key: {Signal.SM_ACTIVE: row(0.9, count=count)}}, at, full_count=7)
+        return plan
+
+    assert cycle(0.0, 2).new == 1  # a new pod: 2 samples of a window that holds 7
+    late = cycle(400.0, 8)  # the next cycle, 400 s later: the cached window still reads 2 samples
+    assert (late.full, late.settling) == ({key}, 1)
+    assert cycle(430.0, 8).carried == {key}  # fetched 400 s after the change: settled
+    assert set(oldest_cached(cache.entries, 5, 460.0, settle_s=150.0)[0]) == {key}  # rule 4 takes it
+
+    cache = ActivityCache()
+    assert cycle(0.0, 2).new == 1
+    assert cycle(100.0, 8).full == {key}  # fetched 100 s after the change: still settling
+    assert oldest_cached(cache.entries, 5, 130.0, settle_s=150.0)[0] == {}  # rule 3b's, not rule 4's
+    assert cycle(200.0, 8).full == {key}
+    assert cycle(230.0, 8).carried == {key}
 
 
 def _entries(*specs: tuple[Key, float, float]) -> dict[Key, Any]:

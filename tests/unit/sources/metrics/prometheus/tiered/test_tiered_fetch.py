@@ -596,6 +596,22 @@ def test_the_first_cycle_joins_its_samples_after_every_answer(
     assert len(result.gpus) == 4
 
 
+def test_new_pods_short_windows_are_fetched_again_however_late_the_next_cycle(model: Model) -> None:
+    """New pods' windows (2 samples of 8) are not carried as settled by a cycle that comes more than
+    a window later (a first cycle that labelled thousands of pods; an interval longer than the
+    window): that cycle fetches them whole again, and their count is the window's, not Unknown's."""
+    _busy_cluster(model, 4)
+    model.per_series = 2
+    source = _source(model, 10)
+    _fetch(source, model)
+    model.per_series = 8
+    later, sent = _fetch(source, model, NOW + 400)
+    assert set().union(*(_listed(q) for q in _activity(sent))) in ({"*"}, set(model.gpus))
+    assert [_sm(later, uuid).count for uuid in sorted(model.gpus)] == [8] * 4
+    settled, sent = _fetch(source, model, NOW + 430)
+    assert (settled.carried, _activity(sent)) == (4, [])
+
+
 def test_idle_gpu_turning_active_is_refreshed(model: Model) -> None:
     """Safety: a GPU cached idle is refreshed every cycle, so it is seen active the cycle it is."""
     _busy_cluster(model, 8)
