@@ -52,6 +52,7 @@ class Tally(Protocol):
 
 #: Windows that carry fault evidence (faults.FAULT_WINDOWS; repeated: faults imports the planner's peers).
 _FAULT_WINDOWS = (Window.FAULT, Window.THERMAL_HOLD, Window.THERMAL_RECOVERY)
+_FAULT_WINDOW_SET = frozenset(_FAULT_WINDOWS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ def vet_samples(gpus: Sequence[GPUSample], pods: Iterable[PodView], nodes: Itera
     module docstring). Attributions to pods the snapshot does not hold are kept: no verdict is made
     for them, and dropping them would hide a co-tenant from the sharing rule."""
     pod_nodes = {(p.namespace, p.name): p.node for p in pods}
-    overfull = _overfull_nodes(gpus, nodes)
+    overfull: set[str] | None = None  # counted once a GPU has a fault window (most have none)
     dropped: dict[str, int] = {}
     out: list[GPUSample] = []
     for gpu in gpus:
@@ -106,9 +107,12 @@ def vet_samples(gpus: Sequence[GPUSample], pods: Iterable[PodView], nodes: Itera
                 kept = tuple([r for r in refs if pod_nodes.get((r.namespace, r.name), node) == node])
                 break
         stats = gpu.stats
-        if gpu.node in overfull and any(w in stats for w in _FAULT_WINDOWS):
-            stats = {w: s for w, s in stats.items() if w not in _FAULT_WINDOWS}
-            dropped[DropReason.GPUS_EXCEED_CAPACITY] = dropped.get(DropReason.GPUS_EXCEED_CAPACITY, 0) + 1
+        if not _FAULT_WINDOW_SET.isdisjoint(stats):
+            if overfull is None:
+                overfull = _overfull_nodes(gpus, nodes)
+            if node in overfull:
+                stats = {w: s for w, s in stats.items() if w not in _FAULT_WINDOWS}
+                dropped[DropReason.GPUS_EXCEED_CAPACITY] = dropped.get(DropReason.GPUS_EXCEED_CAPACITY, 0) + 1
         if len(kept) != len(gpu.pods):
             dropped[DropReason.POD_NODE_MISMATCH] = (
                 dropped.get(DropReason.POD_NODE_MISMATCH, 0) + len(gpu.pods) - len(kept)

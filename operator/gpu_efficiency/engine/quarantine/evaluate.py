@@ -177,6 +177,7 @@ def in_scope_nodes(snapshot: Snapshot) -> list[NodeView]:
 
 #: Windows that carry fault evidence; a GPU with none of them can show no fault.
 FAULT_WINDOWS = (Window.FAULT, Window.THERMAL_HOLD, Window.THERMAL_RECOVERY)
+_FAULT_WINDOW_SET = frozenset(FAULT_WINDOWS)
 
 
 def _quiet(node: NodeView) -> bool:
@@ -203,7 +204,7 @@ def _quiet(node: NodeView) -> bool:
 def _worth_judging(gpus: Iterable[GPUSample], quiet: set[str]) -> Iterator[GPUSample]:
     """The GPUs whose judgement can matter (see ``_quiet``)."""
     for gpu in gpus:
-        if gpu.node not in quiet or any(w in gpu.stats for w in FAULT_WINDOWS):
+        if gpu.node not in quiet or not _FAULT_WINDOW_SET.isdisjoint(gpu.stats):
             yield gpu
 
 
@@ -414,14 +415,15 @@ def evaluate_faults(
     xid_actions: list[Action] = []
     if ctx.data_ok and ctx.kinds[FaultKind.XID].enabled:
         scope = {n.name for n in nodes}
-        sightings = [
-            XidSighting(g.node, g.uuid, g.index, code)
-            for g in snapshot.gpus
+        sightings: list[XidSighting] = []
+        counts: dict[str, Mapping[int, Mapping[int, int]]] = {}
+        for g in snapshot.gpus:
             # new_xids reads only these two: most GPUs have neither (fault windows are fetched for candidates)
-            if (g.xid_events is not None or Window.FAULT in g.stats) and g.node in scope
-            for code in new_xids(g, rules)
-        ]
-        counts = {g.uuid: g.xid_events for g in snapshot.gpus if g.node in scope and g.xid_events is not None}
+            if (g.xid_events is None and Window.FAULT not in g.stats) or g.node not in scope:
+                continue
+            if g.xid_events is not None:
+                counts[g.uuid] = g.xid_events
+            sightings.extend(XidSighting(g.node, g.uuid, g.index, code) for code in new_xids(g, rules))
         screen = screen_xids(
             judged,
             sightings,
@@ -434,7 +436,10 @@ def evaluate_faults(
         judged, xid_actions = screen.judged, screen.actions
     else:
         screen = None
-    drains = drain_contexts(snapshot, nodes, params.drain_timeout_s)
+    # only the nodes decided below: a quiet node without judged GPUs gets an empty decision
+    drains = drain_contexts(
+        snapshot, [n for n in nodes if n.name not in quiet or n.name in judged], params.drain_timeout_s
+    )
     decisions = [
         NodeDecision(node=node.name, present={}, held={})
         if node.name in quiet and node.name not in judged

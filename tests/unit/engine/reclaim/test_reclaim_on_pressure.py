@@ -21,8 +21,18 @@ from tests.unit.engine.owner_builders import (
 from gpu_efficiency.api import names
 from gpu_efficiency.api.status import GPUEfficiencyPolicyStatus, Reclamation
 from gpu_efficiency.api.timefmt import format_rfc3339
-from gpu_efficiency.engine.model import NodeView, OwnerObject, PendingPod, PodView, ReclaimOwner, Snapshot
+from gpu_efficiency.engine.model import (
+    NodeView,
+    OwnerObject,
+    PendingPod,
+    PodView,
+    ReclaimOwner,
+    Snapshot,
+    Verdict,
+)
+from gpu_efficiency.engine.params import cycle_params
 from gpu_efficiency.engine.planner import evaluate
+from gpu_efficiency.engine.reclaim.reclaim import group_owners
 from gpu_efficiency.engine.reclaim.reclaimproof import accepted, advance, newly_running
 
 pytestmark = pytest.mark.usefixtures("no_faults")
@@ -97,6 +107,24 @@ def test_on_pressure_does_not_reclaim_again_while_a_reclaimed_owner_is_freeing_i
     going = [replace(p, deleting=True) if p.name == "nb0-0" else p for p in pods]
     snap = with_owners(replace(snap, pods=tuple(going), pending=(waiting("one", 1),)), objects)
     assert reclaimed(with_records(snap, our_record("Deployment", "nb0"))) == []  # on its way to the pod
+
+
+def test_owners_are_decided_where_a_pod_is_idle_or_our_record_says_reclaimed() -> None:
+    """``OwnerPlan``: an owner without an Idle pod is not decided (nothing reads it), except one our
+    status records as reclaimed, whose terminating pods free GPUs for the fit check."""
+    pods, objects, snap = full_node(3, **ON_PRESSURE)
+    done = {names.RECLAIMED: "ScaleToZero"}
+    objects = [replace(o, replicas=0, annotations=done) if o.ref.name == "nb0" else o for o in objects]
+    going = [replace(p, deleting=True) if p.name == "nb0-0" else p for p in pods]
+    snap = with_records(
+        with_owners(replace(snap, pods=tuple(going)), objects), our_record("Deployment", "nb0")
+    )
+    verdicts = {("team-a", "nb2-0"): Verdict.IDLE, ("team-a", "nb1-0"): Verdict.EFFICIENT}
+    plan = group_owners(snap, snap.pods, verdicts, cycle_params(snap.policy))
+    assert sorted(key[2] for key in plan.groups) == ["nb0", "nb2"]
+    assert plan.groups[("team-a", "Deployment", "nb0")].reclaimed
+    assert plan.of_pod[("team-a", "nb2-0")].idle == 1
+    assert ("team-a", "nb1-0") not in plan.of_pod
 
 
 def test_a_forged_reclaimed_annotation_frees_no_gpu_for_the_fit_check() -> None:
