@@ -51,8 +51,7 @@ class Tally(Protocol):
 
 
 #: Windows that carry fault evidence (faults.FAULT_WINDOWS; repeated: faults imports the planner's peers).
-_FAULT_WINDOWS = (Window.FAULT, Window.THERMAL_HOLD, Window.THERMAL_RECOVERY)
-_FAULT_WINDOW_SET = frozenset(_FAULT_WINDOWS)
+_FAULT_WINDOWS = frozenset((Window.FAULT, Window.THERMAL_HOLD, Window.THERMAL_RECOVERY))
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +106,7 @@ def vet_samples(gpus: Sequence[GPUSample], pods: Iterable[PodView], nodes: Itera
                 kept = tuple([r for r in refs if pod_nodes.get((r.namespace, r.name), node) == node])
                 break
         stats = gpu.stats
-        if not _FAULT_WINDOW_SET.isdisjoint(stats):
+        if not _FAULT_WINDOWS.isdisjoint(stats):
             if overfull is None:
                 overfull = _overfull_nodes(gpus, nodes)
             if node in overfull:

@@ -436,20 +436,20 @@ def evaluate_faults(
         judged, xid_actions = screen.judged, screen.actions
     else:
         screen = None
-    # only the nodes decided below: a quiet node without judged GPUs gets an empty decision
-    drains = drain_contexts(
-        snapshot, [n for n in nodes if n.name not in quiet or n.name in judged], params.drain_timeout_s
-    )
-    decisions = [
-        NodeDecision(node=node.name, present={}, held={})
-        if node.name in quiet and node.name not in judged
-        else decide_node(
+    decided = [n for n in nodes if n.name not in quiet or n.name in judged]  # the rest: empty decisions
+    drains = drain_contexts(snapshot, decided, params.drain_timeout_s)
+    made = {
+        node.name: decide_node(
             node,
             judged.get(node.name, {}),
             ctx,
             scope=scope_of(node.name),
             drain=drains.get(node.name, NO_DRAIN),
         )
+        for node in decided
+    }
+    decisions = [
+        made[node.name] if node.name in made else NodeDecision(node=node.name, present={}, held={})
         for node in nodes
     ]
     by_node = {d.node: d for d in decisions}

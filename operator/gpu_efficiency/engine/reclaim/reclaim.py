@@ -81,6 +81,7 @@ from gpu_efficiency.engine.reclaim.reclaimproof import (
     draft,
     freed_gpu_ids,
     freed_gpus,
+    owner_text,
     waiting_names,
 )
 from gpu_efficiency.engine.selection import LabelMatcher, compile_selector
@@ -189,11 +190,11 @@ def group_owners(
             found = members[owner.key] = _Members(owner)
         found.pods.append(pod)
         found.idle += verdicts.get((pod.namespace, pod.name)) is Verdict.IDLE
-    reclaimed = {record.owner for record in snapshot.status.reclamations}
+    reclaimed = {record.owner for record in snapshot.status.reclamations}  # as ``owner_text`` writes it
     groups: dict[OwnerKey, OwnerGroup] = {}
     of_pod: dict[PodKey, OwnerGroup] = {}
     for key, found in members.items():
-        if not found.idle and "/".join(key) not in reclaimed:
+        if not found.idle and owner_text(key) not in reclaimed:
             continue  # nothing reads its decision (``OwnerPlan``)
         owner = found.owner
         action, why = choose_action(owner, snapshot.policy.reclaim.actions)
