@@ -9,7 +9,7 @@ The operator code runs unchanged; this launcher only wraps a few functions befor
   code, seconds to the response headers). Kopf's own aiohttp watch of the policies is not counted.
 - ``prom``: every PromQL instant query (which query, seconds until Prometheus answered and for
   reading and decoding the answer, response bytes, series; ``bg``: the refresh budget's background
-  fetch after a cycle, not part of it).
+  fetch or the exporter inventory's after a cycle, not part of it).
 - ``cycle``: one per evaluation cycle: wall time, process CPU time, time per phase (observe =
   node read, then the pod read alongside the Prometheus fetch; plan, apply, status), verdicts,
   actions, writes, queries, RSS and peak RSS, the judge memo's counts (``memo``: verdicts kept,
@@ -48,6 +48,8 @@ from typing import Any
 
 _LOCK = threading.Lock()
 _PHASES: dict[str, dict[str, float] | None] = {"current": None}  # one cycle at a time, any thread
+#: The threads whose queries run after a cycle (``FetchResult.then``): rule 4's refresh, the inventory's.
+BACKGROUND_THREADS = ("prometheus-refresh", "prometheus-inventory")
 
 
 def _emit(out: Any, record: dict[str, Any]) -> None:
@@ -187,7 +189,7 @@ def install(trace_path: str) -> None:
                     "series": local.series,
                     "ok": ok,
                     "chars": len(query.text),
-                    "bg": threading.current_thread().name == "prometheus-refresh",  # rule 4, after a cycle
+                    "bg": threading.current_thread().name in BACKGROUND_THREADS,
                 },
             )
 

@@ -16,7 +16,8 @@ What it does (see RESULTS.md for the figures and how to read them):
    cluster in that state dir holding bench objects is purged first (--reuse keeps it).
 2. Installs the CRD and the chart's RBAC, and gives the operator a ServiceAccount token (so API
    priority and fairness treats it like the real deployment, not like an exempt admin).
-3. Starts the DCGM simulator (8 targets, prerendered) and, per size, grows the cluster: KWOK nodes
+3. Starts the DCGM simulator (8 targets, each GPU rendered once per scrape interval, the nodes listed
+   every 30 s: --sim-render, --sim-node-poll) and, per size, grows the cluster: KWOK nodes
    (cluster.sh add-nodes), one single-GPU bare pod per GPU over 50 namespaces (bound to its node
    directly, created by a bounded thread pool), profiles mostly compute-bound or underutilized with
    some idle. Waits until every pod is Running, attributed by the simulator and older than the
@@ -596,16 +597,20 @@ def free_port() -> int:
         return port
 
 
-def start_simulator(cluster: Cluster, workdir: Path, targets: int, port: int) -> subprocess.Popen[bytes]:
+def start_simulator(
+    cluster: Cluster, workdir: Path, targets: int, port: int, render_s: float, node_poll_s: float
+) -> subprocess.Popen[bytes]:
     """The simulator on fixed ports (``port``..``port+targets-1``): a ``--reuse`` run then scrapes the
     same ``instance``s, where free ports would give Prometheus a new copy of every series per run
-    (measured: 1.05 M head series after three simulator starts, each query and GC slower)."""
+    (measured: 1.05 M head series after three simulator starts, each query and GC slower). It renders
+    every ``render_s`` and lists the nodes every ``node_poll_s`` (``--sim-render``, ``--sim-node-poll``)."""
     env = {**cluster.env, "KUBECONFIG": cluster.kubeconfig, "PYTHONUNBUFFERED": "1"}
     log_file = (workdir / "simulator.log").open("ab")
     return subprocess.Popen(
         [
             sys.executable, "-m", "gpu_efficiency_sim", "serve",
-            "--targets", str(targets), "--port", str(port), "--prerender", "5", "--register", "scale-bench",
+            "--targets", str(targets), "--port", str(port), "--prerender", str(render_s),
+            "--node-poll", str(node_poll_s), "--register", "scale-bench",
         ],
         stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
     )  # fmt: skip
@@ -1378,6 +1383,21 @@ def main(argv: list[str] | None = None) -> int:
         help="first simulator port (target i: port+i; 0: free ports, a new set of series per run); the"
         " default is above Linux's ephemeral range (32768-60999), where a client connection may hold it",
     )
+    parser.add_argument(
+        "--sim-render",
+        type=float,
+        default=float(SCRAPE_INTERVAL_S),
+        metavar="SECONDS",
+        help="the simulator renders every GPU's metrics this often (default: once per scrape interval, as an"
+        " exporter collects once per scrape or less; before 2026-12-08 every 5 s, 3 renders per scrape)",
+    )
+    parser.add_argument(
+        "--sim-node-poll",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="the simulator lists the nodes this often to find new ones (before 2026-12-08: every 5 s)",
+    )
     parser.add_argument("--workers", type=int, default=16, help="concurrent API calls when creating pods")
     parser.add_argument("--reuse", action="store_true", help="keep an existing scale cluster's objects")
     parser.add_argument(
@@ -1448,7 +1468,9 @@ def main(argv: list[str] | None = None) -> int:
         kubeconfig = install_crd_and_rbac(cluster, workdir)
         namespaces = create_namespaces(cluster, args.namespaces)
         apply_policy(cluster, args.mode, args.interval, args.window, args.query_timeout)
-        sim = start_simulator(cluster, workdir, args.sim_targets, args.sim_port)
+        sim = start_simulator(
+            cluster, workdir, args.sim_targets, args.sim_port, args.sim_render, args.sim_node_poll
+        )
         flipped: set[str] = set()
         for nodes in sizes:
             last = nodes == sizes[-1]
@@ -1475,6 +1497,7 @@ def main(argv: list[str] | None = None) -> int:
             "refreshBudget": args.refresh_budget,
         },
         "metrics": args.metrics,
+        "simulator": {"renderSeconds": args.sim_render, "nodePollSeconds": args.sim_node_poll},
         "profile_mix": dict(PROFILE_MIX),
         "results": results,
         "total_seconds": round(time.monotonic() - started, 1),

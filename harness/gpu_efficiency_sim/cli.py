@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import signal
 import sys
 import threading
@@ -33,6 +34,17 @@ log = logging.getLogger("gpu_efficiency_sim")
 DEFAULT_NODE_SELECTOR = "nvidia.com/gpu.present=true,!sim.gpuefficiency.io/scenario"
 
 
+def positive_seconds(text: str) -> float:
+    """A period in seconds for a background loop: zero or less would spin it (or render without end)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The harness's commands: the DCGM-exporter simulator, the scenario runner and the guided demo."""
     parser = argparse.ArgumentParser(
@@ -53,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--prerender",
-        type=float,
+        type=positive_seconds,
         metavar="SECONDS",
         help="render every SECONDS in the background and serve the latest frame (large fleets)",
     )
@@ -66,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--node-selector", default=DEFAULT_NODE_SELECTOR, help="nodes to discover from the API"
+    )
+    serve.add_argument(
+        "--node-poll",
+        type=positive_seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help="list the nodes every SECONDS (a new node is served from the next listing)",
     )
     serve.add_argument("--no-kube", action="store_true", help="no Kubernetes API: every GPU is free (idle)")
     serve.add_argument(
@@ -390,7 +409,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         api = api_client(args.kubeconfig)
         if not nodes:
-            poller = NodePoller(api, sim.set_nodes, label_selector=args.node_selector)
+            poller = NodePoller(
+                api, sim.set_nodes, label_selector=args.node_selector, interval_s=args.node_poll
+            )
             poller.poll()
             stoppers.append(poller.start())
         stoppers.append(PodWatcher(api, sim.set_pods).start())

@@ -110,3 +110,19 @@ def test_metric_expectations_query_through_the_operators_client() -> None:
         assert run._query('up{instance="a"}') == [({"instance": "a"}, 1.0)]
         assert run._query("nonsense(") == "Prometheus query failed: parse error"
         assert run._query("time()") == "Prometheus returned 'scalar', expected a vector"
+
+
+def test_serve_periods_default_and_reject_what_would_spin_a_loop(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--prerender`` and ``--node-poll`` pace background loops (the scale bench sets both): a
+    period of zero, a negative one or NaN would spin the loop, so the parser refuses it."""
+    parser = build_parser()
+    args = parser.parse_args(["serve"])
+    assert (args.prerender, args.node_poll) == (None, 5.0)
+    args = parser.parse_args(["serve", "--prerender", "15", "--node-poll", "30"])
+    assert (args.prerender, args.node_poll) == (15.0, 30.0)
+    for option in ("--prerender", "--node-poll"):
+        for bad in ("0", "-5", "nan", "soon"):
+            with pytest.raises(SystemExit) as exit_info:
+                parser.parse_args(["serve", option, bad])
+            assert exit_info.value.code == 2
+            assert "seconds" in capsys.readouterr().err

@@ -83,9 +83,10 @@ class FetchResult:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     refreshed: int | None = None  # GPUs whose activity window was fetched fresh (None: all, untiered)
     carried: int = 0  # GPUs whose activity window came from the source's cache
-    #: The source's deferred work (the refresh budget's background fetch for later cycles), for the
-    #: cycle to start once it has made its writes, so that it does not compete with them for the
-    #: CPU. Returns how many GPUs it started refreshing. One-shot commands never start it.
+    #: The source's deferred work (the refresh budget's background fetch for later cycles, an old
+    #: exporter inventory read again), for the cycle to start once it has made its writes, so that it
+    #: does not compete with them for the CPU. Returns how many GPUs it started refreshing (rule 4;
+    #: without a refresh budget, 1 when it started an inventory read). One-shot commands never start it.
     then: Callable[[], int] | None = None
     #: Series or GPUs dropped as untrustworthy, by reason (``DropTally``): shown in policy status.
     dropped: Mapping[str, int] = field(default_factory=dict)

@@ -11,7 +11,11 @@ it is read:
   ``instance`` labels: an exporter pod restarted by an upgrade gets a new address) are not those it
   had when the inventory was last read;
 - at least every ``INVENTORY_REFRESH_S``, for an exporter upgraded in place behind the same address
-  (``hostNetwork``). Until then the GPU keeps its old view, which errs towards keeping GPUs: a 4.9
+  (``hostNetwork``): in the background once a cycle has its samples (``FetchResult.then``), not in
+  the cycle, since at 8,000 GPUs the read cost Prometheus 3-4 s of CPU and made every tenth steady
+  cycle twice as long (``bench/scale/RESULTS.md``); the next cycles use it. A read still missing at
+  twice that age (the background reads failed) is made in the cycle again, whose failure is the
+  fetch's. Until then the GPU keeps its old view, which errs towards keeping GPUs: a 4.9
   GPU read as 4.8 has its memory in bytes read as MiB (more memory held, never idle by it), a blind
   spot not yet seen is missing data (Unknown, never idle), an XID counter not yet seen leaves XIDs to
   the gauge, and one no longer served counts none (no taint on it) until the refresh. A signal no
@@ -20,9 +24,10 @@ it is read:
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpu_efficiency.sources.metrics.labels import GPUKey
@@ -30,6 +35,8 @@ from gpu_efficiency.sources.metrics.prometheus import exporter_inventory
 from gpu_efficiency.sources.metrics.prometheus.answers import Identity
 from gpu_efficiency.sources.metrics.prometheus.exporter_inventory import ExporterView
 from gpu_efficiency.sources.metrics.prometheus.promql import Query
+
+log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (UUID, GPU_I_ID), as the inventory's answer keys its views
 #: The longest a GPU keeps the view read for it while its targets stay the same: an exporter
@@ -50,13 +57,54 @@ class InventoryCache:
     at: float = -math.inf
     matchers: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    #: The background read of an old inventory (``refresh``), while it runs.
+    reading: threading.Thread | None = field(default=None, repr=False, compare=False)
 
     def due(self, now: float, matchers: str) -> bool:
-        """Must this cycle read the inventory whatever identity says (first read, new matchers, its
-        age past ``INVENTORY_REFRESH_S``, or a clock that went back)?"""
+        """Must this cycle read the inventory whatever identity says (first read, new matchers, a
+        clock that went back, or an age past twice ``INVENTORY_REFRESH_S``: the background reads
+        failed)? One merely older than ``INVENTORY_REFRESH_S`` is read after the cycle (``refresh``)."""
         with self.lock:
             age = now - self.at
-            return matchers != self.matchers or not 0 <= age < INVENTORY_REFRESH_S
+            return matchers != self.matchers or not 0 <= age < 2 * INVENTORY_REFRESH_S
+
+    def refresh(
+        self,
+        read: Callable[[], Mapping[Key, ExporterView]],
+        identity: Mapping[GPUKey, Identity],
+        at: float,
+        matchers: str,
+    ) -> bool:
+        """Start reading an inventory older than ``INVENTORY_REFRESH_S`` in the background (``read``:
+        the query at ``at``), to be kept with the targets ``identity`` named at ``at``. None is
+        started while one runs; a failed read changes nothing (the next cycle's ``then`` tries
+        again). Returns whether one was started."""
+        with self.lock:
+            if self.reading is not None and self.reading.is_alive():
+                return False
+            age = at - self.at
+            if matchers != self.matchers or not age >= INVENTORY_REFRESH_S:  # NaN: no
+                return False
+
+            def run() -> None:
+                try:
+                    views = read()
+                except Exception as exc:  # kept view: it errs towards keeping GPUs (module docstring)
+                    log.warning("reading the exporter inventory in the background failed: %s", exc)
+                    return
+                self.store(views, identity, at, matchers)
+
+            self.reading = threading.Thread(target=run, name="prometheus-inventory", daemon=True)
+            self.reading.start()
+            return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the background read (tests and benchmarks); False if it still runs after ``timeout``."""
+        with self.lock:
+            reading = self.reading
+        if reading is not None:
+            reading.join(timeout)
+        return reading is None or not reading.is_alive()
 
     def changed(self, identity: Mapping[GPUKey, Identity]) -> bool:
         """Does identity name a GPU the last read did not, or one behind other scrape targets?"""

@@ -7,8 +7,9 @@ A constant number of PromQL queries per cycle (``sources/metrics/prometheus/prom
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -121,6 +122,14 @@ class PrometheusSource:
         """This fetch's use of the kept exporter inventory (``inventory_cache.py``)."""
         return InventoryRound(self.inventory, request.now, self.config.matchers)
 
+    def refresh_inventory(self, at: float, identity: Mapping[GPUKey, Identity]) -> int:
+        """After a cycle (``FetchResult.then``): read the exporter inventory at ``at`` in the
+        background when the kept read is older than ``INVENTORY_REFRESH_S`` (``inventory_cache.py``).
+        Returns 1 when a read was started."""
+        matchers = self.config.matchers
+        query = exporter_inventory.query(matchers)
+        return int(self.inventory.refresh(lambda: self.run(query, at), identity, at, matchers))
+
     def first_round(self, request: FetchRequest, inventory: InventoryRound) -> list[Query]:
         """Identity, the inventory (when due), the unfiltered windows and (with hints) the fault
         candidates query."""
@@ -182,7 +191,11 @@ class PrometheusSource:
             sent = self.run_rounds(queries, request.now, take, workers=len(queries) + later, drops=drops)
             gpus = samples(identity, windows, request, views=inventory.result(), xids=xids, drops=drops)
         return FetchResult(
-            gpus=gpus, queries=sent, seconds=time.monotonic() - started, dropped=drops.counts()
+            gpus=gpus,
+            queries=sent,
+            seconds=time.monotonic() - started,
+            then=functools.partial(self.refresh_inventory, request.now, identity),
+            dropped=drops.counts(),
         )
 
     def run_rounds(
@@ -232,6 +245,8 @@ class PrometheusSource:
         ]
 
     def wait_refreshes(self, timeout: float | None = None) -> bool:
-        """Wait for the tiered fetch's background refreshes started so far (tests and benchmarks);
-        False if one is still running after ``timeout`` seconds."""
-        return self.tiered.wait_refreshes(timeout)
+        """Wait for the background reads started so far (the tiered fetch's refreshes, the
+        inventory's; tests and benchmarks): False if one is still running after ``timeout`` seconds
+        (each waited for up to ``timeout``)."""
+        refreshed = self.tiered.wait_refreshes(timeout)
+        return self.inventory.wait(timeout) and refreshed

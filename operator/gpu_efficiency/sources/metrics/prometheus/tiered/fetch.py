@@ -194,7 +194,7 @@ class TieredFetch:
             seconds=time.monotonic() - started,
             refreshed=len(plan.refresh),
             carried=len(plan.carried),
-            then=functools.partial(self.refresh_oldest, cache, request.now, settle_s, seconds),
+            then=functools.partial(self.after_cycle, cache, request.now, settle_s, seconds, state.identity),
             dropped=drops.counts(),
         )
 
@@ -262,8 +262,23 @@ class TieredFetch:
             return None
         return early
 
+    def after_cycle(
+        self,
+        cache: ActivityCache,
+        at: float,
+        settle_s: float,
+        seconds: float,
+        identity: Mapping[GPUKey, Identity] | None,
+    ) -> int:
+        """The tiered fetch's ``FetchResult.then``: rule 4's refresh (``refresh_oldest``: its count
+        returned), and the exporter inventory's when the kept read is old (``inventory_cache.py``)."""
+        started = self.refresh_oldest(cache, at, settle_s, seconds)
+        if identity is not None:
+            self.source.refresh_inventory(at, identity)
+        return started
+
     def refresh_oldest(self, cache: ActivityCache, at: float, settle_s: float, seconds: float) -> int:
-        """Rule 4 (activity_cache.py; the tiered fetch's ``FetchResult.then``): start fetching, in the
+        """Rule 4 (activity_cache.py; after the cycle: ``after_cycle``): start fetching, in the
         background, the whole windows at ``at`` of the refresh budget's least recently refreshed
         GPUs. One refresh per cache at a time: one still running when the next cycle ends
         (Prometheus slower than the interval) makes that cycle start none. Returns how many GPUs it
